@@ -1,0 +1,152 @@
+"""A fetched page, decoded and parsed once however many analyzers look at it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from urllib.parse import urljoin, urlsplit
+
+import lxml.html
+from lxml import etree
+from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
+
+__all__ = ["NON_NAVIGABLE_SCHEMES", "Page"]
+
+logger = logging.getLogger(__name__)
+
+# Schemes that name no fetchable document: never a link, never a <base>.
+NON_NAVIGABLE_SCHEMES = frozenset({"javascript", "vbscript", "data", "mailto", "tel"})
+# Decoding a declared label must give these characters back unchanged. This refuses codecs a page
+# may name but that are not ASCII-compatible text encodings (base64, rot13, unicode_escape, punycode,
+# idna, ...): they raise, or re-spell markup the way UTF-7 does (\x3c and \u003c decode to <).
+_PROBE = '<a href="x">\\x3c\\u003c&+-</a>'
+_UTF16_OR_32 = ("utf-16", "utf-32")
+_EMPTY_DOCUMENT = b"<html><body></body></html>"
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A page body with its URL and Content-Type header; `text` and `tree` are computed once."""
+
+    url: str
+    body: bytes
+    content_type: str | None = None
+    _decoded: tuple[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+    _parsed: tuple[lxml.html.HtmlElement, bool] | None = field(default=None, init=False, repr=False, compare=False)
+    _base: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.body, bytes):
+            raise ValueError(f"Page.body must be bytes, got {type(self.body).__name__}")
+
+    @property
+    def encoding(self) -> str:
+        """Return the encoding the body was decoded with."""
+        return self._decode()[0]
+
+    @property
+    def text(self) -> str:
+        """Return the body decoded to str (undecodable bytes become U+FFFD)."""
+        return self._decode()[1]
+
+    @property
+    def tree(self) -> lxml.html.HtmlElement:
+        """Return the root <html> element; an empty or unparsable body gives an empty document."""
+        return self._parse()[0]
+
+    @property
+    def truncated(self) -> bool:
+        """Return True if the parser stopped early (a libxml2 limit such as nesting depth)."""
+        return self._parse()[1]
+
+    @property
+    def base_url(self) -> str:
+        """Return the first usable <base href> resolved against `url`, else `url`."""
+        if self._base is None:
+            object.__setattr__(self, "_base", _base_url(self.url, self.tree))
+        assert self._base is not None
+        return self._base
+
+    def _decode(self) -> tuple[str, str]:
+        # Frozen: the cache is filled with object.__setattr__. Two threads racing here compute equal
+        # values and the last write wins, so no lock is needed.
+        if self._decoded is None:
+            object.__setattr__(self, "_decoded", _decode(self.url, self.content_type, self.body))
+        assert self._decoded is not None
+        return self._decoded
+
+    def _parse(self) -> tuple[lxml.html.HtmlElement, bool]:
+        if self._parsed is None:
+            object.__setattr__(self, "_parsed", _parse(self.url, self.text))
+        assert self._parsed is not None
+        return self._parsed
+
+
+def _decode(url: str, content_type: str | None, body: bytes) -> tuple[str, str]:
+    """Return (encoding, text), ignoring declared charsets that cannot decode HTML safely."""
+    header_encoding = http_content_type_encoding(content_type)
+    if header_encoding is not None and not (
+        header_encoding.startswith(_UTF16_OR_32) or _is_ascii_compatible(header_encoding)
+    ):
+        logger.debug("%s: ignoring Content-Type charset %s", url, header_encoding)
+        content_type, header_encoding = None, None
+    if header_encoding is None:
+        declared = html_body_declared_encoding(body)
+        # HTML spec, "prescan a byte stream": a declaration readable as ASCII cannot really be
+        # UTF-16/32, and a non-text codec is no encoding at all; both mean "use the default".
+        if declared is not None and not _is_ascii_compatible(declared):
+            logger.debug("%s: ignoring declared charset %s, using utf-8", url, declared)
+            content_type = "text/html; charset=utf-8"
+    try:
+        return html_to_unicode(content_type, body)
+    except (LookupError, UnicodeError) as exc:  # a codec the checks above did not foresee
+        logger.debug("%s: decoding failed (%s), using utf-8", url, exc)
+        return "utf-8", body.decode("utf-8", "replace")
+
+
+def _is_ascii_compatible(encoding: str) -> bool:
+    """Return True if `encoding` decodes ASCII markup, backslashes and all, to itself.
+
+    >>> [_is_ascii_compatible(e) for e in ("cp1252", "shift_jis", "utf-16-le", "unicode_escape", "base64")]
+    [True, True, False, False, False]
+    """
+    try:
+        # bytes.decode, unlike codecs.decode, refuses bytes-to-bytes codecs with a LookupError.
+        return _PROBE.encode("ascii").decode(encoding, "replace") == _PROBE
+    except (LookupError, UnicodeError):
+        return False
+
+
+def _parse(url: str, text: str) -> tuple[lxml.html.HtmlElement, bool]:
+    """Return (root, truncated) for `text`; never raises on web content."""
+    # lxml refuses str input that carries an XML encoding declaration, so parse UTF-8 bytes with the
+    # encoding stated. huge_tree raises libxml2's depth limit from 256 to 2048: unclosed inline tags
+    # (<font>, <b>) on old pages nest that deep, and parsing stops for good at the limit.
+    parser = lxml.html.HTMLParser(encoding="utf-8", huge_tree=True, no_network=True)
+    data = text.encode("utf-8", "replace")
+    root = etree.fromstring(data, parser) if data.strip() else None
+    truncated = any(entry.type_name == "ERR_RESOURCE_LIMIT" for entry in parser.error_log)
+    if truncated:
+        logger.debug("%s: parsing stopped early: %s", url, parser.error_log.last_error)
+    if root is None:  # empty, whitespace or comment-only body
+        root = etree.fromstring(_EMPTY_DOCUMENT, parser)
+    return root, truncated
+
+
+def _base_url(url: str, tree: lxml.html.HtmlElement) -> str:
+    for element in tree.iter("base"):
+        href = element.get("href")
+        if href is None:
+            continue
+        # HTML spec: only the first <base> with an href counts, even when it is unusable.
+        try:
+            base = urljoin(url, href.strip())
+            scheme = urlsplit(base).scheme.lower()
+        except ValueError:
+            logger.debug("%s: ignoring malformed <base href=%r>", url, href)
+            return url
+        if not scheme or scheme in NON_NAVIGABLE_SCHEMES:
+            logger.debug("%s: ignoring <base href=%r>", url, href)
+            return url
+        return base
+    return url

@@ -1,0 +1,198 @@
+"""Analyzers by name: the built-ins plus plugins from the ``vcrawl.analyzers`` entry-point group."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from analyzers import fields, links
+from analyzers.page import Page
+from vcrawl.errors import ConfigError, UnknownComponent
+from vcrawl.payloads import FieldRule
+
+__all__ = [
+    "BUILTIN_ANALYZERS",
+    "ENTRY_POINT_GROUP",
+    "Analyzer",
+    "Registry",
+    "analyzer_names",
+    "check_rules",
+    "get_analyzer",
+    "load_plugins",
+    "run_analysis",
+]
+
+logger = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "vcrawl.analyzers"
+
+
+class Analyzer(Protocol):
+    """Turns one page (and the task's field rules, if any) into a JSON-ready dict."""
+
+    def __call__(self, page: Page, rules: Mapping[str, FieldRule] | None) -> dict[str, Any]:
+        """Return the analysis of `page`."""
+        ...
+
+
+BUILTIN_ANALYZERS: Mapping[str, Analyzer] = MappingProxyType({"links": links.analyze, "fields": fields.analyze})
+
+
+class Registry:
+    """The built-in analyzers plus the entry-point plugins, loaded once, on first lookup."""
+
+    def __init__(
+        self,
+        builtins: Mapping[str, Analyzer] = BUILTIN_ANALYZERS,
+        entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+    ) -> None:
+        """Use `entry_points` instead of the installed ``vcrawl.analyzers`` group when given."""
+        self._builtins = dict(builtins)
+        self._entry_points = None if entry_points is None else tuple(entry_points)
+        self._loaded: dict[str, Analyzer] | None = None
+        self._lock = threading.Lock()
+
+    def get(self, name: str) -> Analyzer:
+        """Return the analyzer called `name`.
+
+        Raises:
+            UnknownComponent: no analyzer has that name.
+            ConfigError: the plugins cannot be loaded (see `load`).
+        """
+        analyzers = self._analyzers()
+        try:
+            return analyzers[name]
+        except KeyError:
+            raise UnknownComponent("analyzer", name, sorted(analyzers)) from None
+
+    def names(self) -> list[str]:
+        """Return every analyzer name, sorted.
+
+        Raises:
+            ConfigError: the plugins cannot be loaded (see `load`).
+        """
+        return sorted(self._analyzers())
+
+    def load(self) -> None:
+        """Load the plugins now (a worker calls this at start-up to fail early).
+
+        Raises:
+            ConfigError: a plugin's name is taken, or it fails to import or is not callable.
+        """
+        self._analyzers()
+
+    def run(self, page: Page, name: str, rules: Mapping[str, FieldRule] | None) -> dict[str, Any]:
+        """Run the analyzer called `name` on `page`.
+
+        Raises:
+            UnknownComponent: no analyzer has that name.
+            InvalidTask: the analyzer refuses `rules`.
+            ConfigError: the plugins cannot be loaded, or the analyzer returned no dict.
+        """
+        result = self.get(name)(page, rules)
+        if not isinstance(result, dict):
+            raise ConfigError(f"analyzer {name!r} returned {type(result).__name__}, not a dict")
+        return result
+
+    def _analyzers(self) -> dict[str, Analyzer]:
+        if self._loaded is None:
+            with self._lock:
+                if self._loaded is None:
+                    self._loaded = self._load_plugins()
+        return self._loaded
+
+    def _load_plugins(self) -> dict[str, Analyzer]:
+        entry_points = self._entry_points
+        if entry_points is None:
+            entry_points = tuple(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        chosen: dict[str, importlib.metadata.EntryPoint] = {}
+        for entry_point in entry_points:
+            name = entry_point.name
+            if name in self._builtins:
+                raise ConfigError(
+                    f"analyzer plugin {_describe(entry_point)} uses the name of the built-in analyzer {name!r}"
+                )
+            if (other := chosen.get(name)) is not None:
+                if other.value == entry_point.value:  # one plugin seen twice on sys.path
+                    continue
+                raise ConfigError(
+                    f"analyzer plugins {_describe(other)} and {_describe(entry_point)} both use the name {name!r}"
+                )
+            chosen[name] = entry_point
+        analyzers = dict(self._builtins)
+        for name, entry_point in chosen.items():
+            analyzers[name] = _load(entry_point)
+            logger.info("loaded analyzer plugin %s", _describe(entry_point))
+        return analyzers
+
+
+def _load(entry_point: importlib.metadata.EntryPoint) -> Analyzer:
+    try:
+        analyzer = entry_point.load()
+    # Importing third-party code can raise anything; this is where it enters, so wrap it here.
+    except Exception as exc:
+        raise ConfigError(f"analyzer plugin {_describe(entry_point)} failed to load: {exc!r}") from exc
+    if not callable(analyzer):
+        raise ConfigError(f"analyzer plugin {_describe(entry_point)} is a {type(analyzer).__name__}, not a callable")
+    return analyzer
+
+
+def _describe(entry_point: importlib.metadata.EntryPoint) -> str:
+    dist = entry_point.dist.name if entry_point.dist is not None else "no distribution"
+    return f"'{entry_point.name} = {entry_point.value}' ({ENTRY_POINT_GROUP}, {dist})"
+
+
+_default = Registry()
+
+
+def get_analyzer(name: str) -> Analyzer:
+    """Return the analyzer called `name` from the installed built-ins and plugins.
+
+    Raises:
+        UnknownComponent: no analyzer has that name.
+        ConfigError: the plugins cannot be loaded.
+    """
+    return _default.get(name)
+
+
+def analyzer_names() -> list[str]:
+    """Return the names of the installed analyzers, sorted.
+
+    Raises:
+        ConfigError: the plugins cannot be loaded.
+    """
+    return _default.names()
+
+
+def load_plugins() -> None:
+    """Load the installed analyzer plugins now rather than on first lookup.
+
+    Raises:
+        ConfigError: a plugin's name is taken, or it fails to import or is not callable.
+    """
+    _default.load()
+
+
+def run_analysis(page: Page, analyzer_name: str, rules: Mapping[str, FieldRule] | None) -> dict[str, Any]:
+    """Look up `analyzer_name` among the installed analyzers and run it on `page`.
+
+    Raises:
+        UnknownComponent: no analyzer has that name.
+        InvalidTask: the analyzer refuses `rules`.
+        ConfigError: the plugins cannot be loaded, or the analyzer returned no dict.
+    """
+    return _default.run(page, analyzer_name, rules)
+
+
+def check_rules(rules: Mapping[str, FieldRule] | None) -> None:
+    """Compile every field rule once, so a bad selector is refused at submit time.
+
+    Raises:
+        InvalidTask: ``fields.<name>.css`` / ``fields.<name>.xpath`` naming the bad selector.
+    """
+    if rules is not None:
+        fields.compile_rules(rules)

@@ -1,0 +1,67 @@
+"""Celery settings for vcrawl; every value comes from ``vcrawl.settings``.
+
+``celery -A tasks worker`` reads this module through ``tasks/app.py``; the embedded
+runner (``vcrawl demo`` / ``vcrawl crawl``) calls ``celery_settings`` with its own Settings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Exchange, Queue
+
+from vcrawl.settings import Settings, celery_redis_url
+
+DOWNLOAD_QUEUE = "download"
+ANALYSIS_QUEUE = "analysis"
+
+
+def celery_settings(settings: Settings) -> dict[str, Any]:
+    """Return Celery's configuration for ``settings``."""
+    redis_url = celery_redis_url(settings.redis_url)
+    transport_options = {
+        # Longer than any task including its longest retry wait (checked in Settings).
+        "visibility_timeout": settings.visibility_timeout_s,
+        # Without these, a dead worker's unacked messages wait far past the timeout.
+        "unacked_restore_interval": max(1.0, min(30.0, settings.visibility_timeout_s / 4)),
+        "unacked_restore_throttle": 1,
+    }
+    return {
+        "broker_url": redis_url,
+        "result_backend": redis_url,
+        "broker_transport_options": transport_options,
+        "result_backend_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "broker_connection_retry_on_startup": True,
+        # JSON only: a pickle message from the broker would run code.
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        # The status trail in Redis is the record of outcomes; results only linger briefly.
+        "result_expires": 3600,
+        "task_queues": [
+            Queue(DOWNLOAD_QUEUE, Exchange(DOWNLOAD_QUEUE), routing_key=DOWNLOAD_QUEUE),
+            Queue(ANALYSIS_QUEUE, Exchange(ANALYSIS_QUEUE), routing_key=ANALYSIS_QUEUE),
+        ],
+        "task_default_queue": DOWNLOAD_QUEUE,
+        "task_default_exchange": DOWNLOAD_QUEUE,
+        "task_default_routing_key": DOWNLOAD_QUEUE,
+        "task_routes": {
+            "vcrawl.crawl": {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
+            "vcrawl.fetch": {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
+            "vcrawl.analyze": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.record_failure": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+        },
+        # A killed worker's tasks are redelivered, never dropped.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # Prefetch multiplier is per worker; 1 keeps downloads spread over the cluster.
+        "worker_prefetch_multiplier": 1,
+        "task_time_limit": int(settings.total_timeout_s * 2 + 60),
+        "worker_send_task_events": settings.task_events,
+        "task_send_sent_event": settings.task_events,
+    }
+
+
+globals().update(celery_settings(Settings.from_env()))

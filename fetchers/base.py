@@ -1,0 +1,118 @@
+"""The fetcher interface and the rules every fetcher shares (limits, status classes)."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from vcrawl.errors import DownloadFailed, FetchFailed
+
+__all__ = [
+    "RETRYABLE_STATUSES",
+    "FetchLimits",
+    "FetchRequest",
+    "FetchResult",
+    "Fetcher",
+    "check_status",
+    "parse_retry_after",
+]
+
+# Statuses where the same request may succeed later (RFC 9110 §15.5.9, §15.6; RFC 6585 §4).
+RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    """Bounds that keep a hostile or broken site from wedging a worker."""
+
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 15.0
+    total_timeout_s: float = 60.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 5
+
+
+@dataclass(frozen=True)
+class FetchRequest:
+    """One request: the URL and the identity it is sent with."""
+
+    url: str
+    user_agent: str
+    referer: str | None = None
+    proxy: str | None = None
+    js_function: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """The final response after redirects (any status); the body is at most the cap."""
+
+    url: str
+    final_url: str
+    status: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    elapsed_s: float = 0.0
+    redirects: int = 0
+
+    @property
+    def content_type(self) -> str | None:
+        """The Content-Type header, if any."""
+        return self.headers.get("content-type")
+
+
+class Fetcher(Protocol):
+    """Downloads one URL; raises FetchFailed for transient network trouble."""
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        """Return the final response.
+
+        Raises:
+            FetchFailed: timeouts, refused or reset connections, truncated bodies.
+            DownloadFailed: body over the cap, redirect loops, malformed responses.
+        """
+        ...
+
+
+def check_status(result: FetchResult, now: float | None = None) -> None:
+    """Accept only 200; sort every other status into retryable or final.
+
+    Raises:
+        FetchFailed: 408, 425, 429 and 5xx gateways/overload, with ``Retry-After`` in seconds.
+        DownloadFailed: any other status (404, 403, 410, 3xx left over, ...).
+    """
+    if result.status == 200:
+        return
+    reason = f"http_{result.status}"
+    if result.status in RETRYABLE_STATUSES:
+        retry_after = parse_retry_after(result.headers.get("retry-after"), now)
+        raise FetchFailed(result.url, reason, result.status, retry_after)
+    raise DownloadFailed(result.url, reason, result.status)
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds from a ``Retry-After`` value: delta-seconds or an HTTP-date (RFC 9110 §10.2.3).
+
+    >>> parse_retry_after("120")
+    120.0
+    >>> parse_retry_after("Wed, 21 Oct 2015 07:28:10 GMT", now=1445412480.0)
+    10.0
+    >>> parse_retry_after("soon") is None
+    True
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)

@@ -1,0 +1,152 @@
+"""The ``static`` fetcher: plain HTTP with requests, bounded in time, size and redirects."""
+
+from __future__ import annotations
+
+import http.cookiejar
+import logging
+import time
+from collections.abc import Callable
+from urllib.parse import urljoin, urlsplit
+
+import requests
+import urllib3.exceptions
+from requests.adapters import HTTPAdapter
+
+from fetchers.base import FetchLimits, FetchRequest, FetchResult
+from vcrawl.errors import DownloadFailed, FetchFailed
+
+__all__ = ["StaticFetcher", "make_session"]
+
+logger = logging.getLogger(__name__)
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 64 * 1024
+_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+def make_session(pool_size: int = 32) -> requests.Session:
+    """Return a pooled Session that ignores the environment and keeps no cookies.
+
+    Cookies are refused so one site's state never leaks into another task's request
+    and the shared Session is safe to use from a worker's threads.
+    """
+    session = requests.Session()
+    session.trust_env = False  # proxies come from VCRAWL_PROXIES only, never *_PROXY or .netrc
+    session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
+
+
+class StaticFetcher:
+    """Fetches with requests; follows redirects itself so every hop is bounded."""
+
+    def __init__(
+        self,
+        session: requests.Session,
+        limits: FetchLimits,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._session = session
+        self._limits = limits
+        self._clock = clock
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        """Download ``request.url``, following at most ``max_redirects`` redirects.
+
+        Raises:
+            FetchFailed: timeout, connection trouble, a body cut short.
+            DownloadFailed: ``too_large``, ``redirect_loop``, ``too_many_redirects``,
+                ``bad_redirect``, ``bad_response``.
+        """
+        started = self._clock()
+        deadline = started + self._limits.total_timeout_s
+        url, seen = request.url, {request.url}
+        for hop in range(self._limits.max_redirects + 1):
+            response = self._send(request, url)
+            try:
+                if response.status_code in _REDIRECTS and "location" in response.headers:
+                    url = _redirect_target(request.url, url, response.headers["location"])
+                    if url in seen:
+                        raise DownloadFailed(request.url, "redirect_loop", response.status_code)
+                    seen.add(url)
+                    logger.debug("redirect %s -> %s", response.url, url)
+                    continue
+                body = self._read_body(request.url, response, deadline)
+                return FetchResult(
+                    url=request.url,
+                    final_url=url,
+                    status=response.status_code,
+                    headers={k.lower(): v for k, v in response.headers.items()},
+                    body=body,
+                    elapsed_s=self._clock() - started,
+                    redirects=hop,
+                )
+            finally:
+                response.close()
+        raise DownloadFailed(request.url, "too_many_redirects")
+
+    def _send(self, request: FetchRequest, url: str) -> requests.Response:
+        headers = {"User-Agent": request.user_agent, "Accept": _ACCEPT, "Accept-Language": "en;q=0.9,*;q=0.5"}
+        if request.referer is not None:
+            headers["Referer"] = request.referer
+        proxies = {"http": request.proxy, "https": request.proxy} if request.proxy is not None else None
+        try:
+            return self._session.get(
+                url,
+                headers=headers,
+                proxies=proxies,
+                timeout=(self._limits.connect_timeout_s, self._limits.read_timeout_s),
+                allow_redirects=False,
+                stream=True,
+            )
+        except requests.exceptions.ProxyError as exc:
+            raise FetchFailed(request.url, "proxy_error") from exc
+        except requests.exceptions.SSLError as exc:
+            raise DownloadFailed(request.url, "tls_error") from exc
+        except requests.exceptions.Timeout as exc:
+            raise FetchFailed(request.url, "timeout") from exc
+        except requests.exceptions.ConnectionError as exc:
+            raise FetchFailed(request.url, "connection_error") from exc
+        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidHeader, ValueError) as exc:
+            raise DownloadFailed(request.url, "bad_request") from exc
+        except requests.exceptions.RequestException as exc:
+            raise FetchFailed(request.url, "request_error") from exc
+
+    def _read_body(self, task_url: str, response: requests.Response, deadline: float) -> bytes:
+        """Read the (decompressed) body in chunks, enforcing the size cap and the total time."""
+        cap = self._limits.max_body_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and "content-encoding" not in response.headers and int(declared) > cap:
+            raise DownloadFailed(task_url, "too_large", response.status_code)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while True:
+                if self._clock() > deadline:
+                    raise FetchFailed(task_url, "total_timeout", response.status_code)
+                # read1 returns what has arrived, so a slow drip still reaches the deadline
+                # check; its max length bounds decompression too.
+                chunk = response.raw.read1(_CHUNK, decode_content=True)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > cap:
+                    raise DownloadFailed(task_url, "too_large", response.status_code)
+                chunks.append(chunk)
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+            raise FetchFailed(task_url, "timeout", response.status_code) from exc
+        except urllib3.exceptions.DecodeError as exc:
+            raise DownloadFailed(task_url, "bad_encoding", response.status_code) from exc
+        except (urllib3.exceptions.ProtocolError, OSError) as exc:
+            raise FetchFailed(task_url, "incomplete_body", response.status_code) from exc
+        return b"".join(chunks)
+
+
+def _redirect_target(task_url: str, current: str, location: str) -> str:
+    target = urljoin(current, location.strip())
+    parts = urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise DownloadFailed(task_url, "bad_redirect")
+    return target.split("#", 1)[0]

@@ -1,0 +1,65 @@
+"""The storage backend interface: what every scheme's backend (file, hdfs, ...) provides."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import BinaryIO, Protocol, runtime_checkable
+
+__all__ = ["Backend", "BackendFactory"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """One storage system under one root; every location is the full string `resolve` returned.
+
+    Every method re-checks its location, so a backend is safe even when called directly;
+    ``resolve(resolve(x)) == resolve(x)``.
+    """
+
+    def resolve(self, location: str) -> str:
+        """Return the normalized form of `location`, checked to lie inside the backend's root.
+
+        Raises:
+            StorageRefused: the location is malformed or outside the root.
+        """
+        ...
+
+    def open_write(self, location: str) -> AbstractContextManager[BinaryIO]:
+        """Return a context manager yielding a binary file; readers see the data only after a clean exit.
+
+        On an exception inside the block nothing is left behind (no partial file, no temp file).
+
+        Raises:
+            StorageRefused: the location is refused.
+        """
+        ...
+
+    def write_bytes(self, location: str, data: bytes) -> int:
+        """Store `data` atomically at `location` and return the number of bytes written.
+
+        Raises:
+            StorageRefused: the location is refused.
+        """
+        ...
+
+    def read_bytes(self, location: str) -> bytes:
+        """Return the whole content stored at `location`.
+
+        Raises:
+            MissingPage: nothing is stored there.
+            StorageRefused: the location is refused.
+        """
+        ...
+
+    def exists(self, location: str) -> bool:
+        """Return True if something is stored at `location`.
+
+        Raises:
+            StorageRefused: the location is refused.
+        """
+        ...
+
+
+# Builds a backend from the normalized data root: a filesystem path for "file", the URL otherwise.
+BackendFactory = Callable[[str], Backend]

@@ -1,0 +1,109 @@
+"""Default storage locations derived from URLs, relative to the data root.
+
+A location is ``<host>/<up to 3 directories>/<slug>__<hash>.<ext>``: readable segments made
+only of ``[a-z0-9._-]``, plus the first 10 hex digits of the SHA-256 of the full URL so URLs that
+slug alike (query strings, case, punctuation) never share a file. Callers pass the canonical URL
+when equivalent spellings should share a location.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+from urllib.parse import SplitResult, unquote, urlsplit
+
+__all__ = ["page_location", "result_location"]
+
+_MAX_SEGMENT = 60  # characters per segment; keeps a location under ~400 characters overall
+_MAX_DIRS = 3
+_HASH_CHARS = 10
+_UNSAFE = re.compile(r"[^a-z0-9._-]+")
+_DASHES = re.compile(r"-{2,}")
+_PAGE_SUFFIX = re.compile(r"\.html?$", re.IGNORECASE)
+_ANALYZER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def page_location(url: str) -> str:
+    """Return where the page fetched from `url` is stored by default.
+
+    >>> page_location("https://Example.com/products/widget-1")
+    'pages/example.com/products/widget-1__31c94e6afd.html'
+    >>> page_location("https://example.com/products/widget-1?color=red")
+    'pages/example.com/products/widget-1__fd793cff24.html'
+    >>> page_location("http://example.com:8080/")
+    'pages/example.com_8080/index__4cc86262d3.html'
+    >>> page_location("https://bücher.example/Café/Über%20uns.html")
+    'pages/xn--bcher-kva.example/cafe/uber-uns__7e6f4fb0f7.html'
+    >>> page_location("https://example.com/a/b/c/d/e/page")
+    'pages/example.com/a/b/c/page__4f5bc4141d.html'
+    """
+    return f"pages/{_stem(url)}.html"
+
+
+def result_location(url: str, analyzer: str) -> str:
+    """Return where `analyzer`'s result for the page at `url` is stored by default.
+
+    >>> result_location("https://Example.com/products/widget-1", "links")
+    'results/links/example.com/products/widget-1__31c94e6afd.json'
+
+    Raises:
+        ValueError: `analyzer` is not a registry name (letters, digits, ``_.-``, at most 64).
+    """
+    if not _ANALYZER.match(analyzer):
+        raise ValueError(f"not an analyzer name: {analyzer!r}")
+    return f"results/{analyzer}/{_stem(url)}.json"
+
+
+def _stem(url: str) -> str:
+    parts = urlsplit(url)
+    *directories, last = parts.path.split("/")
+    segments = [slug for slug in (_slug(unquote(raw)) for raw in directories) if slug][:_MAX_DIRS]
+    name = _slug(_PAGE_SUFFIX.sub("", unquote(last))) or "index"
+    digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
+    return "/".join([_host(parts), *segments, f"{name}__{digest}"])
+
+
+def _host(parts: SplitResult) -> str:
+    hostname = parts.hostname or ""
+    try:
+        hostname = hostname.encode("idna").decode("ascii")
+    except UnicodeError:
+        pass  # not valid IDNA (empty or over-long label, odd characters): the slug below still makes it safe
+    # No collapsing of "--" here (punycode needs it); keep the end of an over-long host, since the
+    # registrable domain says more than the first labels.
+    if ":" in hostname:  # IPv6 literal, already without its brackets
+        host = "ipv6-" + _slug(hostname)
+    else:
+        host = _trim(_UNSAFE.sub("-", _ascii(hostname)), keep_end=True) or "no-host"
+    try:
+        port = parts.port
+    except ValueError:  # a malformed port: the hash of the full URL still tells such URLs apart
+        port = None
+    if port is not None and port != _DEFAULT_PORTS.get(parts.scheme.lower()):
+        host = f"{host}_{port}"
+    return host
+
+
+def _slug(text: str) -> str:
+    """Return `text` as lowercase ``[a-z0-9._-]``, at most 60 characters, never ``.`` or ``..``.
+
+    >>> _slug("Über uns!!  (2024)")
+    'uber-uns-2024'
+    >>> [_slug(".."), _slug(".hidden"), _slug("日本語")]
+    ['', 'hidden', '']
+    """
+    return _trim(_DASHES.sub("-", _UNSAFE.sub("-", _ascii(text))))
+
+
+def _ascii(text: str) -> str:
+    # NFKD splits accents off their letters, so "Café" keeps its "cafe" instead of losing the "é".
+    return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+
+
+def _trim(slug: str, keep_end: bool = False) -> str:
+    # Leading dots would hide files; "." and ".." must never be a segment; trim again after cutting.
+    slug = slug.strip("-.")
+    slug = slug[-_MAX_SEGMENT:] if keep_end else slug[:_MAX_SEGMENT]
+    return slug.strip("-.")

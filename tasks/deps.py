@@ -1,0 +1,132 @@
+"""Per-process clients and components, made lazily on first use.
+
+Nothing here connects at import time. A pool child gets fresh clients after fork
+(``worker_process_init`` calls ``reset``), so no socket is shared between processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import redis
+
+from fetchers import FetcherRegistry, FetchLimits, IdentityPool, StaticFetcher, make_session
+from frontier import HostGate
+from storage import Storage
+from tasks.alerts import Alerter
+from tasks.trail import StatusTrail
+from vcrawl.policies import PolitenessPolicy, RetryPolicy
+from vcrawl.settings import Settings
+
+__all__ = [
+    "alerter",
+    "analysis_retry",
+    "fetch_retry",
+    "fetchers",
+    "host_gate",
+    "identities",
+    "redis_client",
+    "reset",
+    "settings",
+    "storage",
+    "trail",
+]
+
+_lock = threading.RLock()
+_settings: Settings | None = None
+_made: dict[str, Any] = {}
+
+
+def reset(new_settings: Settings | None = None) -> None:
+    """Forget every client; the next use builds them again (from ``new_settings`` if given)."""
+    global _settings
+    with _lock:
+        _made.clear()
+        _settings = new_settings
+
+
+def settings() -> Settings:
+    """Return this process's settings (read from the environment on first use)."""
+    global _settings
+    with _lock:
+        if _settings is None:
+            _settings = Settings.from_env()
+        return _settings
+
+
+def _once(name: str, build: Any) -> Any:
+    made = _made.get(name)
+    if made is None:
+        with _lock:
+            made = _made.get(name)
+            if made is None:
+                made = _made[name] = build()
+    return made
+
+
+def redis_client() -> redis.Redis:
+    """Return the Redis client for vcrawl's own keys (status trail, politeness)."""
+    return _once("redis", lambda: redis.Redis.from_url(settings().redis_url, decode_responses=True))
+
+
+def storage() -> Storage:
+    """Return the storage router for the configured data location."""
+    return _once("storage", lambda: Storage(settings().data))
+
+
+def fetchers() -> FetcherRegistry:
+    """Return the page type -> fetcher registry."""
+
+    def build() -> FetcherRegistry:
+        current = settings()
+        limits = FetchLimits(
+            connect_timeout_s=current.connect_timeout_s,
+            read_timeout_s=current.read_timeout_s,
+            total_timeout_s=current.total_timeout_s,
+            max_body_bytes=current.max_body_bytes,
+            max_redirects=current.max_redirects,
+        )
+        return FetcherRegistry(
+            {"static": lambda: StaticFetcher(make_session(), limits)},
+            unavailable={"dynamic": "the Selenium fetcher is not in this release yet"},
+        )
+
+    return _once("fetchers", build)
+
+
+def identities() -> IdentityPool:
+    """Return the User-Agent / Referer / proxy pool."""
+    current = settings()
+    return _once("identities", lambda: IdentityPool(current.user_agents, current.referers, current.proxies))
+
+
+def host_gate() -> HostGate:
+    """Return the cluster-wide per-host politeness gate."""
+    current = settings()
+    policy = PolitenessPolicy(current.min_interval_s, current.interval_jitter)
+    return _once("host_gate", lambda: HostGate(redis_client(), policy))
+
+
+def trail() -> StatusTrail:
+    """Return the status trail store."""
+    return _once("trail", lambda: StatusTrail(redis_client(), settings().status_ttl_s))
+
+
+def alerter() -> Alerter:
+    """Return the admin alert sender."""
+    return _once("alerter", lambda: Alerter.from_settings(settings()))
+
+
+def fetch_retry() -> RetryPolicy:
+    """Return the retry policy for downloads."""
+    current = settings()
+    return RetryPolicy(
+        current.fetch_retries, current.fetch_backoff_s, current.fetch_backoff_max_s, current.max_retry_after_s
+    )
+
+
+def analysis_retry() -> RetryPolicy:
+    """Return the retry policy for analyses."""
+    current = settings()
+    return RetryPolicy(current.analysis_retries, current.analysis_backoff_s, current.fetch_backoff_max_s)

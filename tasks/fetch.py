@@ -1,0 +1,39 @@
+"""``vcrawl.fetch``: download one page on the ``download`` queue."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from celery import Task
+
+from tasks import deps, pipeline
+from tasks.app import app
+from vcrawl.errors import FetchFailed
+
+__all__ = ["fetch"]
+
+
+# max_retries=None: the attempt budget is counted in the status trail (it survives
+# redelivery), and waiting for a busy host is not an attempt.
+@app.task(name="vcrawl.fetch", bind=True, acks_late=True, max_retries=None, ignore_result=True)
+def fetch(self: Task, task: dict, trail_id: str) -> dict:
+    """Fetch and store one page; return the FetchedPage for the linked analysis."""
+    job = pipeline.validate(task, deps.fetchers(), deps.storage())
+    host = urlsplit(job.url).hostname or ""
+    gate = deps.host_gate()
+    if (wait_s := gate.try_claim(host)) > 0:
+        raise self.retry(countdown=wait_s)
+    trail = deps.trail()
+    attempt = trail.downloading(trail_id)
+    try:
+        page = pipeline.download(job, deps.fetchers().get(job.page_type), deps.identities(), deps.storage())
+    except FetchFailed as exc:
+        delay_s = deps.fetch_retry().delay_for(attempt, exc.retry_after_s)
+        if delay_s is None:
+            raise
+        trail.will_retry(trail_id, "download", str(exc), delay_s)
+        raise self.retry(exc=exc, countdown=delay_s) from exc
+    finally:
+        gate.release(host)
+    trail.downloaded(trail_id, page, stored_at=pipeline.stored_at(deps.storage(), page.save_path))
+    return page.to_dict()

@@ -1,0 +1,153 @@
+"""The status trail: one Redis hash per submitted task, from ``queued`` to its end.
+
+States: queued -> downloading -> downloaded | download_failed -> analyzing ->
+analyzed | analysis_failed. A retry puts a task back to ``queued`` (download) or
+``downloaded`` (analysis) with ``last_error`` and ``retry_at``. Each state also
+stamps ``<state>_at`` (Unix seconds), so the hash is the whole history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import redis
+
+from vcrawl import redis_keys
+from vcrawl.payloads import DownloadTask, FetchedPage
+
+__all__ = ["STATES", "TERMINAL_STATES", "StatusTrail"]
+
+STATES = ("queued", "downloading", "downloaded", "download_failed", "analyzing", "analyzed", "analysis_failed")
+TERMINAL_STATES = frozenset({"download_failed", "analyzed", "analysis_failed"})
+_INT_FIELDS = frozenset({"http_status", "bytes", "attempts", "analysis_attempts", "result_bytes", "items"})
+_FLOAT_FIELDS = frozenset({"retry_at", "elapsed_s"} | {f"{state}_at" for state in STATES})
+
+
+class StatusTrail:
+    """Writes and reads the status hashes; every write is one pipelined round trip."""
+
+    def __init__(self, client: redis.Redis, ttl_s: int, clock: Callable[[], float] = time.time) -> None:
+        self._redis = client
+        self._ttl_s = ttl_s
+        self._clock = clock
+
+    def queued(self, trail_id: str, task: DownloadTask) -> None:
+        """Record a newly submitted task."""
+        self._write(
+            trail_id,
+            "queued",
+            url=task.url,
+            page_type=task.page_type,
+            analyzer=task.analyzer,
+            job=task.job,
+            save_path=task.save_path,
+            result_path=task.result_path,
+        )
+
+    def downloading(self, trail_id: str) -> int:
+        """Record the start of a download attempt; return its number (1 for the first)."""
+        return self._start_attempt(trail_id, "downloading", "attempts")
+
+    def downloaded(self, trail_id: str, page: FetchedPage, stored_at: str) -> None:
+        """Record a stored page and where it is (absolute path or URL)."""
+        self._write(
+            trail_id,
+            "downloaded",
+            http_status=page.http_status,
+            bytes=page.bytes,
+            final_url=page.final_url,
+            content_type=page.content_type,
+            save_path=stored_at,
+            elapsed_s=round(page.elapsed_s, 4),
+        )
+
+    def download_failed(
+        self, trail_id: str, reason: str, error: str, http_status: int | None, failed_task: str
+    ) -> None:
+        """Record a download that ended for good (``failed_task``: the task name that failed)."""
+        self._write(
+            trail_id, "download_failed", reason=reason, error=error, http_status=http_status, failed_task=failed_task
+        )
+
+    def analyzing(self, trail_id: str) -> int:
+        """Record the start of an analysis attempt; return its number."""
+        return self._start_attempt(trail_id, "analyzing", "analysis_attempts")
+
+    def analyzed(self, trail_id: str, result_path: str, result_bytes: int, items: int) -> None:
+        """Record a written analysis result."""
+        self._write(trail_id, "analyzed", result_path=result_path, result_bytes=result_bytes, items=items)
+
+    def analysis_failed(self, trail_id: str, reason: str, error: str, failed_task: str) -> None:
+        """Record an analysis that ended for good."""
+        self._write(trail_id, "analysis_failed", reason=reason, error=error, failed_task=failed_task)
+
+    def will_retry(self, trail_id: str, stage: str, error: str, delay_s: float) -> None:
+        """Record a failed attempt that will be tried again in ``delay_s`` seconds."""
+        waiting_state = "queued" if stage == "download" else "downloaded"
+        self._redis.hset(
+            redis_keys.task_status(trail_id),
+            mapping={
+                "state": waiting_state,
+                "last_error": error,
+                "retry_at": round(self._clock() + delay_s, 3),
+            },
+        )
+
+    def get(self, trail_id: str) -> dict[str, Any] | None:
+        """Return the trail of ``trail_id`` (numbers decoded), or None if unknown or expired."""
+        raw = self._redis.hgetall(redis_keys.task_status(trail_id))
+        if not raw:
+            return None
+        return decode(trail_id, raw)
+
+    def get_many(self, trail_ids: list[str]) -> dict[str, dict[str, Any] | None]:
+        """Return several trails in one round trip."""
+        pipe = self._redis.pipeline(transaction=False)
+        for trail_id in trail_ids:
+            pipe.hgetall(redis_keys.task_status(trail_id))
+        return {
+            trail_id: decode(trail_id, raw) if raw else None
+            for trail_id, raw in zip(trail_ids, pipe.execute(), strict=True)
+        }
+
+    def _start_attempt(self, trail_id: str, state: str, counter: str) -> int:
+        key = redis_keys.task_status(trail_id)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hincrby(key, counter, 1)
+        pipe.hset(key, mapping={"state": state, f"{state}_at": round(self._clock(), 3)})
+        pipe.expire(key, self._ttl_s)
+        attempt, _, _ = pipe.execute()
+        return int(attempt)
+
+    def _write(self, trail_id: str, state: str, **values: Any) -> None:
+        key = redis_keys.task_status(trail_id)
+        mapping = {name: value for name, value in values.items() if value is not None}
+        mapping.update(state=state, **{f"{state}_at": round(self._clock(), 3)})
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(key, mapping=mapping)
+        pipe.expire(key, self._ttl_s)
+        pipe.execute()
+
+
+def decode(trail_id: str, raw: Mapping[str, str]) -> dict[str, Any]:
+    """Turn a raw status hash into a dict with numbers and the always-present keys."""
+    record: dict[str, Any] = {
+        "id": trail_id,
+        "state": None,
+        "http_status": None,
+        "save_path": None,
+        "result_path": None,
+        "attempts": 0,
+        "analysis_attempts": 0,
+        "error": None,
+    }
+    for name, value in raw.items():
+        if name in _INT_FIELDS:
+            record[name] = int(value)
+        elif name in _FLOAT_FIELDS:
+            record[name] = float(value)
+        else:
+            record[name] = value
+    return record

@@ -1,0 +1,154 @@
+"""Real parts for integration tests: redis-server, an SMTP server, a webhook receiver, a worker."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import Message
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+
+import tasks
+from tasks.embedded import EmbeddedWorker
+from tests.site import TestSite
+from vcrawl.local_redis import LocalRedis
+from vcrawl.settings import Settings
+
+TEST_USER_AGENTS = tuple(f"vcrawl-test-agent/{n}.0 (+loopback)" for n in range(1, 6))
+TEST_REFERERS = tuple(f"http://referer-{n}.test/" for n in range(1, 5))
+MAX_BODY_BYTES = 256 * 1024
+
+
+@dataclass
+class AlertSinks:
+    """What the local SMTP server and webhook receiver got."""
+
+    emails: list[Message] = field(default_factory=list)
+    webhooks: list[dict[str, Any]] = field(default_factory=list)
+    smtp_port: int = 0
+    webhook_url: str = ""
+
+
+class _SmtpHandler:
+    def __init__(self, sinks: AlertSinks) -> None:
+        self._sinks = sinks
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 - aiosmtpd API
+        self._sinks.emails.append(message_from_bytes(envelope.content))
+        return "250 OK"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
+    """A real redis-server on a unix socket for the whole session."""
+    with LocalRedis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def alert_sinks() -> Iterator[AlertSinks]:
+    """A real SMTP server (aiosmtpd) and an HTTP webhook receiver on loopback."""
+    sinks = AlertSinks()
+    sinks.smtp_port = _free_port()  # aiosmtpd checks readiness by connecting, so port 0 won't do
+    smtp = Controller(_SmtpHandler(sinks), hostname="127.0.0.1", port=sinks.smtp_port)
+    smtp.start()
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            sinks.webhooks.append(json.loads(self.rfile.read(length)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    receiver = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    thread = threading.Thread(target=receiver.serve_forever, daemon=True)
+    thread.start()
+    sinks.webhook_url = f"http://127.0.0.1:{receiver.server_address[1]}/alerts"
+    yield sinks
+    receiver.shutdown()
+    receiver.server_close()
+    smtp.stop()
+
+
+@pytest.fixture(scope="session")
+def vcrawl_settings(
+    redis_server: LocalRedis, alert_sinks: AlertSinks, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
+    """Settings for the session: fast backoff, small body cap, known header lists, alert sinks."""
+    settings = Settings(
+        redis_url=redis_server.url,
+        data=str(tmp_path_factory.mktemp("crawl-data")),
+        user_agents=TEST_USER_AGENTS,
+        referers=TEST_REFERERS,
+        connect_timeout_s=2.0,
+        read_timeout_s=3.0,
+        total_timeout_s=10.0,
+        max_body_bytes=MAX_BODY_BYTES,
+        fetch_backoff_s=0.05,
+        fetch_backoff_max_s=1.0,
+        max_retry_after_s=5.0,
+        min_interval_s=0.0,
+        analysis_backoff_s=0.05,
+        alert_webhook_url=alert_sinks.webhook_url,
+        alert_email_to=("ops@example.test",),
+        smtp_host="127.0.0.1",
+        smtp_port=alert_sinks.smtp_port,
+        visibility_timeout_s=120.0,
+    )
+    tasks.configure(settings)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def worker(vcrawl_settings: Settings) -> Iterator[EmbeddedWorker]:
+    """A real Celery worker (thread pool) consuming both queues, in this process."""
+    with EmbeddedWorker(concurrency=8, hostname="pytest@localhost", loglevel="WARNING") as running:
+        yield running
+
+
+@pytest.fixture
+def site() -> Iterator[TestSite]:
+    """A fresh local web site per test."""
+    with TestSite() as running:
+        yield running
+
+
+def wait_for_end(task_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Poll the status trail until the task reaches a final state; return the trail."""
+    deadline = time.monotonic() + timeout_s
+    record: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        record = tasks.status(task_id)
+        if record is not None and record["state"] in tasks.TERMINAL_STATES:
+            return record
+        time.sleep(0.05)
+    raise AssertionError(f"task {task_id} did not finish within {timeout_s}s; last status: {record}")
+
+
+def wait_for_state(task_id: str, state: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Poll the status trail until the task is in ``state``; return the trail."""
+    deadline = time.monotonic() + timeout_s
+    record: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        record = tasks.status(task_id)
+        if record is not None and record["state"] == state:
+            return record
+        time.sleep(0.05)
+    raise AssertionError(f"task {task_id} not {state} within {timeout_s}s; last status: {record}")

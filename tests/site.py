@@ -1,0 +1,142 @@
+"""A small local web site for tests: pages, redirects, scripted statuses, slow bodies.
+
+Every request is recorded server-side (path, headers, arrival time), so tests
+check what the crawler really sent and when.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Response:
+    """One scripted response."""
+
+    body: bytes = b""
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0  # before the status line
+    chunks: Sequence[bytes] | None = None  # body sent in these pieces, pausing chunk_pause_s between
+    chunk_pause_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A request as the server saw it."""
+
+    path: str
+    headers: dict[str, str]
+    at: float
+
+
+class TestSite:
+    """A ThreadingHTTPServer on 127.0.0.1 with routes added per test."""
+
+    __test__ = False
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self._routes: dict[str, Callable[[], Response]] = {}
+        self._lock = threading.Lock()
+        self.seen: list[Seen] = []
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                site._record(self.path, dict(self.headers.items()))
+                route = site._routes.get(self.path)
+                response = route() if route else Response(b"not found", 404)
+                self._send(response)
+
+            def _send(self, response: Response) -> None:
+                if response.delay_s:
+                    time.sleep(response.delay_s)
+                try:
+                    self.send_response(response.status)
+                    headers = {"Content-Type": "text/html; charset=utf-8", **response.headers}
+                    if response.chunks is None and "Content-Length" not in headers:
+                        headers["Content-Length"] = str(len(response.body))
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    if response.chunks is None:
+                        self.wfile.write(response.body)
+                        return
+                    for piece in response.chunks:
+                        self.wfile.write(piece)
+                        self.wfile.flush()
+                        time.sleep(response.chunk_pause_s)
+                    self.close_connection = True
+                except (BrokenPipeError, ConnectionResetError):
+                    self.close_connection = True
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def url(self, path: str) -> str:
+        """The absolute URL of ``path``."""
+        return self.base + path
+
+    def add_page(self, path: str, body: str | bytes, status: int = 200, **headers: str) -> str:
+        """Serve ``body`` at ``path``; return its URL."""
+        data = body.encode() if isinstance(body, str) else body
+        response = Response(data, status, {k.replace("_", "-"): v for k, v in headers.items()})
+        self._routes[path] = lambda: response
+        return self.url(path)
+
+    def add_response(self, path: str, response: Response) -> str:
+        """Serve a fully scripted response at ``path``."""
+        self._routes[path] = lambda: response
+        return self.url(path)
+
+    def add_sequence(self, path: str, responses: Sequence[Response]) -> str:
+        """Serve ``responses`` in turn; the last one repeats."""
+        remaining: Iterator[Response] = iter(responses)
+        last = [responses[-1]]
+
+        def next_response() -> Response:
+            with self._lock:
+                last[0] = next(remaining, last[0])
+                return last[0]
+
+        self._routes[path] = next_response
+        return self.url(path)
+
+    def add_redirect(self, path: str, location: str, status: int = 302) -> str:
+        """Redirect ``path`` to ``location``."""
+        return self.add_response(path, Response(b"", status, {"Location": location}))
+
+    def requests_to(self, path: str) -> list[Seen]:
+        """The requests the server received for ``path``."""
+        with self._lock:
+            return [seen for seen in self.seen if seen.path == path]
+
+    def _record(self, path: str, headers: dict[str, str]) -> None:
+        with self._lock:
+            self.seen.append(Seen(path, headers, time.monotonic()))
+
+    def __enter__(self) -> TestSite:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)

@@ -1,0 +1,76 @@
+"""The bundled demo site, served on loopback for ``vcrawl demo``."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from types import TracebackType
+from typing import Any
+
+__all__ = ["DemoSite", "demo_tasks"]
+
+logger = logging.getLogger(__name__)
+
+_PRODUCT_FIELDS = {
+    "name": "h1.name",
+    "sku": {"css": "div.product", "attr": "data-sku"},
+    "price": "span.amount",
+    "currency": "xpath://span[@class='currency']/text()",
+    "stock": "p.stock",
+    "tags": {"css": "ul.tags li", "all": True},
+}
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("demo site: " + format, *args)
+
+
+class DemoSite:
+    """Serve the bundled pages at ``http://127.0.0.1:<free port>/`` in a thread."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._root = resources.files("vcrawl") / "demo_site"
+        handler = functools.partial(_QuietHandler, directory=str(self._root))
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="demo-site", daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The site's base URL, ending with a slash."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/"
+
+    def __enter__(self) -> DemoSite:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+def demo_tasks(base_url: str) -> list[dict[str, Any]]:
+    """The demo's submissions: index and about for links, products for fields, one missing page."""
+    tasks: list[dict[str, Any]] = [
+        {"url": base_url, "analyzer": "links", "job": "demo"},
+        {"url": base_url + "about.html", "analyzer": "links", "job": "demo"},
+        {"url": base_url + "discontinued.html", "analyzer": "links", "job": "demo"},
+    ]
+    for product in ("hammer", "saw", "chisel", "plane"):
+        tasks.append(
+            {
+                "url": f"{base_url}products/{product}.html",
+                "analyzer": "fields",
+                "fields": _PRODUCT_FIELDS,
+                "job": "demo",
+            }
+        )
+    return tasks

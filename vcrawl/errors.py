@@ -1,0 +1,150 @@
+"""One error hierarchy for vcrawl, safe to cross process boundaries.
+
+VcrawlError
+├── ConfigError        bad settings, raised at start-up
+├── PermanentError     retrying cannot help
+│   ├── InvalidTask        a payload field is wrong (refused at ``crawl.delay``)
+│   ├── UnknownComponent   no analyzer / fetcher / storage backend of that name
+│   ├── StorageRefused     a storage location outside the configured roots
+│   ├── MissingPage        the stored page an analysis needs is gone
+│   └── DownloadFailed     final non-200 status, too large, too many redirects, ...
+└── RetryableError     transient
+    ├── FetchFailed        timeout, connection error, 429, 5xx
+    └── HostBusy           the host's politeness interval has not passed yet
+
+Every constructor passes its arguments to ``super().__init__`` unchanged so
+``exc.args`` rebuilds the exception (Celery serializes exceptions as JSON).
+Attributes are plain ``str``/``int``/``float``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "DownloadFailed",
+    "FetchFailed",
+    "HostBusy",
+    "InvalidTask",
+    "MissingPage",
+    "PermanentError",
+    "RetryableError",
+    "StorageRefused",
+    "UnknownComponent",
+    "VcrawlError",
+]
+
+
+class VcrawlError(Exception):
+    """Base of every error vcrawl raises on purpose."""
+
+    reason: str = "error"
+
+
+class ConfigError(VcrawlError):
+    """A setting is missing or malformed; names the variable and the value."""
+
+    reason = "config"
+
+
+class PermanentError(VcrawlError):
+    """Retrying the same work cannot succeed."""
+
+
+class InvalidTask(PermanentError, ValueError):
+    """A task payload is refused; ``field`` names the offending field."""
+
+    reason = "invalid_task"
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(field, problem)
+        self.field, self.problem = field, problem
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.problem}"
+
+
+class UnknownComponent(PermanentError, ValueError):
+    """A registry has no entry under the given name."""
+
+    reason = "unknown_component"
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        super().__init__(kind, name, known)
+        self.kind, self.name, self.known = kind, name, list(known)
+
+    def __str__(self) -> str:
+        return f"no {self.kind} {self.name!r}; known: {', '.join(self.known) or '(none)'}"
+
+
+class StorageRefused(PermanentError, ValueError):
+    """A storage location escapes the configured roots or names an unknown backend."""
+
+    reason = "storage_refused"
+
+    def __init__(self, location: str, problem: str) -> None:
+        super().__init__(location, problem)
+        self.location, self.problem = location, problem
+
+    def __str__(self) -> str:
+        return f"storage location {self.location!r} refused: {self.problem}"
+
+
+class MissingPage(PermanentError):
+    """The stored page an analysis needs does not exist."""
+
+    reason = "missing_page"
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+    def __str__(self) -> str:
+        return f"stored page not found: {self.location}"
+
+
+class DownloadFailed(PermanentError):
+    """A download ended for good: a final non-200 status, a body over the cap, ..."""
+
+    def __init__(self, url: str, reason: str, http_status: int | None = None) -> None:
+        super().__init__(url, reason, http_status)
+        self.url, self.reason, self.http_status = url, reason, http_status
+
+    def __str__(self) -> str:
+        status = f" (HTTP {self.http_status})" if self.http_status is not None else ""
+        return f"download of {self.url} failed: {self.reason}{status}"
+
+
+class RetryableError(VcrawlError):
+    """A transient failure: the same work may succeed later."""
+
+
+class FetchFailed(RetryableError):
+    """A fetch failed in a way a later attempt can fix (timeout, 5xx, 429, ...)."""
+
+    def __init__(
+        self,
+        url: str,
+        reason: str,
+        http_status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(url, reason, http_status, retry_after_s)
+        self.url, self.reason = url, reason
+        self.http_status, self.retry_after_s = http_status, retry_after_s
+
+    def __str__(self) -> str:
+        status = f" (HTTP {self.http_status})" if self.http_status is not None else ""
+        return f"fetch of {self.url} failed: {self.reason}{status}"
+
+
+class HostBusy(RetryableError):
+    """The host was fetched too recently; try again after ``wait_s`` seconds."""
+
+    reason = "host_busy"
+
+    def __init__(self, host: str, wait_s: float) -> None:
+        super().__init__(host, wait_s)
+        self.host, self.wait_s = host, wait_s
+
+    def __str__(self) -> str:
+        return f"host {self.host} is busy for another {self.wait_s:.2f}s"

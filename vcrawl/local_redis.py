@@ -1,0 +1,117 @@
+"""A private ``redis-server`` child process on loopback, for the embedded default and tests.
+
+Listens on a free port of 127.0.0.1 only (protected mode on), so any Celery or redis-py
+client reaches it with a plain ``redis://`` URL.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+from vcrawl.errors import ConfigError
+
+__all__ = ["LocalRedis"]
+
+_PORT_TRIES = 5
+
+logger = logging.getLogger(__name__)
+
+
+class LocalRedis:
+    """Start ``redis-server`` in a fresh directory; stop it (by PID) on exit.
+
+    AOF is on with ``appendfsync everysec`` so a restart loses at most a second.
+    """
+
+    def __init__(self, directory: str | Path | None = None, start_timeout_s: float = 10.0) -> None:
+        self._owns_dir = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="vcrawl-redis-"))
+        self.port = 0
+        self._start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The Redis URL of this server (db 0)."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> LocalRedis:
+        """Start the server and wait until it answers PING.
+
+        Raises:
+            ConfigError: redis-server is not installed or does not start.
+        """
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ConfigError("redis-server is not installed (run `make setup`, or set VCRAWL_REDIS_URL)")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for _ in range(_PORT_TRIES):  # another process may take the free port before redis binds it
+            self.port = _free_port()
+            if self._try_start(binary):
+                return self
+        raise ConfigError(f"redis-server did not start; see {self.directory}/redis.log")
+
+    def _try_start(self, binary: str) -> bool:
+        command = [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1", "--protected-mode", "yes",
+            "--dir", str(self.directory), "--save", "", "--appendonly", "yes",
+            "--appendfsync", "everysec", "--daemonize", "no", "--loglevel", "warning",
+        ]  # fmt: skip
+        with open(self.directory / "redis.log", "ab") as log:
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self._start_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                self._process = None
+                return False
+            try:
+                with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1) as client:
+                    client.ping()
+                logger.debug("private redis-server ready on port %s", self.port)
+                return True
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        return False
+
+    @property
+    def pid(self) -> int | None:
+        """The server's PID while it runs."""
+        return self._process.pid if self._process is not None else None
+
+    def stop(self) -> None:
+        """Stop the server we started (SIGTERM, then SIGKILL after 5 s) and remove a temp dir."""
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.terminate()
+                try:
+                    self._process.wait(5)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    self._process.wait(5)
+            self._process = None
+        if self._owns_dir:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> LocalRedis:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -1,0 +1,262 @@
+"""The messages that travel between stages: frozen dataclasses, JSON on the wire."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from vcrawl.errors import InvalidTask
+
+__all__ = [
+    "MAX_URL_LENGTH",
+    "PAGE_TYPES",
+    "AnalysisJob",
+    "DownloadTask",
+    "FetchedPage",
+    "FieldRule",
+]
+
+PAGE_TYPES = ("static", "dynamic")
+MAX_URL_LENGTH = 4096
+# A plain identifier or dotted path (window.app.loadMore): a message must never carry script.
+_JS_FUNCTION = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    """How to pick one named field from a page: a CSS selector or an XPath expression.
+
+    ``attr`` takes an attribute instead of the text; ``all`` returns every match as a list
+    instead of the first one.
+    """
+
+    css: str | None = None
+    xpath: str | None = None
+    attr: str | None = None
+    all: bool = False
+
+    @classmethod
+    def from_value(cls, name: str, value: Any) -> FieldRule:
+        """Build from ``"h1"`` (CSS), ``"xpath://h1"``, ``"css:h1"`` or a dict of the fields.
+
+        Raises:
+            InvalidTask: the rule is malformed (``field`` is ``fields.<name>...``).
+        """
+        where = f"fields.{name}"
+        if isinstance(value, str):
+            if value.startswith("xpath:"):
+                return cls._checked(where, xpath=value[len("xpath:") :])
+            return cls._checked(where, css=value.removeprefix("css:"))
+        if not isinstance(value, Mapping):
+            raise InvalidTask(where, f"must be a selector string or an object, got {_kind(value)}")
+        if unknown := set(value) - {f.name for f in fields(cls)}:
+            raise InvalidTask(where, f"unknown keys {sorted(unknown)}; known: css, xpath, attr, all")
+        for key in ("css", "xpath", "attr"):
+            if value.get(key) is not None and not isinstance(value[key], str):
+                raise InvalidTask(f"{where}.{key}", f"must be a string, got {_kind(value[key])}")
+        if not isinstance(value.get("all", False), bool):
+            raise InvalidTask(f"{where}.all", f"must be true or false, got {_kind(value['all'])}")
+        return cls._checked(where, **dict(value))
+
+    @classmethod
+    def _checked(cls, where: str, **values: Any) -> FieldRule:
+        rule = cls(**values)
+        if (rule.css is None) == (rule.xpath is None):
+            raise InvalidTask(where, "needs exactly one of css or xpath")
+        selector = rule.css if rule.css is not None else rule.xpath
+        if not selector or not selector.strip():
+            raise InvalidTask(where, "selector is empty")
+        if rule.attr is not None and not _NAME.match(rule.attr):
+            raise InvalidTask(f"{where}.attr", f"not an attribute name: {rule.attr!r}")
+        return rule
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form, without unset keys."""
+        return {k: v for k, v in asdict(self).items() if v is not None and v is not False}
+
+
+@dataclass(frozen=True)
+class DownloadTask:
+    """What ``crawl.delay()`` accepts: one page to download, store and analyse."""
+
+    url: str
+    page_type: str = "static"
+    save_path: str | None = None
+    js_function: str | None = None
+    analyzer: str = "links"
+    result_path: str | None = None
+    job: str | None = None
+    fields: Mapping[str, FieldRule] | None = None
+
+    def __post_init__(self) -> None:
+        _check_url(self.url)
+        if self.page_type not in PAGE_TYPES:
+            raise InvalidTask("page_type", f"must be one of {', '.join(PAGE_TYPES)}, got {self.page_type!r}")
+        for name in ("save_path", "result_path"):
+            value = getattr(self, name)
+            if value is not None and (not value.strip() or "\x00" in value):
+                raise InvalidTask(name, "must be a non-empty path without NUL bytes")
+        if self.js_function is not None:
+            if not _JS_FUNCTION.match(self.js_function):
+                raise InvalidTask(
+                    "js_function",
+                    f"must be a JavaScript identifier or dotted path like app.loadMore, got {self.js_function!r}",
+                )
+            if self.page_type != "dynamic":
+                raise InvalidTask("js_function", "only dynamic pages run a JavaScript function (set page_type dynamic)")
+        if not _NAME.match(self.analyzer):
+            raise InvalidTask("analyzer", f"not an analyzer name: {self.analyzer!r}")
+        if self.job is not None and not _JOB_ID.match(self.job):
+            raise InvalidTask("job", f"must be 1-128 letters, digits or . _ : - , got {self.job!r}")
+        if self.analyzer == "fields" and not self.fields:
+            raise InvalidTask("fields", "the 'fields' analyzer needs at least one field rule")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> DownloadTask:
+        """Decode and validate a payload.
+
+        Raises:
+            InvalidTask: naming the first wrong field.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidTask("task", f"must be an object (dict) of task fields, got {_kind(data)}")
+        known = {f.name for f in fields(cls)}
+        if unknown := sorted(set(data) - known):
+            raise InvalidTask(str(unknown[0]), f"unknown field; known fields: {', '.join(sorted(known))}")
+        if "url" not in data:
+            raise InvalidTask("url", "is required")
+        values = dict(data)
+        for name in ("url", "page_type", "analyzer"):
+            if name in values and not isinstance(values[name], str):
+                raise InvalidTask(name, f"must be a string, got {_kind(values[name])}")
+        for name in ("save_path", "result_path", "js_function", "job"):
+            if values.get(name) is not None and not isinstance(values[name], str):
+                raise InvalidTask(name, f"must be a string or null, got {_kind(values[name])}")
+        if values.get("fields") is not None:
+            values["fields"] = _field_rules(values["fields"])
+        return cls(**values)
+
+    def with_paths(self, save_path: str, result_path: str) -> DownloadTask:
+        """Return a copy with both storage locations filled in."""
+        return replace(self, save_path=save_path, result_path=result_path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form (the same shape ``from_dict`` takes)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.fields is not None:
+            data["fields"] = {name: rule.to_dict() for name, rule in self.fields.items()}
+        return data
+
+
+@dataclass(frozen=True)
+class FetchedPage:
+    """What a fetch hands to the analysis stage: where the page is, never the body."""
+
+    url: str
+    final_url: str
+    save_path: str
+    http_status: int
+    bytes: int
+    content_type: str | None = None
+    elapsed_s: float = 0.0
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FetchedPage:
+        """Decode a fetch result.
+
+        Raises:
+            InvalidTask: unknown or missing fields.
+        """
+        return _strict(cls, data, "fetched page")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {**asdict(self), "headers": dict(self.headers)}
+
+
+@dataclass(frozen=True)
+class AnalysisJob:
+    """What the analysis stage is asked to do with a fetched page."""
+
+    trail_id: str
+    analyzer: str
+    result_path: str
+    fields: Mapping[str, FieldRule] | None = None
+    job: str | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AnalysisJob:
+        """Decode an analysis job.
+
+        Raises:
+            InvalidTask: unknown, missing or malformed fields.
+        """
+        values = dict(data) if isinstance(data, Mapping) else data
+        if isinstance(values, dict) and values.get("fields") is not None:
+            values["fields"] = _field_rules(values["fields"])
+        return _strict(cls, values, "analysis job")
+
+    @classmethod
+    def for_task(cls, trail_id: str, task: DownloadTask) -> AnalysisJob:
+        """Return the analysis part of a validated download task with paths filled in."""
+        assert task.result_path is not None, "paths are filled in before dispatch"
+        return cls(trail_id, task.analyzer, task.result_path, task.fields, task.job)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        data = asdict(self)
+        if self.fields is not None:
+            data["fields"] = {name: rule.to_dict() for name, rule in self.fields.items()}
+        return data
+
+
+def _strict(cls: type, data: Any, what: str) -> Any:
+    if not isinstance(data, Mapping):
+        raise InvalidTask(what, f"must be an object, got {_kind(data)}")
+    names = {f.name for f in fields(cls)}
+    if unknown := sorted(set(data) - names):
+        raise InvalidTask(str(unknown[0]), f"unknown field in {what}")
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise InvalidTask(what, str(exc)) from None
+
+
+def _field_rules(value: Any) -> dict[str, FieldRule]:
+    if not isinstance(value, Mapping) or not value:
+        raise InvalidTask("fields", f"must be a non-empty object of name -> rule, got {_kind(value)}")
+    rules = {}
+    for name, rule in value.items():
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InvalidTask("fields", f"not a field name: {name!r}")
+        rules[name] = rule if isinstance(rule, FieldRule) else FieldRule.from_value(name, rule)
+    return rules
+
+
+def _check_url(url: str) -> None:
+    if len(url) > MAX_URL_LENGTH:
+        raise InvalidTask("url", f"longer than {MAX_URL_LENGTH} characters")
+    if _CONTROL.search(url):
+        raise InvalidTask("url", f"contains whitespace or control characters: {url[:100]!r}")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidTask("url", f"malformed URL {url[:100]!r}: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise InvalidTask("url", f"must be an http or https URL, got {url[:100]!r}")
+    if not parts.hostname:
+        raise InvalidTask("url", f"has no host: {url[:100]!r}")
+    if port == 0:
+        raise InvalidTask("url", f"port 0 is not a valid port: {url[:100]!r}")
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__

@@ -1,0 +1,203 @@
+"""One typed settings object, read once from ``VCRAWL_*`` environment variables."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from vcrawl.errors import ConfigError
+
+__all__ = ["DEFAULT_REFERERS", "DEFAULT_USER_AGENTS", "Settings", "celery_redis_url"]
+
+# Current desktop and mobile browsers (late 2026); sites treat unknown agents worse.
+DEFAULT_USER_AGENTS: tuple[str, ...] = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/142.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64; rv:145.0) Gecko/20100101 Firefox/145.0",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:145.0) Gecko/20100101 Firefox/145.0",
+    "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+    "Version/26.1 Safari/605.1.15",
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/142.0.0.0 Safari/537.36 Edg/142.0.0.0",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 19_1 like Mac OS X) AppleWebKit/605.1.15 "
+    "(KHTML, like Gecko) Version/26.1 Mobile/15E148 Safari/604.1",
+)
+DEFAULT_REFERERS: tuple[str, ...] = (
+    "https://www.google.com/",
+    "https://www.bing.com/",
+    "https://duckduckgo.com/",
+)
+
+_PREFIX = "VCRAWL_"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every vcrawl setting with its default; the env variable is ``VCRAWL_<NAME>``."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    data: str = "./crawl-data"
+    user_agents: tuple[str, ...] = DEFAULT_USER_AGENTS
+    referers: tuple[str, ...] = DEFAULT_REFERERS
+    proxies: tuple[str, ...] = ()
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 15.0
+    total_timeout_s: float = 60.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 5
+    fetch_retries: int = 3
+    fetch_backoff_s: float = 1.0
+    fetch_backoff_max_s: float = 60.0
+    max_retry_after_s: float = 600.0
+    min_interval_s: float = 1.0
+    interval_jitter: float = 0.5
+    analysis_retries: int = 3
+    analysis_backoff_s: float = 1.0
+    alert_webhook_url: str | None = None
+    alert_email_to: tuple[str, ...] = ()
+    alert_email_from: str = "vcrawl@localhost"
+    smtp_host: str | None = None
+    smtp_port: int = 25
+    smtp_user: str | None = None
+    smtp_password: str | None = None
+    smtp_starttls: bool = False
+    visibility_timeout_s: float = 3600.0
+    status_ttl_s: int = 7 * 24 * 3600
+    task_events: bool = True
+
+    def __post_init__(self) -> None:
+        _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
+        if not self.user_agents:
+            raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
+        for proxy in self.proxies:
+            _check_url("VCRAWL_PROXIES", proxy, ("http", "https"))
+        if self.alert_webhook_url is not None:
+            _check_url("VCRAWL_ALERT_WEBHOOK_URL", self.alert_webhook_url, ("http", "https"))
+        if self.alert_email_to and self.smtp_host is None:
+            raise ConfigError("VCRAWL_ALERT_EMAIL_TO is set but VCRAWL_SMTP_HOST is not")
+        if not 0 <= self.interval_jitter <= 10:
+            raise ConfigError(f"VCRAWL_INTERVAL_JITTER must be in [0, 10], got {self.interval_jitter}")
+        # A task (with its longest retry wait) outliving the visibility timeout runs twice.
+        longest_task_s = self.max_retry_after_s + self.total_timeout_s
+        if self.visibility_timeout_s <= longest_task_s:
+            raise ConfigError(
+                f"VCRAWL_VISIBILITY_TIMEOUT_S={self.visibility_timeout_s:g} must exceed "
+                f"VCRAWL_MAX_RETRY_AFTER_S + VCRAWL_TOTAL_TIMEOUT_S = {longest_task_s:g}"
+            )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ``VCRAWL_*`` variables; unset ones keep their defaults.
+
+        Raises:
+            ConfigError: a variable is malformed (the message names it and its value).
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            name = _PREFIX + field.name.upper()
+            raw = env.get(name)
+            if raw is None or raw.strip() == "":
+                continue
+            values[field.name] = _PARSERS[str(field.type)](name, raw.strip())
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """Return the ``VCRAWL_*`` variables that reproduce these settings in a child process."""
+        env: dict[str, str] = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            if isinstance(value, tuple):
+                text = json.dumps(list(value))
+            elif isinstance(value, bool):
+                text = "true" if value else "false"
+            else:
+                text = str(value)
+            env[_PREFIX + field.name.upper()] = text
+        return env
+
+
+def celery_redis_url(url: str) -> str:
+    """Spell a Redis URL the way kombu and Celery's backend want it.
+
+    >>> celery_redis_url("unix:///tmp/r.sock?db=2")
+    'redis+socket:///tmp/r.sock?virtual_host=2'
+    >>> celery_redis_url("redis://127.0.0.1:6379/0")
+    'redis://127.0.0.1:6379/0'
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "unix":
+        return url
+    db = parse_qs(parts.query).get("db", ["0"])[0]
+    return f"redis+socket://{parts.path}?virtual_host={db}"
+
+
+def _check_url(name: str, value: str, schemes: tuple[str, ...]) -> None:
+    parts = urlsplit(value)
+    if parts.scheme not in schemes or not (parts.netloc or parts.path):
+        raise ConfigError(f"{name} must be a URL with scheme {'/'.join(schemes)}, got {value!r}")
+
+
+def _parse_str(name: str, raw: str) -> str:
+    return raw
+
+
+def _parse_int(name: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative, got {raw!r}")
+    return value
+
+
+def _parse_float(name: str, raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"{name} must be a finite number >= 0, got {raw!r}")
+    return value
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    lowered = raw.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {raw!r}")
+
+
+def _parse_list(name: str, raw: str) -> tuple[str, ...]:
+    """A JSON array of strings, or one item per line (User-Agents contain commas)."""
+    if raw.startswith("["):
+        try:
+            items = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{name} is not a valid JSON array: {exc}") from None
+        if not all(isinstance(item, str) for item in items):
+            raise ConfigError(f"{name} must be a JSON array of strings, got {raw!r}")
+    else:
+        items = raw.splitlines()
+    return tuple(item.strip() for item in items if item.strip())
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "str": _parse_str,
+    "str | None": _parse_str,
+    "int": _parse_int,
+    "float": _parse_float,
+    "bool": _parse_bool,
+    "tuple[str, ...]": _parse_list,
+}
