@@ -12,7 +12,9 @@ from vcrawl.payloads import AnalysisJob, FetchedPage
 __all__ = ["analyze"]
 
 
-@app.task(name="vcrawl.analyze", bind=True, acks_late=True, max_retries=None, ignore_result=True)
+@app.task(
+    name="vcrawl.analyze", bind=True, acks_late=True, max_retries=None, ignore_result=True, throws=(PermanentError,)
+)
 def analyze(self: Task, fetched: dict, job: dict) -> dict:
     """Analyse a fetched page; retried with backoff unless the error is permanent."""
     page, analysis = FetchedPage.from_dict(fetched), AnalysisJob.from_dict(job)

@@ -6,7 +6,7 @@ import functools
 import logging
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -33,7 +33,7 @@ class DemoSite:
     """Serve the bundled pages at ``http://127.0.0.1:<free port>/`` in a thread."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._root = resources.files("vcrawl") / "demo_site"
+        self._root = Path(__file__).parent / "demo_site"
         handler = functools.partial(_QuietHandler, directory=str(self._root))
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True

@@ -1,0 +1,145 @@
+"""The static fetcher against a real local server: redirects, limits, encodings, proxies."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import time
+
+import pytest
+
+from fetchers import FetchLimits, FetchRequest, StaticFetcher, check_status, make_session
+from tests.site import Response, TestSite
+from vcrawl.errors import DownloadFailed, FetchFailed
+
+LIMITS = FetchLimits(connect_timeout_s=2, read_timeout_s=1.0, total_timeout_s=3.0, max_body_bytes=64 * 1024)
+
+
+@pytest.fixture
+def fetcher() -> StaticFetcher:
+    return StaticFetcher(make_session(), LIMITS)
+
+
+def _get(fetcher: StaticFetcher, url: str, **kwargs: str) -> object:
+    return fetcher.fetch(FetchRequest(url=url, user_agent="vcrawl-test", **kwargs))
+
+
+def test_relative_redirects_are_followed_and_counted(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_redirect("/a", "/b", 301)
+    site.add_redirect("/b", "c", 307)
+    site.add_page("/c", "done")
+
+    result = _get(fetcher, site.url("/a"))
+
+    assert (result.status, result.body, result.redirects) == (200, b"done", 2)
+    assert result.final_url == site.url("/c") and result.url == site.url("/a")
+
+
+def test_redirect_loop_stops_at_once(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_redirect("/x", "/y")
+    site.add_redirect("/y", "/x")
+    with pytest.raises(DownloadFailed) as failed:
+        _get(fetcher, site.url("/x"))
+    assert failed.value.reason == "redirect_loop"
+    assert len(site.seen) == 2
+
+
+def test_redirect_chain_stops_at_the_budget(site: TestSite, fetcher: StaticFetcher) -> None:
+    for n in range(10):
+        site.add_redirect(f"/r{n}", f"/r{n + 1}")
+    with pytest.raises(DownloadFailed) as failed:
+        _get(fetcher, site.url("/r0"))
+    assert failed.value.reason == "too_many_redirects"
+    assert len(site.seen) == LIMITS.max_redirects + 1
+
+
+@pytest.mark.parametrize("location", ["javascript:alert(1)", "ftp://x.test/f", "mailto:a@b.test"])
+def test_redirect_to_another_scheme_is_refused(site: TestSite, fetcher: StaticFetcher, location: str) -> None:
+    site.add_redirect("/go", location)
+    with pytest.raises(DownloadFailed) as failed:
+        _get(fetcher, site.url("/go"))
+    assert failed.value.reason == "bad_redirect"
+
+
+def test_slow_drip_hits_the_total_deadline(site: TestSite, fetcher: StaticFetcher) -> None:
+    # One byte every 0.5 s never trips the 1 s read timeout; the total deadline ends it.
+    site.add_response("/drip", Response(chunks=[b"x"] * 40, chunk_pause_s=0.5))
+    started = time.monotonic()
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/drip"))
+    assert failed.value.reason == "total_timeout"
+    assert time.monotonic() - started < LIMITS.total_timeout_s + 1.5
+
+
+def test_silent_server_is_a_timeout(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_response("/silent", Response(b"late", delay_s=2.0))
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/silent"))
+    assert failed.value.reason == "timeout"
+
+
+def test_connection_refused_is_retryable(fetcher: StaticFetcher) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, f"http://127.0.0.1:{port}/")
+    assert failed.value.reason == "connection_error"
+
+
+def test_gzip_body_is_decoded(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_page("/z", gzip.compress(b"<p>hello</p>"), Content_Encoding="gzip")
+    assert _get(fetcher, site.url("/z")).body == b"<p>hello</p>"
+
+
+def test_compression_bomb_is_capped(site: TestSite, fetcher: StaticFetcher) -> None:
+    bomb = gzip.compress(b"\0" * (50 * 1024 * 1024))  # 50 MiB that travel as ~50 KiB
+    site.add_page("/bomb", bomb, Content_Encoding="gzip")
+    with pytest.raises(DownloadFailed) as failed:
+        _get(fetcher, site.url("/bomb"))
+    assert failed.value.reason == "too_large"
+
+
+def test_body_shorter_than_its_content_length_is_incomplete(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_response("/short", Response(chunks=[b"only this"], headers={"Content-Length": "5000"}))
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/short"))
+    assert failed.value.reason == "incomplete_body"
+
+
+def test_request_goes_through_the_proxy(fetcher: StaticFetcher) -> None:
+    # A forward proxy receives the absolute URL as the request target.
+    with TestSite() as proxy:
+        proxy.add_page("http://shop.test/item", "via proxy")
+        result = _get(fetcher, "http://shop.test/item", proxy=proxy.base)
+    assert result.body == b"via proxy"
+    assert proxy.seen[0].headers["User-Agent"] == "vcrawl-test"
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "error", "reason", "retry_after"),
+    [
+        (404, {}, DownloadFailed, "http_404", None),
+        (403, {}, DownloadFailed, "http_403", None),
+        (410, {}, DownloadFailed, "http_410", None),
+        (204, {}, DownloadFailed, "http_204", None),
+        (500, {}, FetchFailed, "http_500", None),
+        (503, {"Retry-After": "7"}, FetchFailed, "http_503", 7.0),
+        (429, {"Retry-After": "junk"}, FetchFailed, "http_429", None),
+    ],
+)
+def test_status_classes(
+    site: TestSite,
+    fetcher: StaticFetcher,
+    status: int,
+    headers: dict[str, str],
+    error: type[Exception],
+    reason: str,
+    retry_after: float | None,
+) -> None:
+    site.add_response("/s", Response(b"", status, headers))
+    result = _get(fetcher, site.url("/s"))
+    with pytest.raises(error) as raised:
+        check_status(result)
+    assert raised.value.reason == reason
+    assert getattr(raised.value, "retry_after_s", None) == retry_after
