@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
+from analyzers import load_plugins
 from tasks import deps
 from tasks.analyze import analyze
 from tasks.app import app
@@ -48,6 +49,13 @@ def configure(settings: Settings) -> None:
 
     app.conf.update(celery_settings(settings))
     deps.reset(settings)
+
+
+@worker_init.connect
+def _check_configuration(**_: Any) -> None:
+    # Fail at start-up, naming the variable or plugin, rather than on the first task.
+    deps.settings()
+    load_plugins()
 
 
 @worker_process_init.connect

@@ -15,9 +15,7 @@ __all__ = ["fetch"]
 
 # max_retries=None: the attempt budget is counted in the status trail (it survives
 # redelivery), and waiting for a busy host is not an attempt.
-@app.task(
-    name="vcrawl.fetch", bind=True, acks_late=True, max_retries=None, ignore_result=True, throws=(VcrawlError,)
-)
+@app.task(name="vcrawl.fetch", bind=True, acks_late=True, max_retries=None, ignore_result=True, throws=(VcrawlError,))
 def fetch(self: Task, task: dict, trail_id: str) -> dict:
     """Fetch and store one page; return the FetchedPage for the linked analysis."""
     job = pipeline.validate(task, deps.fetchers(), deps.storage())

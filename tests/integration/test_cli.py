@@ -1,0 +1,69 @@
+"""The command line on the embedded default: private Redis, in-process worker, JSON summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks import crawl
+from tests.cluster import REPO
+from tests.integration.conftest import wait_for_end
+from tests.site import TestSite
+
+pytestmark = pytest.mark.slow
+
+
+def _vcrawl(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "vcrawl.cli", *args],
+        env={**base, "PYTHONPATH": str(REPO), **(env or {})},
+        cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
+
+
+def test_crawl_command_runs_everything_itself_and_prints_a_json_summary(site: TestSite, tmp_path: Path) -> None:
+    good = site.add_page("/good.html", "<a href='/x'>x</a>")
+    missing = site.url("/missing.html")
+
+    done = _vcrawl("crawl", good, missing, "--data", str(tmp_path / "data"), "--json")
+
+    assert done.returncode == 0, done.stderr
+    assert "private redis-server" in done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["pages_stored"] == 1 and summary["pages_analyzed"] == 1
+    assert summary["pages_failed"] == 1 and summary["failed"] == {"http_404": 1}
+    assert summary["bytes"] == len(b"<a href='/x'>x</a>")
+    assert summary["data_dir"] == str((tmp_path / "data").resolve())
+    stored = [task for task in summary["tasks"] if task["state"] == "analyzed"]
+    assert Path(stored[0]["save_path"]).is_relative_to(tmp_path / "data")
+
+
+def test_demo_crawls_the_bundled_site(tmp_path: Path) -> None:
+    done = _vcrawl("demo", "--data", str(tmp_path / "demo"), "--json")
+
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["pages_stored"] == 6 and summary["pages_analyzed"] == 6
+    assert summary["failed"] == {"http_404": 1}
+    records = [json.loads(p.read_text()) for p in (tmp_path / "demo" / "results" / "fields").rglob("*.json")]
+    assert sorted(r["fields"]["sku"] for r in records) == ["TS-101", "TS-202", "TS-303", "TS-404"]
+
+
+def test_status_command_shows_the_trail(worker: object, vcrawl_settings: object, site: TestSite) -> None:
+    task_id = crawl.delay({"url": site.add_page("/s.html", "<p>hi</p>")}).id
+    wait_for_end(task_id)
+    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url}  # type: ignore[attr-defined]
+
+    shown = _vcrawl("status", task_id, "--json", env=env)
+    unknown = _vcrawl("status", "no-such-task", env=env)
+
+    assert shown.returncode == 0, shown.stderr
+    record = json.loads(shown.stdout)
+    assert record["state"] == "analyzed" and record["http_status"] == 200 and record["attempts"] == 1
+    assert unknown.returncode == 1 and "no task" in unknown.stderr
