@@ -89,16 +89,22 @@ class EmbeddedWorker:
         logger.debug("embedded worker consuming %s", self._queues)
         return self
 
-    def stop(self) -> None:
-        """Warm shutdown: let running tasks finish, then join the thread."""
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Warm shutdown: let running tasks finish for up to ``timeout_s``; return True if it ended.
+
+        A task still running after that is left behind; with ``acks_late`` its message
+        is redelivered to the next worker.
+        """
         if self._thread is None:
-            return
+            return True
         worker_state.should_stop = 0  # what SIGTERM does: a warm shutdown of the consumer loop
-        self._thread.join(self._stop_timeout_s)
-        if self._thread.is_alive():
-            logger.warning("embedded worker still busy after %ss; leaving it to exit", self._stop_timeout_s)
+        self._thread.join(self._stop_timeout_s if timeout_s is None else timeout_s)
+        stopped = not self._thread.is_alive()
+        if not stopped:
+            logger.warning("embedded worker still busy; leaving its running tasks behind")
         worker_state.should_stop = None
         self._thread = None
+        return stopped
 
     def __enter__(self) -> EmbeddedWorker:
         return self.start()

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ logger = logging.getLogger("vcrawl")
 
 _STORED_STATES = frozenset({"downloaded", "analyzing", "analyzed", "analysis_failed"})
 _EXIT_INTERRUPTED = 130
+_INTERRUPT_GRACE_S = 3.0
 _TASK_KEYS = ("id", "url", "state", "http_status", "reason", "save_path", "result_path")
 
 
@@ -107,26 +109,39 @@ def _run_embedded(submissions: list[dict[str, Any]], settings: Settings, args: a
     if args.data is not None:
         settings = replace(settings, data=args.data)
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     with ExitStack() as stack:
         if not os.environ.get("VCRAWL_REDIS_URL"):
             local = stack.enter_context(LocalRedis())
             settings = replace(settings, redis_url=local.url)
             print(f"started a private redis-server (pid {local.pid})", file=sys.stderr)
         tasks.configure(settings)
-        stack.enter_context(EmbeddedWorker(concurrency=args.workers))
+        worker = EmbeddedWorker(concurrency=args.workers).start()
         try:
             ids = [tasks.crawl.delay(payload).id for payload in submissions]
+            records = _wait_for(ids, args.timeout)
         except InvalidTask as exc:
             print(f"vcrawl: invalid task: {exc}", file=sys.stderr)
+            worker.stop()
             return 2
-        try:
-            records = _wait_for(ids, args.timeout)
         except KeyboardInterrupt:
-            print("\ninterrupted: stopping the worker (unfinished tasks stay queued)", file=sys.stderr)
+            print("\ninterrupted: stopping the worker", file=sys.stderr)
+            finished = worker.stop(timeout_s=_INTERRUPT_GRACE_S)
+            stack.close()
+            if not finished:
+                # Running downloads would keep the interpreter alive until their timeouts.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(_EXIT_INTERRUPTED)
             return _EXIT_INTERRUPTED
+        worker.stop()
     summary = summarize(records, time.monotonic() - started, str(Path(settings.data).resolve()))
     _report(records, summary, as_json=args.json)
     return 0 if summary["pending"] == 0 else 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _wait_for(ids: list[str], timeout_s: float) -> list[dict[str, Any]]:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ import pytest
 from tasks import crawl
 from tests.cluster import REPO
 from tests.integration.conftest import wait_for_end
-from tests.site import TestSite
+from tests.site import Response, TestSite
 
 pytestmark = pytest.mark.slow
 
@@ -67,3 +70,30 @@ def test_status_command_shows_the_trail(worker: object, vcrawl_settings: object,
     record = json.loads(shown.stdout)
     assert record["state"] == "analyzed" and record["http_status"] == 200 and record["attempts"] == 1
     assert unknown.returncode == 1 and "no task" in unknown.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_interrupt_stops_promptly_and_leaves_no_redis_behind(site: TestSite, tmp_path: Path, signum: int) -> None:
+    url = site.add_response("/stuck", Response(b"late", delay_s=20))
+    base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vcrawl.cli", "crawl", url, "--data", str(tmp_path / "data")],
+        env={**base, "PYTHONPATH": str(REPO)}, cwd=REPO, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        first_line = process.stderr.readline()  # "started a private redis-server (pid N)"
+        redis_pid = int(re.search(r"pid (\d+)", first_line).group(1))
+        deadline = time.monotonic() + 20
+        while not site.requests_to("/stuck") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        sent_at = time.monotonic()
+        process.send_signal(signum)
+        process.wait(15)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(5)
+    assert process.returncode == 130
+    assert time.monotonic() - sent_at < 8
+    with pytest.raises(ProcessLookupError):
+        os.kill(redis_pid, 0)
