@@ -7,12 +7,19 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup demo test lint clean
+.PHONY: setup system-packages demo test lint clean
 
-setup: $(STAMP)
-	@command -v redis-server >/dev/null || { \
-	  echo "installing redis-server (apt)"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq redis-server; }
+setup: system-packages $(STAMP)
+
+# Debian's python3 has no venv module without python3-venv; redis-server is a system package.
+system-packages:
+	@need=""; \
+	command -v redis-server >/dev/null || need="$$need redis-server"; \
+	test -x $(PY) || $(PYTHON) -c "import ensurepip, venv" 2>/dev/null || need="$$need python3-venv"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing$$need (apt)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$need; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +32,7 @@ demo: setup
 
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -33,6 +33,10 @@ class FetchLimits:
     total_timeout_s: float = 60.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 5
+    # False: a redirect comes back as the result (the frontier admits its target as a new URL).
+    follow_redirects: bool = True
+    # True: keep the first max_body_bytes and stop (robots.txt); False: a larger body fails.
+    truncate_body: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class FetchResult:
     body: bytes = b""
     elapsed_s: float = 0.0
     redirects: int = 0
+    truncated: bool = False
 
     @property
     def content_type(self) -> str | None:

@@ -10,12 +10,12 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 import urllib3.exceptions
-from requests.adapters import HTTPAdapter
 
 from fetchers.base import FetchLimits, FetchRequest, FetchResult
+from fetchers.deadline import DeadlineAdapter, DeadlineWatch
 from vcrawl.errors import DownloadFailed, FetchFailed
 
-__all__ = ["StaticFetcher", "make_session"]
+__all__ = ["DEADLINES", "StaticFetcher", "make_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -24,8 +24,12 @@ _CHUNK = 64 * 1024
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 
+# One watchdog per process for every session's requests.
+DEADLINES = DeadlineWatch()
+
+
 def make_session(pool_size: int = 32) -> requests.Session:
-    """Return a pooled Session that ignores the environment and keeps no cookies.
+    """Return a pooled Session that ignores the environment, keeps no cookies and obeys deadlines.
 
     Cookies are refused so one site's state never leaks into another task's request
     and the shared Session is safe to use from a worker's threads.
@@ -33,7 +37,7 @@ def make_session(pool_size: int = 32) -> requests.Session:
     session = requests.Session()
     session.trust_env = False  # proxies come from VCRAWL_PROXIES only, never *_PROXY or .netrc
     session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    adapter = HTTPAdapter(pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+    adapter = DeadlineAdapter(DEADLINES, pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -47,10 +51,12 @@ class StaticFetcher:
         session: requests.Session,
         limits: FetchLimits,
         clock: Callable[[], float] = time.monotonic,
+        deadlines: DeadlineWatch = DEADLINES,
     ) -> None:
         self._session = session
         self._limits = limits
         self._clock = clock
+        self._deadlines = deadlines
 
     def fetch(self, request: FetchRequest) -> FetchResult:
         """Download ``request.url``, following at most ``max_redirects`` redirects.
@@ -60,20 +66,38 @@ class StaticFetcher:
             DownloadFailed: ``too_large``, ``redirect_loop``, ``too_many_redirects``,
                 ``bad_redirect``, ``bad_response``.
         """
+        with self._deadlines.limit(self._limits.total_timeout_s):
+            try:
+                return self._fetch(request)
+            except FetchFailed as exc:
+                if self._deadlines.expired():
+                    raise FetchFailed(request.url, "total_timeout", exc.http_status) from exc
+                raise
+
+    def _fetch(self, request: FetchRequest) -> FetchResult:
         started = self._clock()
         deadline = started + self._limits.total_timeout_s
         url, seen = request.url, {request.url}
         for hop in range(self._limits.max_redirects + 1):
             response = self._send(request, url)
             try:
-                if response.status_code in _REDIRECTS and "location" in response.headers:
+                is_redirect = response.status_code in _REDIRECTS and "location" in response.headers
+                if is_redirect and not self._limits.follow_redirects:
+                    return FetchResult(
+                        url=request.url,
+                        final_url=url,
+                        status=response.status_code,
+                        headers={k.lower(): v for k, v in response.headers.items()},
+                        elapsed_s=self._clock() - started,
+                    )
+                if is_redirect:
                     url = _redirect_target(request.url, url, response.headers["location"])
                     if url in seen:
                         raise DownloadFailed(request.url, "redirect_loop", response.status_code)
                     seen.add(url)
                     logger.debug("redirect %s -> %s", response.url, url)
                     continue
-                body = self._read_body(request.url, response, deadline)
+                body, truncated = self._read_body(request.url, response, deadline)
                 return FetchResult(
                     url=request.url,
                     final_url=url,
@@ -82,6 +106,7 @@ class StaticFetcher:
                     body=body,
                     elapsed_s=self._clock() - started,
                     redirects=hop,
+                    truncated=truncated,
                 )
             finally:
                 response.close()
@@ -114,11 +139,12 @@ class StaticFetcher:
         except requests.exceptions.RequestException as exc:
             raise FetchFailed(request.url, "request_error") from exc
 
-    def _read_body(self, task_url: str, response: requests.Response, deadline: float) -> bytes:
+    def _read_body(self, task_url: str, response: requests.Response, deadline: float) -> tuple[bytes, bool]:
         """Read the (decompressed) body in chunks, enforcing the size cap and the total time."""
         cap = self._limits.max_body_bytes
+        truncate = self._limits.truncate_body
         declared = response.headers.get("content-length", "")
-        if declared.isdigit() and "content-encoding" not in response.headers and int(declared) > cap:
+        if not truncate and declared.isdigit() and "content-encoding" not in response.headers and int(declared) > cap:
             raise DownloadFailed(task_url, "too_large", response.status_code)
         chunks: list[bytes] = []
         size = 0
@@ -133,6 +159,9 @@ class StaticFetcher:
                     break
                 size += len(chunk)
                 if size > cap:
+                    if truncate:
+                        chunks.append(chunk[: len(chunk) - (size - cap)])
+                        return b"".join(chunks), True
                     raise DownloadFailed(task_url, "too_large", response.status_code)
                 chunks.append(chunk)
         except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
@@ -141,7 +170,7 @@ class StaticFetcher:
             raise DownloadFailed(task_url, "bad_encoding", response.status_code) from exc
         except (urllib3.exceptions.ProtocolError, OSError) as exc:
             raise FetchFailed(task_url, "incomplete_body", response.status_code) from exc
-        return b"".join(chunks)
+        return b"".join(chunks), False
 
 
 def _redirect_target(task_url: str, current: str, location: str) -> str:

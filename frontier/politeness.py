@@ -1,9 +1,17 @@
-"""Per-host politeness held in Redis, so it binds every worker on every machine."""
+"""Per-host politeness for single tasks (``crawl.delay``), held in Redis for every worker.
+
+Each host has a *next free time* and a *busy* marker. A task either starts now (the host
+is free and due) or reserves the next free slot and is re-queued to start exactly then,
+so N tasks for one host cost N re-queues at most, never a retry storm. A request starts
+only when no other request to the host is running, and the pause is measured again from
+the end of each request. Crawl jobs use the frontier's per-host queues instead.
+"""
 
 from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 
 import redis
@@ -15,44 +23,85 @@ __all__ = ["HostGate"]
 
 logger = logging.getLogger(__name__)
 
+# KEYS: next (the reservation chain), free (a pause after the last request ended), busy
+# ARGV: now_ms, pause_ms, reserved_ms (or -1), busy_ms
+# Returns 0 to start now, else the time (ms) to come back at, holding or taking a reservation.
+_RESERVE = """
+local now, pause = tonumber(ARGV[1]), tonumber(ARGV[2])
+local reserved, busy_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
+local free = tonumber(redis.call('GET', KEYS[2]) or '0')
+local busy = redis.call('EXISTS', KEYS[3]) == 1
+if reserved >= 0 and reserved <= now then
+  -- our slot has come: start if the host is idle and rested, else keep our place in line
+  if busy then return now + pause end
+  if now < free then return free end
+  redis.call('SET', KEYS[3], '1', 'PX', busy_ms)
+  return 0
+end
+if not busy and now >= free and nxt <= now then
+  redis.call('SET', KEYS[3], '1', 'PX', busy_ms)
+  redis.call('SET', KEYS[1], now + pause, 'PX', pause + busy_ms)
+  return 0
+end
+local slot = math.max(nxt, free, now + 1)
+redis.call('SET', KEYS[1], slot + pause, 'PX', slot + pause - now + busy_ms)
+return slot
+"""
+
+# KEYS: next, free, busy   ARGV: now_ms, pause_ms, busy_ms
+_RELEASE = """
+local now, pause, busy_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('DEL', KEYS[3])
+redis.call('SET', KEYS[2], now + pause, 'PX', pause + busy_ms)
+return 1
+"""
+
 
 class HostGate:
-    """A Redis key per host that lives for the pause after each request to it.
-
-    The key is claimed atomically (``SET NX PX``) before a fetch and set again when
-    the fetch ends, so the next request to the host starts at least one pause after
-    the previous one finished. Waiting is the caller's business: it re-queues the
-    work instead of holding a worker slot.
-    """
+    """Reserve and release a host's request slots; waiting is left to the caller's re-queue."""
 
     def __init__(
         self,
         client: redis.Redis,
         policy: PolitenessPolicy,
+        busy_s: float = 120.0,
         rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self._redis = client
         self._policy = policy
-        self._rand = rand
+        self._busy_ms = int(busy_s * 1000)  # a crashed worker's marker expires after this
+        self._rand, self._clock = rand, clock
+        self._reserve = client.register_script(_RESERVE)
+        self._release = client.register_script(_RELEASE)
 
-    def try_claim(self, host: str) -> float:
-        """Claim ``host`` now; return 0.0 on success, else the seconds left to wait."""
+    def reserve(self, host: str, reserved_ms: int | None = None) -> int:
+        """Start a request to ``host`` now (returns 0), or reserve a later slot (returns its time in ms).
+
+        Pass the slot a previous call returned as ``reserved_ms`` when coming back for it.
+        """
         if self._policy.min_interval_s <= 0:
-            return 0.0
-        key = redis_keys.host_gate(host)
-        pause_ms = max(1, int(self._policy.pause_s(self._rand) * 1000))
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.set(key, 1, nx=True, px=pause_ms)
-        pipe.pttl(key)
-        claimed, ttl_ms = pipe.execute()
-        if claimed:
-            return 0.0
-        # ttl -1/-2: the key has no expiry or vanished between the calls: try again soon.
-        return max(ttl_ms, 10) / 1000.0
+            return 0
+        return int(
+            self._reserve(
+                keys=self._keys(host),
+                args=[int(self._clock() * 1000), self._pause_ms(), -1 if reserved_ms is None else reserved_ms,
+                      self._busy_ms],
+            )
+        )  # fmt: skip
 
     def release(self, host: str) -> None:
-        """Start the pause after a finished request to ``host``."""
+        """End the request to ``host``: the next one starts a pause from now at the earliest."""
         if self._policy.min_interval_s <= 0:
             return
-        pause_ms = max(1, int(self._policy.pause_s(self._rand) * 1000))
-        self._redis.set(redis_keys.host_gate(host), 1, px=pause_ms)
+        self._release(
+            keys=self._keys(host),
+            args=[int(self._clock() * 1000), self._pause_ms(), self._busy_ms],
+        )
+
+    @staticmethod
+    def _keys(host: str) -> list[str]:
+        return [redis_keys.host_gate(host), redis_keys.host_free(host), redis_keys.host_busy(host)]
+
+    def _pause_ms(self) -> int:
+        return max(1, int(self._policy.pause_s(self._rand) * 1000))

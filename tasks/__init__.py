@@ -5,6 +5,7 @@ Use ``from tasks import crawl; crawl.delay({"url": ...})``; ``status(id)`` reads
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery.signals import worker_init, worker_process_init
@@ -17,7 +18,7 @@ from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
 from tasks.trail import STATES, TERMINAL_STATES
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.settings import Settings
 
 __all__ = [
@@ -54,8 +55,13 @@ def configure(settings: Settings) -> None:
 @worker_init.connect
 def _check_configuration(**_: Any) -> None:
     # Fail at start-up, naming the variable or plugin, rather than on the first task.
-    deps.settings()
-    load_plugins()
+    # Celery logs and swallows exceptions from signal handlers, but not SystemExit.
+    try:
+        deps.settings()
+        load_plugins()
+    except ConfigError as exc:
+        logging.getLogger("vcrawl").critical("vcrawl cannot start: %s", exc)
+        raise SystemExit(f"vcrawl: configuration error: {exc}") from exc
 
 
 @worker_process_init.connect

@@ -6,7 +6,7 @@ from celery import Task
 
 from tasks import deps, pipeline
 from tasks.app import app
-from vcrawl.errors import PermanentError
+from vcrawl.errors import AttemptsExhausted, PermanentError
 from vcrawl.payloads import AnalysisJob, FetchedPage
 
 __all__ = ["analyze"]
@@ -20,6 +20,8 @@ def analyze(self: Task, fetched: dict, job: dict) -> dict:
     page, analysis = FetchedPage.from_dict(fetched), AnalysisJob.from_dict(job)
     trail = deps.trail()
     attempt = trail.analyzing(analysis.trail_id)
+    if attempt > deps.analysis_retry().retries + 1:
+        raise AttemptsExhausted("analysis", attempt)  # redelivered after killing workers: stop
     try:
         outcome = pipeline.analyze_page(page, analysis, deps.storage())
     except PermanentError:

@@ -61,11 +61,19 @@ class CrawlTask(Task):
         return dispatch(task, trail_id=task_id or uuid())
 
 
-@app.task(name="vcrawl.crawl", base=CrawlTask, bind=True, ignore_result=True, acks_late=True)
+@app.task(
+    name="vcrawl.crawl", base=CrawlTask, bind=True, ignore_result=True, acks_late=True, throws=(InvalidTask,)
+)
 def crawl(self: Task, task: dict) -> str:
     """Crawl one page: the body runs only for messages from other producers (``send_task``)."""
     trail_id = self.request.id
-    dispatch(validate(task), trail_id=trail_id, fetch_id=uuid())
+    try:
+        validated = validate(task)
+    except InvalidTask as exc:
+        deps.trail().download_failed(trail_id, exc.reason, str(exc), None, "vcrawl.crawl")
+        raise
+    # A fixed fetch id: a redelivered crawl message re-sends the same fetch, not a second one.
+    dispatch(validated, trail_id=trail_id, fetch_id=f"{trail_id}.fetch")
     return trail_id
 
 

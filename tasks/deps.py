@@ -105,7 +105,7 @@ def host_gate() -> HostGate:
     """Return the cluster-wide per-host politeness gate."""
     current = settings()
     policy = PolitenessPolicy(current.min_interval_s, current.interval_jitter)
-    return _once("host_gate", lambda: HostGate(redis_client(), policy))
+    return _once("host_gate", lambda: HostGate(redis_client(), policy, busy_s=current.total_timeout_s + 30))
 
 
 def trail() -> StatusTrail:

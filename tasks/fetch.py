@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from urllib.parse import urlsplit
 
 from celery import Task
 
 from tasks import deps, pipeline
 from tasks.app import app
-from vcrawl.errors import FetchFailed, VcrawlError
+from vcrawl.errors import AttemptsExhausted, FetchFailed, VcrawlError
 
 __all__ = ["fetch"]
 
@@ -16,15 +17,21 @@ __all__ = ["fetch"]
 # max_retries=None: the attempt budget is counted in the status trail (it survives
 # redelivery), and waiting for a busy host is not an attempt.
 @app.task(name="vcrawl.fetch", bind=True, acks_late=True, max_retries=None, ignore_result=True, throws=(VcrawlError,))
-def fetch(self: Task, task: dict, trail_id: str) -> dict:
+def fetch(self: Task, task: dict, trail_id: str, reserved_ms: int | None = None) -> dict:
     """Fetch and store one page; return the FetchedPage for the linked analysis."""
     job = pipeline.validate(task, deps.fetchers(), deps.storage())
     host = urlsplit(job.url).hostname or ""
     gate = deps.host_gate()
-    if (wait_s := gate.try_claim(host)) > 0:
-        raise self.retry(countdown=wait_s)
+    if (slot_ms := gate.reserve(host, reserved_ms)) > 0:
+        # Come back exactly at the reserved slot; waiting is not an attempt.
+        countdown = max(0.0, slot_ms / 1000 - time.time())
+        raise self.retry(args=(task, trail_id), kwargs={"reserved_ms": slot_ms}, countdown=countdown)
     trail = deps.trail()
     attempt = trail.downloading(trail_id)
+    if attempt > deps.fetch_retry().retries + 1:
+        gate.release(host)
+        # Redelivered after killing its worker again and again: stop, do not loop for ever.
+        raise AttemptsExhausted("download", attempt)
     try:
         page = pipeline.download(job, deps.fetchers().get(job.page_type), deps.identities(), deps.storage())
     except FetchFailed as exc:

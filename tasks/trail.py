@@ -21,6 +21,31 @@ __all__ = ["STATES", "TERMINAL_STATES", "StatusTrail"]
 
 STATES = ("queued", "downloading", "downloaded", "download_failed", "analyzing", "analyzed", "analysis_failed")
 TERMINAL_STATES = frozenset({"download_failed", "analyzed", "analysis_failed"})
+# A state never moves back (a late or redelivered message cannot undo a later state),
+# except a retry, which moves back one step from the state it interrupts.
+_TRANSITION = """
+local ranks = {queued = 0, downloading = 1, downloaded = 2, download_failed = 3,
+               analyzing = 3, analyzed = 4, analysis_failed = 4}
+local key, new, ttl, now = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+local counter, retry_from = ARGV[4], ARGV[5]
+local count = 0
+if counter ~= '' then count = redis.call('HINCRBY', key, counter, 1) end
+local current = redis.call('HGET', key, 'state')
+local applied = 1
+if current and ranks[current] then
+  if retry_from ~= '' then
+    if current ~= retry_from then applied = 0 end
+  elseif ranks[new] < ranks[current] then
+    applied = 0
+  end
+end
+if applied == 1 then
+  redis.call('HSET', key, 'state', new, new .. '_at', now)
+  for i = 6, #ARGV, 2 do redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
+end
+redis.call('EXPIRE', key, ttl)
+return {applied, count}
+"""
 _INT_FIELDS = frozenset({"http_status", "bytes", "attempts", "analysis_attempts", "result_bytes", "items"})
 _FLOAT_FIELDS = frozenset({"retry_at", "elapsed_s"} | {f"{state}_at" for state in STATES})
 
@@ -32,6 +57,7 @@ class StatusTrail:
         self._redis = client
         self._ttl_s = ttl_s
         self._clock = clock
+        self._transition = client.register_script(_TRANSITION)
 
     def queued(self, trail_id: str, task: DownloadTask) -> None:
         """Record a newly submitted task."""
@@ -85,15 +111,9 @@ class StatusTrail:
 
     def will_retry(self, trail_id: str, stage: str, error: str, delay_s: float) -> None:
         """Record a failed attempt that will be tried again in ``delay_s`` seconds."""
-        waiting_state = "queued" if stage == "download" else "downloaded"
-        self._redis.hset(
-            redis_keys.task_status(trail_id),
-            mapping={
-                "state": waiting_state,
-                "last_error": error,
-                "retry_at": round(self._clock() + delay_s, 3),
-            },
-        )
+        waiting_state, interrupted = ("queued", "downloading") if stage == "download" else ("downloaded", "analyzing")
+        retry_at = round(self._clock() + delay_s, 3)
+        self._apply(trail_id, waiting_state, retry_from=interrupted, last_error=error, retry_at=retry_at)
 
     def get(self, trail_id: str) -> dict[str, Any] | None:
         """Return the trail of ``trail_id`` (numbers decoded), or None if unknown or expired."""
@@ -113,22 +133,22 @@ class StatusTrail:
         }
 
     def _start_attempt(self, trail_id: str, state: str, counter: str) -> int:
-        key = redis_keys.task_status(trail_id)
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.hincrby(key, counter, 1)
-        pipe.hset(key, mapping={"state": state, f"{state}_at": round(self._clock(), 3)})
-        pipe.expire(key, self._ttl_s)
-        attempt, _, _ = pipe.execute()
-        return int(attempt)
+        return self._apply(trail_id, state, counter=counter)
 
     def _write(self, trail_id: str, state: str, **values: Any) -> None:
-        key = redis_keys.task_status(trail_id)
-        mapping = {name: value for name, value in values.items() if value is not None}
-        mapping.update(state=state, **{f"{state}_at": round(self._clock(), 3)})
-        pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(key, mapping=mapping)
-        pipe.expire(key, self._ttl_s)
-        pipe.execute()
+        self._apply(trail_id, state, **values)
+
+    def _apply(self, trail_id: str, state: str, counter: str = "", retry_from: str = "", **values: Any) -> int:
+        """Move to ``state`` unless that would go back; return the new value of ``counter``."""
+        pairs: list[Any] = []
+        for name, value in values.items():
+            if value is not None:
+                pairs.extend((name, value))
+        _, count = self._transition(
+            keys=[redis_keys.task_status(trail_id)],
+            args=[state, self._ttl_s, round(self._clock(), 3), counter, retry_from, *pairs],
+        )
+        return int(count)
 
 
 def decode(trail_id: str, raw: Mapping[str, str]) -> dict[str, Any]:

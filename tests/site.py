@@ -24,6 +24,7 @@ class Response:
     delay_s: float = 0.0  # before the status line
     chunks: Sequence[bytes] | None = None  # body sent in these pieces, pausing chunk_pause_s between
     chunk_pause_s: float = 0.0
+    raw: bytes | None = None  # sent as is, one byte per chunk_pause_s: status line and headers included
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,9 @@ class TestSite:
             def _send(self, response: Response) -> None:
                 if response.delay_s:
                     time.sleep(response.delay_s)
+                if response.raw is not None:
+                    self._drip(response)
+                    return
                 try:
                     self.send_response(response.status)
                     headers = {"Content-Type": "text/html; charset=utf-8", **response.headers}
@@ -76,6 +80,16 @@ class TestSite:
                     self.close_connection = True
                 except (BrokenPipeError, ConnectionResetError):
                     self.close_connection = True
+
+            def _drip(self, response: Response) -> None:
+                self.close_connection = True
+                try:
+                    for byte in response.raw or b"":
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(response.chunk_pause_s)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

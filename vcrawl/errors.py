@@ -7,7 +7,8 @@ VcrawlError
 │   ├── UnknownComponent   no analyzer / fetcher / storage backend of that name
 │   ├── StorageRefused     a storage location outside the configured roots
 │   ├── MissingPage        the stored page an analysis needs is gone
-│   └── DownloadFailed     final non-200 status, too large, too many redirects, ...
+│   ├── DownloadFailed     final non-200 status, too large, too many redirects, ...
+│   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
 └── RetryableError     transient
     ├── FetchFailed        timeout, connection error, 429, 5xx
     └── HostBusy           the host's politeness interval has not passed yet
@@ -20,6 +21,7 @@ Attributes are plain ``str``/``int``/``float``.
 from __future__ import annotations
 
 __all__ = [
+    "AttemptsExhausted",
     "ConfigError",
     "DownloadFailed",
     "FetchFailed",
@@ -112,6 +114,19 @@ class DownloadFailed(PermanentError):
     def __str__(self) -> str:
         status = f" (HTTP {self.http_status})" if self.http_status is not None else ""
         return f"download of {self.url} failed: {self.reason}{status}"
+
+
+class AttemptsExhausted(PermanentError):
+    """A task came back more often than its retries allow (each run died with its worker)."""
+
+    reason = "too_many_attempts"
+
+    def __init__(self, stage: str, attempts: int) -> None:
+        super().__init__(stage, attempts)
+        self.stage, self.attempts = stage, attempts
+
+    def __str__(self) -> str:
+        return f"{self.stage} started {self.attempts} times without finishing; giving up"
 
 
 class RetryableError(VcrawlError):

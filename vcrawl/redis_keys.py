@@ -13,10 +13,84 @@ def task_status(trail_id: str) -> str:
 
 
 def host_gate(host: str) -> str:
-    """String that exists while ``host`` must not be fetched (politeness interval)."""
+    """String: the next time (ms) a single task may start a request to ``host``."""
     return f"{PREFIX}:gate:{host}"
+
+
+def host_free(host: str) -> str:
+    """String: a pause after the last single-task request to ``host`` ended (ms)."""
+    return f"{PREFIX}:free:{host}"
+
+
+def host_busy(host: str) -> str:
+    """String that exists while a single task's request to ``host`` runs."""
+    return f"{PREFIX}:busy:{host}"
 
 
 def alert_sent(trail_id: str, stage: str) -> str:
     """Marker that the admin alert for ``stage`` of a task went out (sent once)."""
     return f"{PREFIX}:alerted:{trail_id}:{stage}"
+
+
+# Crawl jobs. Every key of one job carries the hash tag {job}, so a job's keys share a
+# Redis Cluster slot and its Lua scripts may touch them together.
+
+
+def job(job_id: str) -> str:
+    """Hash: a job's spec, state, timestamps and counters."""
+    return f"{PREFIX}:job:{{{job_id}}}"
+
+
+def job_ready(job_id: str) -> str:
+    """Sorted set: host -> earliest next fetch time (ms); only hosts with queued URLs."""
+    return f"{PREFIX}:job:{{{job_id}}}:ready"
+
+
+def job_next(job_id: str) -> str:
+    """Hash: host -> not-before time (ms) of its next fetch, kept while its queue is empty."""
+    return f"{PREFIX}:job:{{{job_id}}}:next"
+
+
+def job_busy(job_id: str) -> str:
+    """Hash: host -> fetch batches in flight."""
+    return f"{PREFIX}:job:{{{job_id}}}:busy"
+
+
+def job_leases(job_id: str) -> str:
+    """Hash: batch id -> the leased entries, host and lease deadline (JSON)."""
+    return f"{PREFIX}:job:{{{job_id}}}:leases"
+
+
+def job_queue_prefix(job_id: str) -> str:
+    """Prefix of the per-host queues (sorted sets, breadth-first by depth)."""
+    return f"{PREFIX}:job:{{{job_id}}}:q:"
+
+
+def job_queue(job_id: str, host: str) -> str:
+    """Sorted set: the URL entries waiting for ``host``."""
+    return job_queue_prefix(job_id) + host
+
+
+def job_bloom_name(job_id: str) -> str:
+    """Name of the job's Bloom filter (its segments are keyed by frontier.dedup)."""
+    return f"job:{job_id}"
+
+
+JOBS = f"{PREFIX}:jobs"
+"""Sorted set: every job id -> creation time."""
+
+JOBS_RUNNING = f"{PREFIX}:jobs:running"
+"""Set: ids of running jobs (what the frontier pumps look at)."""
+
+FRONTIER_WAKE = f"{PREFIX}:frontier:wake"
+"""List: a token pushed when URLs are admitted, so an idle pump wakes at once."""
+
+
+def job_admit_tokens(job_id: str) -> str:
+    """Set: tokens of admission calls already applied (a retried analysis admits once)."""
+    return f"{PREFIX}:job:{{{job_id}}}:admitted"
+
+
+def job_bloom_segment(job_id: str, index: int) -> str:
+    """String: one segment of the job's Bloom filter (same hash tag: admission is one script)."""
+    return f"{PREFIX}:job:{{{job_id}}}:bloom:{index}"

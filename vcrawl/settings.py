@@ -67,6 +67,10 @@ class Settings:
     smtp_user: str | None = None
     smtp_password: str | None = None
     smtp_starttls: bool = False
+    frontier_batch: int = 8
+    frontier_inflight: int = 64
+    robots_ttl_s: float = 86400.0
+    robots_error_ttl_s: float = 600.0
     visibility_timeout_s: float = 3600.0
     status_ttl_s: int = 7 * 24 * 3600
     task_events: bool = True
@@ -81,6 +85,10 @@ class Settings:
             _check_url("VCRAWL_ALERT_WEBHOOK_URL", self.alert_webhook_url, ("http", "https"))
         if self.alert_email_to and self.smtp_host is None:
             raise ConfigError("VCRAWL_ALERT_EMAIL_TO is set but VCRAWL_SMTP_HOST is not")
+        if not 1 <= self.frontier_batch <= 1000:
+            raise ConfigError(f"VCRAWL_FRONTIER_BATCH must be in [1, 1000], got {self.frontier_batch}")
+        if self.frontier_inflight < 1:
+            raise ConfigError(f"VCRAWL_FRONTIER_INFLIGHT must be at least 1, got {self.frontier_inflight}")
         if not 0 <= self.interval_jitter <= 10:
             raise ConfigError(f"VCRAWL_INTERVAL_JITTER must be in [0, 10], got {self.interval_jitter}")
         # A task (with its longest retry wait) outliving the visibility timeout runs twice.

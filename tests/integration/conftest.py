@@ -54,7 +54,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    """A real redis-server on a unix socket for the whole session."""
+    """A real redis-server on a free loopback port for the whole session."""
     with LocalRedis(tmp_path_factory.mktemp("redis")) as server:
         yield server
 

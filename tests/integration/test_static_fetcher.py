@@ -71,6 +71,17 @@ def test_slow_drip_hits_the_total_deadline(site: TestSite, fetcher: StaticFetche
     assert time.monotonic() - started < LIMITS.total_timeout_s + 1.5
 
 
+def test_slow_drip_of_headers_hits_the_total_deadline(site: TestSite, fetcher: StaticFetcher) -> None:
+    # Every byte arrives well within the read timeout; only a whole-request deadline ends it.
+    headers = b"HTTP/1.1 200 OK\r\n" + b"X-Filler: " + b"z" * 200 + b"\r\n\r\n"
+    site.add_response("/drip-headers", Response(raw=headers, chunk_pause_s=0.2))
+    started = time.monotonic()
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/drip-headers"))
+    assert failed.value.reason == "total_timeout"
+    assert time.monotonic() - started < LIMITS.total_timeout_s + 1.0
+
+
 def test_silent_server_is_a_timeout(site: TestSite, fetcher: StaticFetcher) -> None:
     site.add_response("/silent", Response(b"late", delay_s=2.0))
     with pytest.raises(FetchFailed) as failed:

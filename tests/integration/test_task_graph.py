@@ -65,7 +65,15 @@ def test_fields_analyzer_writes_one_record_per_page(site: TestSite) -> None:
     assert result["fields"] == {"name": "Claw hammer", "price": "24.90", "missing": None}
 
 
-def test_404_is_download_failed_by_the_link_error_handler_without_retries(site: TestSite) -> None:
+def stored_file(record: dict, settings: Settings) -> Path:
+    """The file a trail's save_path names (relative paths are under the data root)."""
+    path = Path(record["save_path"])
+    return path if path.is_absolute() else Path(settings.data) / path
+
+
+def test_404_is_download_failed_by_the_link_error_handler_without_retries(
+    site: TestSite, vcrawl_settings: Settings
+) -> None:
     record = wait_for_end(crawl.delay({"url": site.url("/gone.html")}).id)
 
     assert record["state"] == "download_failed"
@@ -73,7 +81,7 @@ def test_404_is_download_failed_by_the_link_error_handler_without_retries(site: 
     assert record["failed_task"] == "vcrawl.fetch"  # written by the link_error handler only
     assert record["attempts"] == 1
     assert len(site.requests_to("/gone.html")) == 1
-    assert not Path(record["save_path"]).exists()
+    assert not stored_file(record, vcrawl_settings).exists()
 
 
 def test_503_twice_then_200_succeeds_after_retries(site: TestSite) -> None:
@@ -116,7 +124,7 @@ def test_retry_after_beyond_the_cap_fails_at_once(site: TestSite, vcrawl_setting
     ],
     ids=["content-length", "streamed"],
 )
-def test_body_over_the_limit_is_too_large(site: TestSite, response: Response) -> None:
+def test_body_over_the_limit_is_too_large(site: TestSite, response: Response, vcrawl_settings: Settings) -> None:
     url = site.add_response("/huge", response)
 
     record = wait_for_end(crawl.delay({"url": url}).id)
@@ -124,7 +132,8 @@ def test_body_over_the_limit_is_too_large(site: TestSite, response: Response) ->
     assert record["state"] == "download_failed"
     assert record["reason"] == "too_large"
     assert record["attempts"] == 1
-    assert not Path(record["save_path"]).exists()
+    assert not stored_file(record, vcrawl_settings).exists()
+    assert stored_file(record, vcrawl_settings).parent.is_relative_to(vcrawl_settings.data)
 
 
 def test_failing_analyzer_gets_four_attempts_then_one_alert(site: TestSite, alert_sinks: AlertSinks) -> None:

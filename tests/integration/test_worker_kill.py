@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.cluster import cluster_env, start_worker, stop_worker, submit, wait_all
+from tests.cluster import REPO, cluster_env, start_worker, stop_worker, submit, wait_all
 from tests.site import Response, TestSite
 from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
@@ -58,3 +60,17 @@ def test_sigkilled_worker_task_is_redelivered_and_completes(tmp_path: Path) -> N
             stop_worker(first)
             if second is not None:
                 stop_worker(second)
+
+
+def test_worker_with_a_clashing_analyzer_plugin_refuses_to_start(tmp_path: Path) -> None:
+    clash_site = Path(__file__).resolve().parents[1] / "plugin_site_clash"
+    with LocalRedis(tmp_path / "redis") as server:
+        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+        env["PYTHONPATH"] = f"{clash_site}{os.pathsep}{env['PYTHONPATH']}"
+        done = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download", "-P", "threads",
+             "--without-mingle", "--without-gossip"],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode != 0
+    assert "links" in done.stderr and "vcrawl_clash_plugin" in done.stderr
