@@ -51,6 +51,9 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
             "vcrawl.fetch": {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
             "vcrawl.analyze": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.record_failure": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.fetch_batch": {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
+            "vcrawl.analyze_batch": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.analysis_batch_failed": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
         },
         # A killed worker's tasks are redelivered, never dropped.
         "task_acks_late": True,

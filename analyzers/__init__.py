@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzers.fields import compile_rules
+from analyzers.links import analyze as links_analyzer
 from analyzers.page import Page
 from analyzers.registry import (
     Analyzer,
@@ -22,6 +23,7 @@ __all__ = [
     "check_rules",
     "compile_rules",
     "get_analyzer",
+    "links_analyzer",
     "load_plugins",
     "run_analysis",
 ]

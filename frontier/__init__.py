@@ -1,7 +1,36 @@
-"""Deciding when (and later which) URLs may be fetched."""
+"""Deciding which URLs are crawled and when: canonical form, scope, robots.txt, dedup, queues."""
 
 from __future__ import annotations
 
+from frontier.dedup import BloomFilter, bloom_bits, bloom_hashes, expected_fpr
+from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, reject_reason
 from frontier.politeness import HostGate
+from frontier.queue import Admission, Batch, Candidate, Entry, Frontier, PumpResult
+from frontier.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsRules, robots_url
+from frontier.urls import DEFAULT_TRACKING_PARAMS, canonical_url, host_key, origin
 
-__all__ = ["HostGate"]
+__all__ = [
+    "DEFAULT_SKIP_SUFFIXES",
+    "DEFAULT_TRACKING_PARAMS",
+    "MAX_ROBOTS_BYTES",
+    "REASONS",
+    "Admission",
+    "Batch",
+    "BloomFilter",
+    "Candidate",
+    "Entry",
+    "Frontier",
+    "HostGate",
+    "PumpResult",
+    "RobotsCache",
+    "RobotsRules",
+    "Scope",
+    "bloom_bits",
+    "bloom_hashes",
+    "canonical_url",
+    "expected_fpr",
+    "host_key",
+    "origin",
+    "reject_reason",
+    "robots_url",
+]

@@ -6,31 +6,42 @@ Use ``from tasks import crawl; crawl.delay({"url": ...})``; ``status(id)`` reads
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Mapping
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
 from analyzers import load_plugins
 from tasks import deps
+from tasks import jobs as _jobs
 from tasks.analyze import analyze
 from tasks.app import app
+from tasks.batches import analyze_batch, fetch_batch
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
 from tasks.trail import STATES, TERMINAL_STATES
 from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
 
 __all__ = [
     "STATES",
     "TERMINAL_STATES",
     "InvalidTask",
+    "JobSpec",
     "analyze",
+    "analyze_batch",
     "app",
+    "cancel_job",
     "configure",
     "crawl",
     "fetch",
+    "fetch_batch",
+    "job_status",
     "record_failure",
+    "start_job",
     "status",
 ]
 
@@ -42,6 +53,26 @@ def status(task_id: str) -> dict[str, Any] | None:
     ``attempts``, ``analysis_attempts``, ``error``; plus ``<state>_at`` timestamps and more.
     """
     return deps.trail().get(task_id)
+
+
+def start_job(job: JobSpec | Mapping[str, Any]) -> str:
+    """Start a crawl job (a JobSpec, or a dict as in a job file); return its id.
+
+    Raises:
+        InvalidTask: ``field`` is the path of the bad key.
+    """
+    spec = job if isinstance(job, JobSpec) else JobSpec.from_dict(job)
+    return _jobs.start(spec, deps.frontier(), deps.runtimes(), deps.fetchers())
+
+
+def job_status(job_id: str) -> dict[str, Any] | None:
+    """State and counters of a job (None if unknown): as ``vcrawl status JOB --json`` prints."""
+    return _jobs.job_status(deps.frontier(), job_id)
+
+
+def cancel_job(job_id: str) -> bool:
+    """Stop dispatching a job at once (in-flight fetches finish and are counted); False if not running."""
+    return deps.frontier().cancel(job_id, time.time())
 
 
 def configure(settings: Settings) -> None:
@@ -68,3 +99,16 @@ def _check_configuration(**_: Any) -> None:
 def _fresh_clients_after_fork(**_: Any) -> None:
     # A pool child must not share the parent's sockets.
     deps.reset(deps.settings())
+
+
+@worker_ready.connect
+def _start_pump(**_: Any) -> None:
+    # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
+    if deps.settings().pump:
+        deps.pump().start()
+
+
+@worker_shutdown.connect
+def _stop_pump(**_: Any) -> None:
+    if deps.settings().pump:
+        deps.pump().stop()

@@ -8,6 +8,6 @@ __all__ = ["app"]
 
 app = Celery(
     "vcrawl",
-    include=["tasks.crawl", "tasks.fetch", "tasks.analyze", "tasks.failures"],
+    include=["tasks.crawl", "tasks.fetch", "tasks.analyze", "tasks.failures", "tasks.batches"],
 )
 app.config_from_object("celeryconfig")

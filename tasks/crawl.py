@@ -61,9 +61,7 @@ class CrawlTask(Task):
         return dispatch(task, trail_id=task_id or uuid())
 
 
-@app.task(
-    name="vcrawl.crawl", base=CrawlTask, bind=True, ignore_result=True, acks_late=True, throws=(InvalidTask,)
-)
+@app.task(name="vcrawl.crawl", base=CrawlTask, bind=True, ignore_result=True, acks_late=True, throws=(InvalidTask,))
 def crawl(self: Task, task: dict) -> str:
     """Crawl one page: the body runs only for messages from other producers (``send_task``)."""
     trail_id = self.request.id

@@ -10,24 +10,35 @@ import threading
 from typing import Any
 
 import redis
+import requests
 
 from fetchers import FetcherRegistry, FetchLimits, IdentityPool, StaticFetcher, make_session
-from frontier import HostGate
+from frontier import Frontier, HostGate, RobotsCache
 from storage import Storage
 from tasks.alerts import Alerter
+from tasks.crawling import CrawlEnv
+from tasks.jobs import RuntimeCache
+from tasks.pump import FrontierPump
 from tasks.trail import StatusTrail
+from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
 
 __all__ = [
     "alerter",
     "analysis_retry",
+    "crawl_env",
     "fetch_retry",
     "fetchers",
+    "frontier",
     "host_gate",
     "identities",
+    "pump",
     "redis_client",
     "reset",
+    "robots",
+    "runtimes",
+    "session",
     "settings",
     "storage",
     "trail",
@@ -88,11 +99,53 @@ def fetchers() -> FetcherRegistry:
             max_redirects=current.max_redirects,
         )
         return FetcherRegistry(
-            {"static": lambda: StaticFetcher(make_session(), limits)},
+            {"static": lambda: StaticFetcher(session(), limits)},
             unavailable={"dynamic": "the Selenium fetcher is not in this release yet"},
         )
 
     return _once("fetchers", build)
+
+
+def session() -> requests.Session:
+    """Return this process's pooled HTTP session (shared by single tasks and jobs)."""
+    return _once("session", lambda: make_session(pool_size=64))
+
+
+def frontier() -> Frontier:
+    """Return the crawl frontier (per-host queues and their scripts)."""
+    return _once("frontier", lambda: Frontier(redis_client()))
+
+
+def runtimes() -> RuntimeCache:
+    """Return the per-job runtime cache."""
+    return _once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), redis_client()))
+
+
+def robots() -> RobotsCache:
+    """Return the robots.txt cache (Redis, with an in-process layer)."""
+    current = settings()
+    return _once("robots", lambda: RobotsCache(redis_client(), current.robots_ttl_s, current.robots_error_ttl_s))
+
+
+def crawl_env() -> CrawlEnv:
+    """Return what crawl batches use."""
+
+    def alert_once(key: str) -> bool:
+        return bool(redis_client().set(redis_keys.alert_sent(key, "job"), 1, nx=True, ex=settings().status_ttl_s))
+
+    return _once("crawl_env", lambda: CrawlEnv(frontier(), runtimes(), robots(), storage(), alerter(), alert_once))
+
+
+def pump() -> FrontierPump:
+    """Return this process's frontier pump (not started)."""
+    from tasks.batches import dispatch_batch
+
+    def producer() -> Any:
+        from tasks.app import app
+
+        return app.producer_pool.acquire(block=True)
+
+    return _once("pump", lambda: FrontierPump(frontier(), runtimes(), dispatch_batch, settings(), producer))
 
 
 def identities() -> IdentityPool:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
+from celery import signals
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
@@ -28,6 +29,8 @@ class _ReadyWorkController(WorkController):
 
     def on_consumer_ready(self, consumer: Any) -> None:
         super().on_consumer_ready(consumer)
+        # Sent by `celery worker` (celery.apps.worker), not by a bare WorkController.
+        signals.worker_ready.send(sender=consumer)
         self.ready.set()
 
 

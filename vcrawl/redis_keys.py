@@ -27,6 +27,16 @@ def host_busy(host: str) -> str:
     return f"{PREFIX}:busy:{host}"
 
 
+def robots(origin: str) -> str:
+    """String: the cached robots.txt rules of an origin (``scheme://host[:port]``)."""
+    return f"{PREFIX}:robots:{origin}"
+
+
+def bloom_segment(name: str, index: int) -> str:
+    """String: one segment of a stand-alone Bloom filter (one hash tag per segment)."""
+    return f"{PREFIX}:bloom:{{{name}:{index}}}"
+
+
 def alert_sent(trail_id: str, stage: str) -> str:
     """Marker that the admin alert for ``stage`` of a task went out (sent once)."""
     return f"{PREFIX}:alerted:{trail_id}:{stage}"
@@ -69,11 +79,6 @@ def job_queue_prefix(job_id: str) -> str:
 def job_queue(job_id: str, host: str) -> str:
     """Sorted set: the URL entries waiting for ``host``."""
     return job_queue_prefix(job_id) + host
-
-
-def job_bloom_name(job_id: str) -> str:
-    """Name of the job's Bloom filter (its segments are keyed by frontier.dedup)."""
-    return f"job:{job_id}"
 
 
 JOBS = f"{PREFIX}:jobs"

@@ -67,6 +67,7 @@ class Settings:
     smtp_user: str | None = None
     smtp_password: str | None = None
     smtp_starttls: bool = False
+    pump: bool = True
     frontier_batch: int = 8
     frontier_inflight: int = 64
     robots_ttl_s: float = 86400.0

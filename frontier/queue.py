@@ -1,0 +1,496 @@
+"""The Mercator-style frontier in Redis: per-host queues and a ready-time heap of hosts.
+
+A job's URLs wait in one sorted set per host (breadth-first: score = depth, then arrival).
+A host is in the job's ``ready`` heap, scored with the time it may next be fetched,
+while it has queued URLs and a free slot. Pumps pop due hosts atomically (Lua), lease
+their URLs as a batch, and the fetch that ran the batch releases the lease, which sets
+the host's next time. Every state change is one script, so any number of pumps and
+workers on any number of machines keep it exact. All of a job's keys share one hash
+tag, so the scripts also work on a Redis Cluster.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import redis
+
+from frontier.dedup import BloomFilter
+from vcrawl import redis_keys
+
+__all__ = ["Admission", "Batch", "Candidate", "Entry", "Frontier", "PumpResult"]
+
+# Score = depth * _DEPTH_WEIGHT + arrival sequence: breadth-first, FIFO within a depth.
+_DEPTH_WEIGHT = 1e12
+
+_SETTLE = """
+local function settle(meta, done, now)
+  local pending = redis.call('HINCRBY', meta, 'pending', 0 - done)
+  if pending <= 0 and redis.call('HGET', meta, 'state') == 'running' then
+    redis.call('HSET', meta, 'state', 'completed', 'finished_at', now / 1000)
+    return 1
+  end
+  return 0
+end
+"""
+
+# KEYS: meta, ready, next, busy, done_tokens, segment(1..s), queue(host_1..host_n)
+# ARGV: now_ms, max_pages, per_host, done, token, hashes, n_segments, n_counters, [field, incr]*,
+#       n_hosts, [host]*, then per URL: [segment_index, host_index, depth, member, offset * hashes]
+# A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
+# so no URL can be marked seen without being queued. ``token`` makes a retried call a no-op.
+_ADMIT = (
+    _SETTLE
+    + """
+local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now, max_pages, per_host = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local done, token, k, nseg = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+if token ~= '' and redis.call('SADD', tokens, token) == 0 then
+  return {-1, 0, 0, 0}
+end
+local i = 9
+for _ = 1, tonumber(ARGV[8]) do
+  redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+local nhosts = tonumber(ARGV[i])
+local hosts = {}
+for h = 1, nhosts do hosts[h] = ARGV[i + h] end
+i = i + nhosts + 1
+local running = redis.call('HGET', meta, 'state') == 'running'
+local admitted = tonumber(redis.call('HGET', meta, 'admitted') or '0')
+local fresh, dup, over = 0, 0, 0
+local touched = {}
+local get, set = {}, {}
+for j = 1, k do
+  get[3 * j - 2] = 'GET'; get[3 * j - 1] = 'u1'
+  set[4 * j - 3] = 'SET'; set[4 * j - 2] = 'u1'; set[4 * j] = 1
+end
+while running and i <= #ARGV do
+  local seg = KEYS[5 + tonumber(ARGV[i])]
+  local hi, depth, member = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
+  for j = 1, k do get[3 * j] = ARGV[i + 3 + j]; set[4 * j - 1] = ARGV[i + 3 + j] end
+  i = i + 4 + k
+  local bits = redis.call('BITFIELD_RO', seg, unpack(get))
+  local seen = true
+  for j = 1, k do
+    if bits[j] == 0 then seen = false; break end
+  end
+  if seen then
+    dup = dup + 1
+  elseif admitted >= max_pages then
+    over = over + 1
+  else
+    redis.call('BITFIELD', seg, unpack(set))
+    local seq = redis.call('HINCRBY', meta, 'seq', 1)
+    redis.call('ZADD', KEYS[5 + nseg + hi], depth * 1e12 + seq, member)
+    admitted = admitted + 1
+    fresh = fresh + 1
+    touched[hi] = true
+  end
+end
+if not running then
+  return {0, 0, 0, 0}
+end
+for hi, _ in pairs(touched) do
+  local host = hosts[hi]
+  if tonumber(redis.call('HGET', busy, host) or '0') < per_host then
+    local not_before = tonumber(redis.call('HGET', nextk, host) or '0')
+    if not_before < now then not_before = now end
+    redis.call('ZADD', ready, 'NX', not_before, host)
+  end
+end
+redis.call('HSET', meta, 'admitted', admitted)
+redis.call('HINCRBY', meta, 'pending', fresh)
+redis.call('HINCRBY', meta, 'queued_now', fresh)
+if dup > 0 then redis.call('HINCRBY', meta, 'duplicates', dup) end
+if over > 0 then redis.call('HINCRBY', meta, 'filtered:max_pages', over) end
+return {settle(meta, done, now), fresh, dup, over}
+"""
+)
+
+# KEYS: meta, ready, busy, leases   ARGV: now_ms, max_batches, batch_size, per_host, lease_ms, cap, qprefix, eager
+_PUMP = """
+local meta, ready, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now, max_batches, batch_size = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local per_host, lease_ms, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local qprefix, eager = ARGV[7], ARGV[8] == '1'
+local out = {'-1'}
+if redis.call('HGET', meta, 'state') ~= 'running' then
+  out[1] = 'stopped'
+  return out
+end
+local room = cap - redis.call('HLEN', leases)
+if room > max_batches then room = max_batches end
+if room > 0 then
+  local hosts = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, room)
+  for _, host in ipairs(hosts) do
+    local q = qprefix .. host
+    local inflight = tonumber(redis.call('HGET', busy, host) or '0')
+    if inflight >= per_host then
+      redis.call('ZREM', ready, host)
+    else
+      local popped = redis.call('ZPOPMIN', q, batch_size)
+      if #popped == 0 then
+        redis.call('ZREM', ready, host)
+      else
+        local entries = {}
+        for j = 1, #popped, 2 do entries[#entries + 1] = popped[j] end
+        local id = redis.call('HINCRBY', meta, 'batch_seq', 1)
+        redis.call('HINCRBY', busy, host, 1)
+        redis.call('HSET', leases, id, cjson.encode({h = host, e = entries, t = now + lease_ms}))
+        redis.call('HINCRBY', meta, 'queued_now', -#entries)
+        redis.call('HINCRBY', meta, 'dispatched', #entries)
+        if not (eager and inflight + 1 < per_host and redis.call('ZCARD', q) > 0) then
+          redis.call('ZREM', ready, host)
+        end
+        out[#out + 1] = tostring(id)
+        out[#out + 1] = host
+        out[#out + 1] = cjson.encode(entries)
+      end
+    end
+  end
+end
+local first = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+if #first > 0 then out[1] = first[2] end
+return out
+"""
+
+# KEYS: meta, ready, next, busy, leases, queue(host)
+# ARGV: now_ms, batch_id, host, next_ready_ms, done, n_requeue, [score, member]*, [field, incr]*
+_RELEASE = (
+    _SETTLE
+    + """
+local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local now, id, host = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local nxt, done, nreq = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if redis.call('HDEL', leases, id) == 0 then
+  return -1
+end
+if redis.call('HINCRBY', busy, host, -1) <= 0 then
+  redis.call('HDEL', busy, host)
+end
+local i = 7
+for _ = 1, nreq do
+  redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+redis.call('HINCRBY', meta, 'queued_now', nreq)
+while i <= #ARGV do
+  redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+redis.call('HSET', nextk, host, nxt)
+if redis.call('ZCARD', q) > 0 and redis.call('HGET', meta, 'state') == 'running' then
+  redis.call('ZADD', ready, 'GT', nxt, host)
+end
+return settle(meta, done, now)
+"""
+)
+
+# KEYS: meta, ready, busy, leases   ARGV: now_ms, qprefix
+_RECLAIM = """
+local meta, ready, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local now, qprefix = tonumber(ARGV[1]), ARGV[2]
+local all = redis.call('HGETALL', leases)
+local reclaimed = 0
+for j = 1, #all, 2 do
+  local lease = cjson.decode(all[j + 1])
+  if lease.t < now then
+    redis.call('HDEL', leases, all[j])
+    for _, member in ipairs(lease.e) do
+      redis.call('ZADD', qprefix .. lease.h, 0, member)
+    end
+    if redis.call('HINCRBY', busy, lease.h, -1) <= 0 then
+      redis.call('HDEL', busy, lease.h)
+    end
+    redis.call('ZADD', ready, 'NX', now, lease.h)
+    redis.call('HINCRBY', meta, 'queued_now', #lease.e)
+    redis.call('HINCRBY', meta, 'lease_expired', #lease.e)
+    reclaimed = reclaimed + #lease.e
+  end
+end
+return reclaimed
+"""
+
+_CANCEL = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_at', ARGV[1])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A URL waiting in the frontier: canonical URL, depth, attempts so far, redirects left."""
+
+    url: str
+    depth: int = 0
+    attempt: int = 0
+    redirects_left: int = 5
+
+    def encode(self) -> str:
+        """Compact JSON; the frontier moves these strings around without parsing them."""
+        return json.dumps({"u": self.url, "d": self.depth, "a": self.attempt, "r": self.redirects_left},
+                          separators=(",", ":"))  # fmt: skip
+
+    @classmethod
+    def decode(cls, text: str) -> Entry:
+        """Inverse of ``encode``."""
+        data = json.loads(text)
+        return cls(data["u"], data["d"], data["a"], data["r"])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A canonical URL that passed the filters, with its frontier host key."""
+
+    host: str
+    entry: Entry
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What an admission call did."""
+
+    completed: bool
+    repeated: bool
+    admitted: int
+    duplicates: int
+    over_limit: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """URLs of one host leased to one fetch task."""
+
+    batch_id: str
+    host: str
+    entries: tuple[Entry, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        """The JSON form carried by a fetch message."""
+        return {"id": self.batch_id, "host": self.host, "entries": [entry.encode() for entry in self.entries]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> Batch:
+        """Inverse of ``to_dict``.
+
+        Raises:
+            ValueError: a malformed batch.
+        """
+        try:
+            entries = tuple(Entry.decode(text) for text in data["entries"])  # type: ignore[union-attr]
+            return cls(str(data["id"]), str(data["host"]), entries)
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"malformed batch: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PumpResult:
+    """What one pump call dispatched, and when the next host becomes due (ms, or None)."""
+
+    batches: tuple[Batch, ...]
+    next_due_ms: float | None
+    stopped: bool = False
+
+
+class Frontier:
+    """The scripts over a job's frontier keys; one instance per process is enough."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+        self._admit = client.register_script(_ADMIT)
+        self._pump = client.register_script(_PUMP)
+        self._release = client.register_script(_RELEASE)
+        self._reclaim = client.register_script(_RECLAIM)
+        self._cancel = client.register_script(_CANCEL)
+
+    def create(self, job_id: str, spec_json: str, now: float) -> bool:
+        """Record a new running job; False if the id is taken."""
+        meta = redis_keys.job(job_id)
+        if not self._redis.hsetnx(meta, "spec", spec_json):
+            return False
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(meta, mapping={"state": "running", "created_at": now, "pending": 0, "admitted": 0})
+        pipe.zadd(redis_keys.JOBS, {job_id: now})
+        pipe.sadd(redis_keys.JOBS_RUNNING, job_id)
+        pipe.execute()
+        return True
+
+    def admit(
+        self,
+        job_id: str,
+        candidates: Sequence[Candidate],
+        *,
+        bloom: BloomFilter,
+        now_ms: float,
+        max_pages: int,
+        per_host: int,
+        done: int = 0,
+        token: str = "",
+        counters: Mapping[str, int] | None = None,
+    ) -> Admission:
+        """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip.
+
+        A call with a ``token`` seen before does nothing (a retried task admits once).
+        """
+        hosts: dict[str, int] = {}
+        segments: dict[str, int] = {}
+        items: list[str | int | float] = []
+        for candidate in candidates:
+            segment, offsets = bloom.locate(candidate.entry.url)
+            key = bloom.keys[segment]
+            items.extend(
+                (
+                    segments.setdefault(key, len(segments) + 1),
+                    hosts.setdefault(candidate.host, len(hosts) + 1),
+                    candidate.entry.depth,
+                    candidate.entry.encode(),
+                    *offsets,
+                )
+            )
+        counter_args = _counter_args(counters)
+        keys = [*_job_keys(job_id, "meta", "ready", "next", "busy"), redis_keys.job_admit_tokens(job_id)]
+        keys.extend(segments)
+        keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
+        args = [now_ms, max_pages, per_host, done, token, bloom.hashes, len(segments), len(counter_args) // 2]
+        args.extend(counter_args)
+        args.append(len(hosts))
+        args.extend(hosts)
+        args.extend(items)
+        pipe = self._redis.pipeline(transaction=False)
+        self._admit(keys=keys, args=args, client=pipe)
+        if candidates:
+            pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
+            pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
+        completed, fresh, duplicates, over = (int(x) for x in pipe.execute()[0])
+        if completed == 1:
+            self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
+        return Admission(completed == 1, completed < 0, fresh, duplicates, over)
+
+    def pump(
+        self,
+        job_id: str,
+        *,
+        now_ms: float,
+        max_batches: int,
+        batch_size: int,
+        per_host: int,
+        lease_ms: float,
+        cap: int,
+        eager: bool,
+    ) -> PumpResult:
+        """Lease due hosts' URLs as batches (at most ``cap`` batches in flight per job)."""
+        raw = self._pump(
+            keys=list(_job_keys(job_id, "meta", "ready", "busy", "leases")),
+            args=[now_ms, max_batches, batch_size, per_host, lease_ms, cap, redis_keys.job_queue_prefix(job_id),
+                  1 if eager else 0],
+        )  # fmt: skip
+        head = _text(raw[0])
+        if head == "stopped":
+            return PumpResult((), None, stopped=True)
+        batches = tuple(
+            Batch(_text(raw[i]), _text(raw[i + 1]), tuple(Entry.decode(e) for e in json.loads(_text(raw[i + 2]))))
+            for i in range(1, len(raw), 3)
+        )
+        next_due = float(head)
+        return PumpResult(batches, None if next_due < 0 else next_due)
+
+    def release(
+        self,
+        job_id: str,
+        batch: Batch,
+        *,
+        now_ms: float,
+        next_ready_ms: float,
+        done: int,
+        requeue: Sequence[Entry] = (),
+        counters: Mapping[str, int] | None = None,
+    ) -> bool | None:
+        """End a batch's lease: requeue entries, count, set the host's next time.
+
+        Returns True if this completed the job, False if not, None if the lease was gone
+        (reclaimed after expiry: nothing is counted twice).
+        """
+        requeue_args: list[str | float] = []
+        for entry in requeue:
+            requeue_args.extend((entry.depth * _DEPTH_WEIGHT, entry.encode()))
+        keys = [*_job_keys(job_id, "meta", "ready", "next", "busy", "leases"), redis_keys.job_queue(job_id, batch.host)]
+        pipe = self._redis.pipeline(transaction=False)
+        self._release(
+            keys=keys,
+            args=[now_ms, batch.batch_id, batch.host, next_ready_ms, done, len(requeue), *requeue_args,
+                  *_counter_args(counters)],
+            client=pipe,
+        )  # fmt: skip
+        # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
+        pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
+        pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
+        result = int(pipe.execute()[0])
+        if result == 1:
+            self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
+        return None if result < 0 else result == 1
+
+    def reclaim_expired(self, job_id: str, now_ms: float) -> int:
+        """Requeue the URLs of batches whose lease ran out (their worker died); return how many."""
+        return int(
+            self._reclaim(
+                keys=list(_job_keys(job_id, "meta", "ready", "busy", "leases")),
+                args=[now_ms, redis_keys.job_queue_prefix(job_id)],
+            )
+        )
+
+    def cancel(self, job_id: str, now: float) -> bool:
+        """Stop dispatching a running job at once (``now`` in seconds); False if it was not running."""
+        cancelled = int(self._cancel(keys=[redis_keys.job(job_id)], args=[now])) == 1
+        self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
+        return cancelled
+
+    def running_jobs(self) -> list[str]:
+        """Ids of the jobs the pumps should look at."""
+        return sorted(_text(job) for job in self._redis.smembers(redis_keys.JOBS_RUNNING))
+
+    def forget_if_stopped(self, job_id: str) -> None:
+        """Drop a job from the running set once its state says it is not running."""
+        if _text(self._redis.hget(redis_keys.job(job_id), "state")) != "running":
+            self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
+
+    def raw_state(self, job_id: str) -> dict[str, str]:
+        """The job hash as strings (spec, state, timestamps, counters)."""
+        return {_text(k): _text(v) for k, v in self._redis.hgetall(redis_keys.job(job_id)).items()}
+
+    def in_flight(self, job_id: str) -> int:
+        """Batches leased and not yet released."""
+        return int(self._redis.hlen(redis_keys.job_leases(job_id)))
+
+    def wait_for_work(self, timeout_s: float) -> None:
+        """Block until URLs are admitted somewhere or ``timeout_s`` passes."""
+        self._redis.blpop([redis_keys.FRONTIER_WAKE], timeout=max(0.01, timeout_s))
+
+
+def _job_keys(job_id: str, *names: str) -> tuple[str, ...]:
+    makers = {
+        "meta": redis_keys.job,
+        "ready": redis_keys.job_ready,
+        "next": redis_keys.job_next,
+        "busy": redis_keys.job_busy,
+        "leases": redis_keys.job_leases,
+    }
+    return tuple(makers[name](job_id) for name in names)
+
+
+def _counter_args(counters: Mapping[str, int] | None) -> list[str | int]:
+    args: list[str | int] = []
+    for name, value in (counters or {}).items():
+        if value:
+            args.extend((name, value))
+    return args
+
+
+def _text(value: bytes | str | None) -> str:
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)

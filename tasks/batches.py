@@ -1,0 +1,58 @@
+"""``vcrawl.fetch_batch`` (download queue) linked to ``vcrawl.analyze_batch`` (analysis queue)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Task
+
+from frontier import Batch
+from tasks import crawling, deps
+from tasks.app import app
+from vcrawl.errors import InvalidTask, PermanentError
+
+__all__ = ["analysis_batch_failed", "analyze_batch", "dispatch_batch", "fetch_batch"]
+
+logger = logging.getLogger(__name__)
+
+
+# No Celery retries: a batch that dies with its worker keeps its lease, and the frontier
+# requeues its URLs when the lease runs out; retries of single URLs go through the frontier.
+@app.task(name="vcrawl.fetch_batch", acks_late=True, ignore_result=True, throws=(InvalidTask,))
+def fetch_batch(job_id: str, batch: dict) -> dict:
+    """Fetch one leased batch of a job's URLs; return the stored pages for analysis."""
+    try:
+        parsed = Batch.from_dict(batch)
+    except ValueError as exc:
+        raise InvalidTask("batch", str(exc)) from None
+    return crawling.run_fetch_batch(deps.crawl_env(), job_id, parsed)
+
+
+@app.task(name="vcrawl.analyze_batch", bind=True, acks_late=True, ignore_result=True, max_retries=None)
+def analyze_batch(self: Task, fetched: dict) -> dict:
+    """Analyse a fetch batch's pages and admit their links; retried, and admitted at most once."""
+    try:
+        return crawling.run_analyze_batch(deps.crawl_env(), fetched)
+    except PermanentError:
+        raise
+    except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry
+        delay_s = deps.analysis_retry().delay_for(self.request.retries + 1)
+        if delay_s is None:
+            raise
+        logger.warning("analysis of batch %s failed, retrying in %.1fs: %r", fetched.get("batch"), delay_s, exc)
+        raise self.retry(exc=exc, countdown=delay_s) from exc
+
+
+@app.task(name="vcrawl.analysis_batch_failed", ignore_result=True)
+def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> None:
+    """Errback: count a batch whose analysis failed for good, so its job can still complete."""
+    fetched = (request.args or [None])[0]
+    if isinstance(fetched, dict):
+        crawling.abandon_analysis(deps.crawl_env(), fetched, f"{type(exc).__name__}: {exc}")
+
+
+def dispatch_batch(job_id: str, batch: Batch, producer: Any = None) -> None:
+    """Send a leased batch to the download queue, linked to its analysis."""
+    then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()])
+    fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer)

@@ -1,0 +1,307 @@
+"""One fetch batch and one analysis batch of a crawl job, as plain functions.
+
+A fetch batch holds URLs of one host leased from the frontier. Its fetches go out one
+after another; the batch ends by releasing the lease, which sets the host's next
+allowed time. Pages (200) are stored and handed to the analysis batch, which extracts
+links and records and admits the links through one atomic admission call.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import json
+import logging
+import socket
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from analyzers import Page, links_analyzer, run_analysis
+from fetchers import RETRYABLE_STATUSES, FetchRequest, FetchResult, parse_retry_after
+from frontier import Batch, Entry, Frontier, RobotsCache, RobotsRules, origin, robots_url
+from storage import Storage, page_location, result_location
+from tasks.alerts import Alert, Alerter
+from tasks.jobs import JobRuntime, RuntimeCache, admit_links
+from vcrawl.errors import DownloadFailed, FetchFailed, MissingPage, VcrawlError
+from vcrawl.payloads import FieldRule
+
+__all__ = ["CrawlEnv", "abandon_analysis", "run_analyze_batch", "run_fetch_batch"]
+
+logger = logging.getLogger(__name__)
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_FOLLOWED_TAGS = frozenset({"a", "area", "frame", "iframe"})
+
+
+@dataclass(frozen=True)
+class CrawlEnv:
+    """The per-process services a crawl batch uses."""
+
+    frontier: Frontier
+    runtimes: RuntimeCache
+    robots: RobotsCache
+    storage: Storage
+    alerter: Alerter
+    alert_once: Callable[[str], bool]
+    clock: Callable[[], float] = time.time
+
+
+@dataclass
+class _BatchRun:
+    """What happened in one fetch batch, to release and to hand on."""
+
+    pages: list[dict[str, Any]]
+    redirects: list[dict[str, Any]]
+    requeue: list[Entry]
+    counters: Counter[str]
+    done: int = 0
+    last_start: float | None = None
+    host_delay_until: float = 0.0
+    crawl_delay_s: float | None = None
+
+
+def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
+    """Fetch a leased batch, store its pages, release the lease; return what analysis needs."""
+    runtime = env.runtimes.get(job_id)
+    run = _BatchRun([], [], [], Counter())
+    for index, entry in enumerate(batch.entries):
+        stop = _fetch_entry(env, runtime, entry, run)
+        if stop:
+            run.requeue.extend(batch.entries[index + 1 :])
+            break
+    now = env.clock()
+    pause = runtime.politeness.pause_s()
+    if run.crawl_delay_s is not None and runtime.spec.politeness.obey_robots:
+        pause = max(pause, run.crawl_delay_s)
+    next_ready = max(now, (run.last_start or now) + pause, run.host_delay_until)
+    env.frontier.release(
+        job_id,
+        batch,
+        now_ms=now * 1000,
+        next_ready_ms=next_ready * 1000,
+        done=run.done,
+        requeue=run.requeue,
+        counters=run.counters,
+    )
+    return {"job": job_id, "batch": batch.batch_id, "pages": run.pages, "redirects": run.redirects}
+
+
+def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun) -> bool:
+    """Fetch one URL of the batch; return True to stop the batch (the host needs a pause)."""
+    spec = runtime.spec
+    if spec.politeness.obey_robots:
+        rules = env.robots.get(origin(entry.url))
+        if rules is None:
+            rules = _fetch_robots(env, runtime, entry.url, run)
+            if not runtime.eager:  # the robots.txt request used this politeness slot
+                run.requeue.append(entry)
+                return True
+        run.crawl_delay_s = rules.crawl_delay(spec.politeness.robots_token)
+        if not rules.can_fetch(entry.url, spec.politeness.robots_token):
+            run.counters["robots_blocked"] += 1
+            run.done += 1
+            return False
+    rule = spec.rule_for(entry.url)
+    if runtime.networks and not _in_networks(urlsplit(entry.url).hostname or "", runtime.networks):
+        return _final_failure(run, "network_refused")
+    run.last_start = env.clock()
+    request = FetchRequest(
+        url=entry.url,
+        user_agent=runtime.identities.user_agent(),
+        referer=runtime.identities.referer(),
+        proxy=runtime.identities.proxy(),
+        js_function=rule.js_function,
+    )
+    try:
+        result = runtime.fetcher.fetch(request)
+    except FetchFailed as exc:
+        return _retry_or_fail(env, runtime, entry, run, exc.reason, exc.retry_after_s)
+    except DownloadFailed as exc:
+        return _final_failure(run, exc.reason)
+    run.counters["fetched"] += 1
+    return _handle_response(env, runtime, entry, run, result)
+
+
+def _handle_response(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchResult) -> bool:
+    if result.status == 200:
+        job_id = runtime.job_id
+        save_path = f"jobs/{job_id}/{page_location(entry.url)}"
+        env.storage.write_bytes(save_path, result.body)
+        run.counters["stored"] += 1
+        run.counters["bytes"] += len(result.body)
+        rule = runtime.spec.rule_for(entry.url)
+        run.pages.append(
+            {
+                "url": entry.url,
+                "final_url": result.final_url,
+                "save_path": save_path,
+                "content_type": result.content_type,
+                "depth": entry.depth,
+                "analyzer": rule.analyzer,
+                "fields": {n: r.to_dict() for n, r in rule.fields.items()} if rule.fields else None,
+                "result_path": (
+                    f"jobs/{job_id}/{result_location(entry.url, rule.analyzer)}" if rule.analyzer else None
+                ),
+            }
+        )
+        return False
+    if result.status in _REDIRECTS and "location" in result.headers:
+        if entry.redirects_left <= 0:
+            return _final_failure(run, "too_many_redirects")
+        target = urljoin(result.final_url, result.headers["location"].strip())
+        run.counters["redirects"] += 1
+        run.redirects.append({"url": entry.url, "target": target, "depth": entry.depth,
+                              "redirects_left": entry.redirects_left - 1})  # fmt: skip
+        return False
+    if result.status in RETRYABLE_STATUSES:
+        retry_after = parse_retry_after(result.headers.get("retry-after"))
+        return _retry_or_fail(env, runtime, entry, run, f"http_{result.status}", retry_after)
+    return _final_failure(run, f"http_{result.status}")
+
+
+def _retry_or_fail(
+    env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, reason: str, retry_after_s: float | None
+) -> bool:
+    """Requeue the URL with a host-wide wait, or count it failed when its retries are spent."""
+    delay_s = runtime.retry.delay_for(entry.attempt + 1, retry_after_s)
+    if delay_s is None:
+        _final_failure(run, reason)
+        # A host that asked for a long wait gets it, even though this URL gives up.
+        if retry_after_s is not None:
+            run.host_delay_until = max(run.host_delay_until, env.clock() + min(retry_after_s, 3600.0))
+        return retry_after_s is not None
+    run.counters["retries"] += 1
+    run.requeue.append(Entry(entry.url, entry.depth, entry.attempt + 1, entry.redirects_left))
+    run.host_delay_until = max(run.host_delay_until, env.clock() + delay_s)
+    return True  # the host is struggling: the rest of the batch waits with it
+
+
+def _final_failure(run: _BatchRun, reason: str) -> bool:
+    run.counters[f"failed:{reason}"] += 1
+    run.done += 1
+    return False
+
+
+def _fetch_robots(env: CrawlEnv, runtime: JobRuntime, url: str, run: _BatchRun) -> RobotsRules:
+    """Fetch robots.txt of the URL's origin (RFC 9309: 5 redirects, 500 KiB) and cache it."""
+    run.last_start = env.clock()
+    request = FetchRequest(url=robots_url(url), user_agent=runtime.identities.user_agent())
+    try:
+        result = runtime.robots_fetcher.fetch(request)
+        status: int | None = result.status
+        body: bytes | None = result.body
+    except DownloadFailed as exc:
+        status, body = (300 if exc.reason in ("too_many_redirects", "redirect_loop") else None), None
+    except FetchFailed:
+        status, body = None, None
+    rules = RobotsRules.from_response(status, body)
+    env.robots.put(origin(url), rules)
+    run.counters["robots_fetched"] += 1
+    logger.debug("robots.txt of %s: %s (status %s)", origin(url), rules.kind, status)
+    return rules
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve(host: str) -> tuple[str, ...]:
+    try:
+        return tuple({info[4][0] for info in socket.getaddrinfo(host, None)})
+    except OSError:
+        return ()
+
+
+def _in_networks(host: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    addresses = _resolve(host)
+    return bool(addresses) and all(
+        any(ipaddress.ip_address(address.split("%", 1)[0]) in network for network in networks) for address in addresses
+    )
+
+
+def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:
+    """Extract links and records from a fetch batch's pages and admit the links in one call."""
+    job_id = fetched["job"]
+    runtime = env.runtimes.get(job_id)
+    counters: Counter[str] = Counter()
+    links: list[tuple[str, int, int]] = []
+    max_redirects = runtime.spec.limits.max_redirects
+    for page in fetched["pages"]:
+        found = _analyze_page(env, runtime, page, counters)
+        links.extend((url, page["depth"] + 1, max_redirects) for url in found)
+    for redirect in fetched["redirects"]:
+        links.append((redirect["target"], redirect["depth"], redirect["redirects_left"]))
+    done = len(fetched["pages"]) + len(fetched["redirects"])
+    admission = admit_links(
+        runtime,
+        env.frontier,
+        links,
+        done=done,
+        token=f"a:{fetched['batch']}",
+        counters=counters,
+        now_ms=env.clock() * 1000,
+    )
+    return {"job": job_id, "batch": fetched["batch"], "admitted": admission.admitted,
+            "completed": admission.completed}  # fmt: skip
+
+
+def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], counters: Counter[str]) -> list[str]:
+    """Run the page's analyzer (if its rule names one) and return the links to follow."""
+    try:
+        body = env.storage.read_bytes(page["save_path"])
+    except MissingPage:
+        counters["analysis_failed:missing_page"] += 1
+        return []
+    counters["analysed"] += 1
+    parsed = Page(url=page["final_url"], body=body, content_type=page["content_type"])
+    found: list[str] = []
+    if _is_html(page["content_type"]):
+        found = [link["url"] for link in links_analyzer(parsed, None)["links"] if link["tag"] in _FOLLOWED_TAGS]
+    else:
+        counters["not_html"] += 1
+    if page["analyzer"] is not None:
+        rules = {n: FieldRule.from_value(n, r) for n, r in page["fields"].items()} if page["fields"] else None
+        try:
+            result = run_analysis(parsed, page["analyzer"], rules)
+            data = json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
+            env.storage.write_bytes(page["result_path"], data)
+            counters["records"] += 1
+        except VcrawlError as exc:
+            counters[f"analysis_failed:{exc.reason}"] += 1
+            _alert_analysis(env, runtime, page, exc)
+        except Exception as exc:  # an analyzer plugin's bug must not stop the crawl
+            counters["analysis_failed:error"] += 1
+            _alert_analysis(env, runtime, page, exc)
+    return found
+
+
+def _alert_analysis(env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], exc: Exception) -> None:
+    logger.warning("analysis of %s with %s failed: %r", page["url"], page["analyzer"], exc)
+    if env.alert_once(f"{runtime.job_id}:{page['analyzer']}"):
+        env.alerter.send(
+            Alert(
+                subject=f"analyzer {page['analyzer']} failing in job {runtime.job_id}",
+                text=f"Analyzer {page['analyzer']} failed on {page['url']}: {type(exc).__name__}: {exc}. "
+                "Later failures of this analyzer in this job are counted, not alerted.",
+                details={"job": runtime.job_id, "url": page["url"], "analyzer": page["analyzer"], "error": str(exc)},
+            )
+        )
+
+
+def _is_html(content_type: str | None) -> bool:
+    if content_type is None:
+        return True  # no header: sniffing would be guessing; lxml copes with anything
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind in ("text/html", "application/xhtml+xml", "text/plain", "") or kind.endswith("+xml")
+
+
+def abandon_analysis(env: CrawlEnv, fetched: dict[str, Any], error: str) -> None:
+    """Finish a batch whose analysis failed for good: count it and release its pages' pending."""
+    runtime = env.runtimes.get(fetched["job"])
+    done = len(fetched["pages"]) + len(fetched["redirects"])
+    counters: Counter[str] = Counter({"analysis_failed:batch": len(fetched["pages"])})
+    logger.error("analysis of batch %s of job %s failed for good: %s", fetched["batch"], fetched["job"], error)
+    # The same token as the analysis: if it did admit before failing, this changes nothing.
+    admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters,
+                now_ms=env.clock() * 1000)  # fmt: skip

@@ -1,0 +1,303 @@
+"""Crawl jobs: start, admit, status, cancel. Plain functions; the Celery tasks call them."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from analyzers import check_rules, get_analyzer
+from fetchers import FetcherRegistry, FetchLimits, IdentityPool, StaticFetcher
+from frontier import (
+    Admission,
+    BloomFilter,
+    Candidate,
+    Entry,
+    Frontier,
+    Scope,
+    canonical_url,
+    host_key,
+    reject_reason,
+)
+from vcrawl import redis_keys
+from vcrawl.errors import InvalidTask, UnknownComponent
+from vcrawl.jobs import JobSpec
+from vcrawl.policies import PolitenessPolicy, RetryPolicy
+from vcrawl.settings import Settings
+
+__all__ = [
+    "JobRuntime",
+    "RuntimeCache",
+    "admit_links",
+    "check_job",
+    "job_status",
+    "scope_of",
+    "start",
+]
+
+_ADMIT_CHUNK = 1000  # URLs per admission script call: each call blocks Redis ~10 us per URL
+
+
+@dataclass(frozen=True)
+class JobRuntime:
+    """Everything a worker derives from a job's spec, built once per process and job."""
+
+    spec: JobSpec
+    scope: Scope
+    fetcher: StaticFetcher
+    robots_fetcher: StaticFetcher
+    identities: IdentityPool
+    politeness: PolitenessPolicy
+    retry: RetryPolicy
+    bloom: BloomFilter
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    batch_size: int
+
+    @property
+    def job_id(self) -> str:
+        """The job's id."""
+        return self.spec.id
+
+    @property
+    def eager(self) -> bool:
+        """Politeness off: a host may be handed out again before its batch returns."""
+        return self.politeness.min_interval_s <= 0
+
+
+def check_job(spec: JobSpec, fetchers: FetcherRegistry) -> None:
+    """Check what a JobSpec cannot check alone: registries and selectors.
+
+    Raises:
+        InvalidTask: naming the rule's key, e.g. ``rules[0].analyzer``.
+    """
+    for index, rule in enumerate(spec.rules):
+        where = f"rules[{index}]"
+        try:
+            fetchers.check(rule.page_type)
+        except UnknownComponent as exc:
+            raise InvalidTask(f"{where}.page_type", str(exc)) from None
+        if rule.analyzer is not None:
+            try:
+                get_analyzer(rule.analyzer)
+            except UnknownComponent as exc:
+                raise InvalidTask(f"{where}.analyzer", str(exc)) from None
+        if rule.fields is not None:
+            try:
+                check_rules(rule.fields)
+            except InvalidTask as exc:
+                raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
+
+
+def scope_of(spec: JobSpec) -> Scope:
+    """The filter scope of a job; with no hosts and no domains, the seeds' hosts."""
+    hosts = frozenset(spec.scope.hosts)
+    if not hosts and not spec.scope.domains:
+        hosts = frozenset((urlsplit(canonical_url(seed)).hostname or "") for seed in spec.seeds)
+    return Scope(
+        hosts=hosts,
+        domains=tuple(spec.scope.domains),
+        allow=tuple(re.compile(p) for p in spec.scope.allow),
+        deny=tuple(re.compile(p) for p in spec.scope.deny),
+        max_depth=spec.max_depth,
+    )
+
+
+def build_runtime(spec: JobSpec, settings: Settings, session: Any, client: Any) -> JobRuntime:
+    """Derive a job's runtime objects from its spec and the cluster settings."""
+    limits = spec.limits
+    fetch_limits = FetchLimits(
+        connect_timeout_s=limits.connect_timeout_s,
+        read_timeout_s=limits.read_timeout_s,
+        total_timeout_s=limits.total_timeout_s,
+        max_body_bytes=limits.max_body_bytes,
+        max_redirects=0,
+        follow_redirects=False,
+    )
+    robots_limits = replace(
+        fetch_limits, max_body_bytes=500 * 1024, truncate_body=True, follow_redirects=True, max_redirects=5
+    )
+    politeness = PolitenessPolicy(spec.politeness.min_interval_s, spec.politeness.jitter)
+    return JobRuntime(
+        spec=spec,
+        scope=scope_of(spec),
+        fetcher=StaticFetcher(session, fetch_limits),
+        robots_fetcher=StaticFetcher(session, robots_limits),
+        identities=IdentityPool(
+            spec.user_agents if spec.user_agents is not None else settings.user_agents,
+            spec.referers if spec.referers is not None else settings.referers,
+            spec.proxies if spec.proxies is not None else settings.proxies,
+        ),
+        politeness=politeness,
+        retry=RetryPolicy(
+            limits.retries, settings.fetch_backoff_s, settings.fetch_backoff_max_s, settings.max_retry_after_s
+        ),
+        bloom=BloomFilter(
+            client,
+            spec.id,
+            spec.dedup.expected_urls,
+            spec.dedup.error_rate,
+            segment_key=lambda index: redis_keys.job_bloom_segment(spec.id, index),
+        ),
+        networks=tuple(ipaddress.ip_network(n) for n in spec.allowed_networks),
+        batch_size=settings.frontier_batch if politeness.min_interval_s <= 0 else 1,
+    )
+
+
+class RuntimeCache:
+    """Job id -> JobRuntime for this process; specs never change once a job started."""
+
+    def __init__(self, frontier: Frontier, settings: Settings, session: Any, client: Any, size: int = 64) -> None:
+        self._frontier, self._settings, self._session, self._client = frontier, settings, session, client
+        self._size = size
+        self._cache: dict[str, JobRuntime] = {}
+        self._lock = threading.Lock()
+
+    def get(self, job_id: str) -> JobRuntime:
+        """The runtime of ``job_id``.
+
+        Raises:
+            InvalidTask: no such job.
+        """
+        runtime = self._cache.get(job_id)
+        if runtime is not None:
+            return runtime
+        raw = self._frontier.raw_state(job_id).get("spec")
+        if not raw:
+            raise InvalidTask("job", f"no job {job_id!r}")
+        runtime = build_runtime(JobSpec.from_dict(json.loads(raw)), self._settings, self._session, self._client)
+        with self._lock:
+            if len(self._cache) >= self._size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[job_id] = runtime
+        return runtime
+
+
+def admit_links(
+    runtime: JobRuntime,
+    frontier: Frontier,
+    links: Iterable[tuple[str, int, int]],
+    *,
+    done: int,
+    token: str,
+    counters: Counter[str],
+    now_ms: float,
+) -> Admission:
+    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left)`` links; finish ``done`` URLs.
+
+    Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call).
+    """
+    candidates: list[Candidate] = []
+    local: set[str] = set()
+    for url, depth, redirects_left in links:
+        try:
+            canonical = canonical_url(url)
+        except ValueError:
+            counters["filtered:malformed"] += 1
+            continue
+        reason = reject_reason(canonical, depth, runtime.scope)
+        if reason is not None:
+            counters[f"filtered:{reason}"] += 1
+            continue
+        if canonical in local:
+            counters["duplicates"] += 1
+            continue
+        local.add(canonical)
+        candidates.append(Candidate(host_key(canonical), Entry(canonical, depth, 0, redirects_left)))
+    chunks = [candidates[i : i + _ADMIT_CHUNK] for i in range(0, len(candidates), _ADMIT_CHUNK)] or [[]]
+    result = Admission(False, False, 0, 0, 0)
+    for index, chunk in enumerate(chunks):
+        last = index == len(chunks) - 1
+        result = _add(result, frontier.admit(
+            runtime.job_id,
+            chunk,
+            bloom=runtime.bloom,
+            now_ms=now_ms,
+            max_pages=runtime.spec.max_pages,
+            per_host=runtime.spec.politeness.per_host,
+            done=done if last else 0,  # finish the pages only after all their links are queued
+            token=f"{token}:{index}" if token else "",
+            counters=counters if index == 0 else None,
+        ))  # fmt: skip
+    return result
+
+
+def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: FetcherRegistry) -> str:
+    """Validate and record a job, then admit its seeds; return its id.
+
+    Raises:
+        InvalidTask: a bad key (``rules[0].analyzer``, ...) or an id already taken (``id``).
+    """
+    check_job(spec, fetchers)
+    now = time.time()
+    if not frontier.create(spec.id, spec.to_json(), now):
+        raise InvalidTask("id", f"a job {spec.id!r} exists already")
+    runtime = runtimes.get(spec.id)
+    seeds = [(seed, 0, spec.limits.max_redirects) for seed in spec.seeds]
+    admit_links(runtime, frontier, seeds, done=0, token="seeds", counters=Counter(), now_ms=now * 1000)
+    return spec.id
+
+
+def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
+    """State and counters of a job, or None if unknown."""
+    raw = frontier.raw_state(job_id)
+    if not raw:
+        return None
+    counters = Counter({name: int(value) for name, value in raw.items() if _is_counter(name, value)})
+    failed = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("failed:")}
+    filtered = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("filtered:")}
+    analysis_failed = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith("analysis_failed:")}
+    created = float(raw.get("created_at", "0"))
+    finished = float(raw["finished_at"]) if raw.get("finished_at") else None
+    spec = json.loads(raw.get("spec", "{}"))
+    return {
+        "job": job_id,
+        "state": raw.get("state"),
+        "seeds": spec.get("seeds", []),
+        "created_at": created,
+        "finished_at": finished,
+        "elapsed_s": round((finished or time.time()) - created, 3),
+        "admitted": counters["admitted"],
+        "queued": max(0, counters["queued_now"]),
+        "pending": max(0, counters["pending"]),
+        "in_flight_batches": frontier.in_flight(job_id),
+        "pages_fetched": counters["fetched"],
+        "pages_stored": counters["stored"],
+        "failed": failed,
+        "robots_blocked": counters["robots_blocked"],
+        "filtered": filtered,
+        "duplicates": counters["duplicates"],
+        "bytes": counters["bytes"],
+        "analysed": counters["analysed"],
+        "records": counters["records"],
+        "analysis_failed": analysis_failed,
+        "redirects": counters["redirects"],
+        "retries": counters["retries"],
+        "robots_fetched": counters["robots_fetched"],
+        "lease_expired": counters["lease_expired"],
+    }
+
+
+def _is_counter(name: str, value: str) -> bool:
+    return name not in {"spec", "state", "created_at", "finished_at"} and value.lstrip("-").isdigit()
+
+
+def _add(a: Admission, b: Admission) -> Admission:
+    return Admission(
+        a.completed or b.completed,
+        a.repeated or b.repeated,
+        a.admitted + b.admitted,
+        a.duplicates + b.duplicates,
+        a.over_limit + b.over_limit,
+    )
+
+
+def counters_of(values: Mapping[str, int]) -> dict[str, int]:
+    """Drop zero counters (nothing to send)."""
+    return {name: value for name, value in values.items() if value}

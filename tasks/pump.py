@@ -1,0 +1,133 @@
+"""The frontier pump: a thread in every worker that sends due batches to the download queue.
+
+Any number of pumps may run (one per worker process on every machine): each pump call is
+one atomic script, so a URL is leased once however many pumps race. A pump sleeps until
+the earliest host is due, or until new URLs are admitted (a wake-up list), never longer
+than ``max_sleep_s``. It also requeues the URLs of batches whose lease ran out.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from frontier import Batch, Frontier
+from tasks.jobs import RuntimeCache
+from vcrawl.errors import VcrawlError
+from vcrawl.settings import Settings
+
+__all__ = ["FrontierPump"]
+
+logger = logging.getLogger(__name__)
+
+_RECLAIM_EVERY_S = 5.0
+_MAX_BATCHES_PER_CALL = 32
+
+
+class FrontierPump:
+    """Lease due batches of every running job and hand them to ``dispatch``."""
+
+    def __init__(
+        self,
+        frontier: Frontier,
+        runtimes: RuntimeCache,
+        dispatch: Callable[[str, Batch, Any], None],
+        settings: Settings,
+        producer: Callable[[], Any] | None = None,
+        max_sleep_s: float = 0.25,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._frontier = frontier
+        self._runtimes = runtimes
+        self._dispatch = dispatch
+        self._settings = settings
+        self._producer = producer
+        self._max_sleep_s = max_sleep_s
+        self._clock = clock
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_reclaim = 0.0
+
+    def start(self) -> FrontierPump:
+        """Run the pump in a daemon thread (again after a stop; once while running)."""
+        if self._thread is not None and self._thread.is_alive():
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="vcrawl-pump", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop after the current round."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def pump_once(self) -> float | None:
+        """One round over the running jobs; return seconds until the next host is due (None: idle)."""
+        now = self._clock()
+        reclaim = now - self._last_reclaim >= _RECLAIM_EVERY_S
+        if reclaim:
+            self._last_reclaim = now
+        next_due: float | None = None
+        dispatched = 0
+        for job_id in self._frontier.running_jobs():
+            try:
+                runtime = self._runtimes.get(job_id)
+            except VcrawlError as exc:
+                logger.warning("pump: skipping job %s: %s", job_id, exc)
+                continue
+            if reclaim and (count := self._frontier.reclaim_expired(job_id, now * 1000)):
+                logger.warning("job %s: requeued %d URLs of batches whose lease ran out", job_id, count)
+            lease_s = runtime.spec.limits.total_timeout_s * runtime.batch_size + 60
+            result = self._frontier.pump(
+                job_id,
+                now_ms=now * 1000,
+                max_batches=_MAX_BATCHES_PER_CALL,
+                batch_size=runtime.batch_size,
+                per_host=runtime.spec.politeness.per_host,
+                lease_ms=lease_s * 1000,
+                cap=self._settings.frontier_inflight,
+                eager=runtime.eager,
+            )
+            if result.stopped:
+                self._frontier.forget_if_stopped(job_id)
+                continue
+            producer = self._producer() if (self._producer and result.batches) else None
+            try:
+                for batch in result.batches:
+                    self._dispatch(job_id, batch, producer)
+            finally:
+                if producer is not None:
+                    producer.release()
+            dispatched += len(result.batches)
+            if result.next_due_ms is not None:
+                due = result.next_due_ms / 1000 - now
+                next_due = due if next_due is None else min(next_due, due)
+        if dispatched:
+            return 0.0
+        if next_due is not None and next_due <= 0:
+            # Hosts are due but the in-flight cap is reached: a released batch wakes us.
+            return self._max_sleep_s
+        return next_due
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                wait_s = self.pump_once()
+            except Exception:  # the pump must survive a Redis restart or a bad job
+                logger.exception("frontier pump round failed")
+                self._stop.wait(1.0)
+                continue
+            if wait_s is not None and wait_s <= 0:
+                continue
+            timeout = self._max_sleep_s if wait_s is None else min(self._max_sleep_s, max(0.002, wait_s))
+            try:
+                self._frontier.wait_for_work(timeout)
+            except Exception:
+                logger.exception("frontier pump wait failed")
+                self._stop.wait(1.0)

@@ -1,0 +1,369 @@
+"""Crawl jobs: seeds plus rules, defined in Python, YAML or JSON; validated with the path of a bad key."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from vcrawl.errors import InvalidTask
+from vcrawl.payloads import DownloadTask, FieldRule
+
+__all__ = [
+    "DedupSpec",
+    "JobSpec",
+    "LimitsSpec",
+    "PolitenessSpec",
+    "Rule",
+    "ScopeSpec",
+    "load_job_file",
+    "new_job_id",
+]
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_ROBOTS_TOKEN = re.compile(r"^[A-Za-z_-]{1,64}$")
+
+
+def new_job_id(clock: Any = time.time) -> str:
+    """A fresh, sortable job id like ``job-20261122-011500-3f9a``."""
+    return time.strftime("job-%Y%m%d-%H%M%S-", time.gmtime(clock())) + secrets.token_hex(2)
+
+
+@dataclass(frozen=True)
+class ScopeSpec:
+    """Where a job may go: hosts (exact), domains (and their subdomains), URL regexes."""
+
+    hosts: tuple[str, ...] = ()
+    domains: tuple[str, ...] = ()
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PolitenessSpec:
+    """How gently a job treats each host."""
+
+    min_interval_s: float = 1.0
+    jitter: float = 0.5
+    per_host: int = 1
+    obey_robots: bool = True
+    robots_token: str = "vcrawl"
+
+
+@dataclass(frozen=True)
+class LimitsSpec:
+    """Per-request bounds and the retry budget of a job's fetches."""
+
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 15.0
+    total_timeout_s: float = 60.0
+    max_body_bytes: int = 10 * 1024 * 1024
+    max_redirects: int = 5
+    retries: int = 3
+
+
+@dataclass(frozen=True)
+class DedupSpec:
+    """Sizing of the job's Bloom filter: expected distinct URLs and false-positive rate."""
+
+    expected_urls: int = 1_000_000
+    error_rate: float = 0.001
+
+
+@dataclass(frozen=True)
+class Rule:
+    """URLs matching ``pattern`` (regex search) get this page type, JS function and analyzer."""
+
+    pattern: str
+    page_type: str = "static"
+    js_function: str | None = None
+    analyzer: str | None = None
+    fields: Mapping[str, FieldRule] | None = None
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A crawl job. ``None`` header pools mean the cluster's configured defaults."""
+
+    seeds: tuple[str, ...]
+    id: str = ""
+    scope: ScopeSpec = field(default_factory=ScopeSpec)
+    max_depth: int = 3
+    max_pages: int = 10_000
+    rules: tuple[Rule, ...] = ()
+    politeness: PolitenessSpec = field(default_factory=PolitenessSpec)
+    user_agents: tuple[str, ...] | None = None
+    referers: tuple[str, ...] | None = None
+    proxies: tuple[str, ...] | None = None
+    limits: LimitsSpec = field(default_factory=LimitsSpec)
+    dedup: DedupSpec = field(default_factory=DedupSpec)
+    allowed_networks: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
+        """Validate a job definition (as read from YAML/JSON or given in Python).
+
+        Raises:
+            InvalidTask: ``field`` is the path of the bad key, e.g. ``rules[1].pattern``.
+        """
+        data = _mapping(data, "job")
+        _known(data, {f.name for f in fields(cls)}, "")
+        seeds = _str_list(data.get("seeds"), "seeds", required=True)
+        for index, seed in enumerate(seeds):
+            _check_seed(seed, f"seeds[{index}]")
+        spec = cls(
+            seeds=seeds,
+            id=_job_id(data.get("id", job_id) or new_job_id()),
+            scope=_scope(data.get("scope")),
+            max_depth=_int(data.get("max_depth", 3), "max_depth", 0, 1000),
+            max_pages=_int(data.get("max_pages", 10_000), "max_pages", 1, 10**9),
+            rules=tuple(_rule(item, f"rules[{i}]") for i, item in enumerate(_list(data.get("rules"), "rules"))),
+            politeness=_politeness(data.get("politeness")),
+            user_agents=_optional_pool(data, "user_agents"),
+            referers=_optional_pool(data, "referers"),
+            proxies=_optional_pool(data, "proxies"),
+            limits=_limits(data.get("limits")),
+            dedup=_dedup(data.get("dedup")),
+            allowed_networks=_networks(data.get("allowed_networks")),
+        )
+        for index, proxy in enumerate(spec.proxies or ()):
+            if urlsplit(proxy).scheme not in ("http", "https") or not urlsplit(proxy).hostname:
+                raise InvalidTask(f"proxies[{index}]", f"must be an http(s) proxy URL, got {proxy!r}")
+        return spec
+
+    def rule_for(self, url: str) -> Rule:
+        """The first rule whose pattern matches ``url``, or the default (static, links only)."""
+        for rule in self.rules:
+            if re.search(rule.pattern, url):
+                return rule
+        return _DEFAULT_RULE
+
+    def with_id(self, job_id: str) -> JobSpec:
+        """A copy under another id."""
+        return replace(self, id=_job_id(job_id))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``from_dict`` takes it back)."""
+        data = asdict(self)
+        data["rules"] = [
+            {**asdict(rule), "fields": {n: r.to_dict() for n, r in rule.fields.items()} if rule.fields else None}
+            for rule in self.rules
+        ]
+        return data
+
+    def to_json(self) -> str:
+        """Compact JSON for storing in Redis."""
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+
+
+_DEFAULT_RULE = Rule(pattern="")
+
+
+def load_job_file(path: str | Path) -> JobSpec:
+    """Read a job from a ``.yaml``/``.yml`` or ``.json`` file.
+
+    Raises:
+        InvalidTask: unreadable or malformed file (``field`` is ``file``), or a bad key.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidTask("file", f"cannot read {path}: {exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise InvalidTask("file", f"{path} is not valid {kind}: {exc}") from None
+    return JobSpec.from_dict(data)
+
+
+def _scope(value: Any) -> ScopeSpec:
+    data = _mapping(value if value is not None else {}, "scope")
+    _known(data, {f.name for f in fields(ScopeSpec)}, "scope.")
+    hosts = tuple(h.lower().strip(".") for h in _str_list(data.get("hosts"), "scope.hosts"))
+    domains = tuple(d.lower().strip(".") for d in _str_list(data.get("domains"), "scope.domains"))
+    for name, items in (("scope.hosts", hosts), ("scope.domains", domains)):
+        for index, item in enumerate(items):
+            if not item or "/" in item or ":" in item:
+                raise InvalidTask(f"{name}[{index}]", f"must be a host name without scheme, port or path, got {item!r}")
+    allow = _regexes(data.get("allow"), "scope.allow")
+    deny = _regexes(data.get("deny"), "scope.deny")
+    return ScopeSpec(hosts, domains, allow, deny)
+
+
+def _rule(value: Any, where: str) -> Rule:
+    data = _mapping(value, where)
+    _known(data, {f.name for f in fields(Rule)}, f"{where}.")
+    pattern = data.get("pattern")
+    if not isinstance(pattern, str):
+        raise InvalidTask(f"{where}.pattern", "is required and must be a regex string")
+    _compile(pattern, f"{where}.pattern")
+    analyzer = data.get("analyzer")
+    # DownloadTask checks page_type, js_function, analyzer name and field rules the same way as crawl.delay.
+    probe = {"url": "http://rule.check/", "page_type": data.get("page_type", "static"), "analyzer": analyzer or "links"}
+    for key in ("js_function", "fields"):
+        if data.get(key) is not None:
+            probe[key] = data[key]
+    try:
+        checked = DownloadTask.from_dict(probe)
+    except InvalidTask as exc:
+        raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
+    return Rule(pattern, checked.page_type, checked.js_function, analyzer, checked.fields)
+
+
+# (low, high) for every number a job file may set.
+_BOUNDS: dict[str, tuple[float, float]] = {
+    "min_interval_s": (0, 3600),
+    "jitter": (0, 10),
+    "per_host": (1, 256),
+    "connect_timeout_s": (0.1, 600),
+    "read_timeout_s": (0.1, 600),
+    "total_timeout_s": (0.1, 3600),
+    "max_body_bytes": (1, 2**31),
+    "max_redirects": (0, 20),
+    "retries": (0, 20),
+    "expected_urls": (1000, 10**10),
+    "error_rate": (1e-9, 0.1),
+}
+
+
+def _section(value: Any, cls: type, prefix: str) -> Any:
+    """Build a spec dataclass from a mapping, checking each key's type and range."""
+    data = _mapping(value if value is not None else {}, prefix)
+    _known(data, {f.name for f in fields(cls)}, f"{prefix}.")
+    values: dict[str, Any] = {}
+    for spec_field in fields(cls):
+        if spec_field.name not in data:
+            continue
+        where, raw = f"{prefix}.{spec_field.name}", data[spec_field.name]
+        if spec_field.type == "bool":
+            if not isinstance(raw, bool):
+                raise InvalidTask(where, f"must be true or false, got {raw!r}")
+            values[spec_field.name] = raw
+        elif spec_field.type == "int":
+            values[spec_field.name] = _int(raw, where, *map(int, _BOUNDS[spec_field.name]))
+        elif spec_field.type == "float":
+            values[spec_field.name] = _float(raw, where, *_BOUNDS[spec_field.name])
+        else:
+            values[spec_field.name] = raw
+    return cls(**values)
+
+
+def _politeness(value: Any) -> PolitenessSpec:
+    spec = _section(value, PolitenessSpec, "politeness")
+    if not isinstance(spec.robots_token, str) or not _ROBOTS_TOKEN.match(spec.robots_token):
+        raise InvalidTask(
+            "politeness.robots_token", f"must be a product token of letters, '-' or '_', got {spec.robots_token!r}"
+        )
+    return spec
+
+
+def _limits(value: Any) -> LimitsSpec:
+    return _section(value, LimitsSpec, "limits")
+
+
+def _dedup(value: Any) -> DedupSpec:
+    return _section(value, DedupSpec, "dedup")
+
+
+def _networks(value: Any) -> tuple[str, ...]:
+    networks = []
+    for index, item in enumerate(_str_list(value, "allowed_networks")):
+        try:
+            networks.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise InvalidTask(f"allowed_networks[{index}]", f"not a CIDR network: {item!r}") from None
+    return tuple(networks)
+
+
+def _optional_pool(data: Mapping[str, Any], name: str) -> tuple[str, ...] | None:
+    if data.get(name) is None:
+        return None
+    return _str_list(data[name], name)
+
+
+def _check_seed(url: str, where: str) -> None:
+    try:
+        DownloadTask(url=url)
+    except InvalidTask as exc:
+        raise InvalidTask(where, exc.problem) from None
+
+
+def _job_id(value: Any) -> str:
+    if not isinstance(value, str) or not _JOB_ID.match(value):
+        raise InvalidTask("id", f"must be 1-128 letters, digits or . _ : - , got {value!r}")
+    return value
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidTask(where, f"must be a mapping of keys, got {_kind(value)}")
+    return value
+
+
+def _known(data: Mapping[str, Any], names: set[str], prefix: str) -> None:
+    for key in data:
+        if key not in names:
+            raise InvalidTask(f"{prefix}{key}", f"unknown key; known: {', '.join(sorted(names))}")
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise InvalidTask(where, f"must be a list, got {_kind(value)}")
+    return list(value)
+
+
+def _str_list(value: Any, where: str, required: bool = False) -> tuple[str, ...]:
+    items = _list(value, where)
+    if required and not items:
+        raise InvalidTask(where, "needs at least one entry")
+    for index, item in enumerate(items):
+        if not isinstance(item, str) or not item.strip():
+            raise InvalidTask(f"{where}[{index}]", f"must be a non-empty string, got {_kind(item)}")
+    return tuple(item.strip() for item in items)
+
+
+def _regexes(value: Any, where: str) -> tuple[str, ...]:
+    patterns = _str_list(value, where)
+    for index, pattern in enumerate(patterns):
+        _compile(pattern, f"{where}[{index}]")
+    return patterns
+
+
+def _compile(pattern: str, where: str) -> None:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise InvalidTask(where, f"invalid regex {pattern!r}: {exc}") from None
+
+
+def _int(value: Any, where: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidTask(where, f"must be an integer, got {_kind(value)}")
+    if not low <= value <= high:
+        raise InvalidTask(where, f"must be between {low} and {high}, got {value}")
+    return value
+
+
+def _float(value: Any, where: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidTask(where, f"must be a number, got {_kind(value)}")
+    if not low <= value <= high:
+        raise InvalidTask(where, f"must be between {low:g} and {high:g}, got {value}")
+    return float(value)
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
