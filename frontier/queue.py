@@ -111,9 +111,11 @@ return {settle(meta, done, now), fresh, dup, over}
 """
 )
 
-# KEYS: meta, ready, busy, leases   ARGV: now_ms, max_batches, batch_size, per_host, lease_ms, cap, qprefix, eager
+# KEYS: meta, ready, busy, leases, delays
+# ARGV: now_ms, max_batches, batch_size, per_host, lease_ms, cap, qprefix, eager
+# A host with a robots.txt Crawl-delay gets one URL at a time, one batch at a time.
 _PUMP = """
-local meta, ready, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now, max_batches, batch_size = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local per_host, lease_ms, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local qprefix, eager = ARGV[7], ARGV[8] == '1'
@@ -129,10 +131,14 @@ if room > 0 then
   for _, host in ipairs(hosts) do
     local q = qprefix .. host
     local inflight = tonumber(redis.call('HGET', busy, host) or '0')
-    if inflight >= per_host then
+    local slots, size, eager_host = per_host, batch_size, eager
+    if redis.call('HEXISTS', delays, host) == 1 then
+      slots, size, eager_host = 1, 1, false
+    end
+    if inflight >= slots then
       redis.call('ZREM', ready, host)
     else
-      local popped = redis.call('ZPOPMIN', q, batch_size)
+      local popped = redis.call('ZPOPMIN', q, size)
       if #popped == 0 then
         redis.call('ZREM', ready, host)
       else
@@ -143,7 +149,7 @@ if room > 0 then
         redis.call('HSET', leases, id, cjson.encode({h = host, e = entries, t = now + lease_ms}))
         redis.call('HINCRBY', meta, 'queued_now', -#entries)
         redis.call('HINCRBY', meta, 'dispatched', #entries)
-        if not (eager and inflight + 1 < per_host and redis.call('ZCARD', q) > 0) then
+        if not (eager_host and inflight + 1 < slots and redis.call('ZCARD', q) > 0) then
           redis.call('ZREM', ready, host)
         end
         out[#out + 1] = tostring(id)
@@ -158,21 +164,27 @@ if #first > 0 then out[1] = first[2] end
 return out
 """
 
-# KEYS: meta, ready, next, busy, leases, queue(host)
-# ARGV: now_ms, batch_id, host, next_ready_ms, done, n_requeue, [score, member]*, [field, incr]*
+# KEYS: meta, ready, next, busy, leases, queue(host), delays
+# ARGV: now_ms, batch_id, host, next_ready_ms, done, crawl_delay_ms, n_requeue, [score, member]*,
+#       [field, incr]*
 _RELEASE = (
     _SETTLE
     + """
 local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local now, id, host = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local nxt, done, nreq = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local nxt, done, delay, nreq = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 if redis.call('HDEL', leases, id) == 0 then
   return -1
+end
+if delay > 0 then
+  redis.call('HSET', KEYS[7], host, delay)
+else
+  redis.call('HDEL', KEYS[7], host)
 end
 if redis.call('HINCRBY', busy, host, -1) <= 0 then
   redis.call('HDEL', busy, host)
 end
-local i = 7
+local i = 8
 for _ = 1, nreq do
   redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -385,7 +397,7 @@ class Frontier:
     ) -> PumpResult:
         """Lease due hosts' URLs as batches (at most ``cap`` batches in flight per job)."""
         raw = self._pump(
-            keys=list(_job_keys(job_id, "meta", "ready", "busy", "leases")),
+            keys=list(_job_keys(job_id, "meta", "ready", "busy", "leases", "delays")),
             args=[now_ms, max_batches, batch_size, per_host, lease_ms, cap, redis_keys.job_queue_prefix(job_id),
                   1 if eager else 0],
         )  # fmt: skip
@@ -409,6 +421,7 @@ class Frontier:
         done: int,
         requeue: Sequence[Entry] = (),
         counters: Mapping[str, int] | None = None,
+        crawl_delay_s: float | None = None,
     ) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time.
 
@@ -418,14 +431,17 @@ class Frontier:
         requeue_args: list[str | float] = []
         for entry in requeue:
             requeue_args.extend((entry.depth * _DEPTH_WEIGHT, entry.encode()))
-        keys = [*_job_keys(job_id, "meta", "ready", "next", "busy", "leases"), redis_keys.job_queue(job_id, batch.host)]
+        keys = [
+            *_job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
+            redis_keys.job_queue(job_id, batch.host),
+            redis_keys.job_delays(job_id),
+        ]
+        delay_ms = int((crawl_delay_s or 0) * 1000)
+        args = [now_ms, batch.batch_id, batch.host, next_ready_ms, done, delay_ms, len(requeue)]
+        args.extend(requeue_args)
+        args.extend(_counter_args(counters))
         pipe = self._redis.pipeline(transaction=False)
-        self._release(
-            keys=keys,
-            args=[now_ms, batch.batch_id, batch.host, next_ready_ms, done, len(requeue), *requeue_args,
-                  *_counter_args(counters)],
-            client=pipe,
-        )  # fmt: skip
+        self._release(keys=keys, args=args, client=pipe)
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
         pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
         pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
@@ -478,6 +494,7 @@ def _job_keys(job_id: str, *names: str) -> tuple[str, ...]:
         "next": redis_keys.job_next,
         "busy": redis_keys.job_busy,
         "leases": redis_keys.job_leases,
+        "delays": redis_keys.job_delays,
     }
     return tuple(makers[name](job_id) for name in names)
 

@@ -86,6 +86,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         done=run.done,
         requeue=run.requeue,
         counters=run.counters,
+        crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
     )
     return {"job": job_id, "batch": batch.batch_id, "pages": run.pages, "redirects": run.redirects}
 
@@ -95,12 +96,13 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
     spec = runtime.spec
     if spec.politeness.obey_robots:
         rules = env.robots.get(origin(entry.url))
+        fetched_robots = rules is None
         if rules is None:
             rules = _fetch_robots(env, runtime, entry.url, run)
-            if not runtime.eager:  # the robots.txt request used this politeness slot
-                run.requeue.append(entry)
-                return True
         run.crawl_delay_s = rules.crawl_delay(spec.politeness.robots_token)
+        if fetched_robots and (not runtime.eager or run.crawl_delay_s):
+            run.requeue.append(entry)  # the robots.txt request used this politeness slot
+            return True
         if not rules.can_fetch(entry.url, spec.politeness.robots_token):
             run.counters["robots_blocked"] += 1
             run.done += 1
@@ -123,7 +125,9 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
     except DownloadFailed as exc:
         return _final_failure(run, exc.reason)
     run.counters["fetched"] += 1
-    return _handle_response(env, runtime, entry, run, result)
+    stop = _handle_response(env, runtime, entry, run, result)
+    # A host with a Crawl-delay gets its pause after every request, even with politeness off.
+    return stop or bool(run.crawl_delay_s and spec.politeness.obey_robots)
 
 
 def _handle_response(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchResult) -> bool:

@@ -1,4 +1,4 @@
-"""The ``vcrawl`` command line: ``demo``, ``crawl`` and ``status``."""
+"""The ``vcrawl`` command line: ``demo``, ``crawl``, ``submit``, ``status``, ``cancel``."""
 
 from __future__ import annotations
 
@@ -9,34 +9,38 @@ import os
 import signal
 import sys
 import time
-from collections import Counter
 from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.jobs import JobSpec, load_job_file
 from vcrawl.settings import Settings
 
-__all__ = ["main", "summarize"]
+__all__ = ["main", "summary_of"]
 
 logger = logging.getLogger("vcrawl")
 
-_STORED_STATES = frozenset({"downloaded", "analyzing", "analyzed", "analysis_failed"})
 _EXIT_INTERRUPTED = 130
-_INTERRUPT_GRACE_S = 3.0
-_TASK_KEYS = ("id", "url", "state", "http_status", "reason", "save_path", "result_path")
+_INTERRUPT_GRACE_S = 3.0  # then running fetches are cut; with acks_late they are not lost
+_SUMMARY_KEYS = (
+    "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
+    "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted",
+)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit code."""
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
     try:
         return int(args.run(args))
     except ConfigError as exc:
         print(f"vcrawl: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except InvalidTask as exc:
+        print(f"vcrawl: invalid job: {exc}", file=sys.stderr)
         return 2
 
 
@@ -49,48 +53,93 @@ def _parser() -> argparse.ArgumentParser:
     _add_run_options(demo)
     demo.set_defaults(run=_cmd_demo)
 
-    crawl = commands.add_parser("crawl", help="download and analyse URLs on the embedded default")
-    crawl.add_argument("urls", nargs="+", metavar="URL")
-    crawl.add_argument("--analyzer", default="links", help="analyzer name (default: links)")
+    crawl = commands.add_parser("crawl", help="run a crawl job on the embedded default (private Redis, local workers)")
+    crawl.add_argument("urls", nargs="*", metavar="URL", help="seed URLs (or give --job)")
+    crawl.add_argument("--job", type=Path, help="a job file (YAML or JSON); URLs given are added as seeds")
+    crawl.add_argument("--depth", type=int, help="maximum link depth from the seeds (default 3)")
+    crawl.add_argument("--max-pages", type=int, help="stop admitting URLs after this many (default 10000)")
+    scope = crawl.add_mutually_exclusive_group()
+    scope.add_argument("--same-host", action="store_true", help="stay on the seeds' hosts (the default)")
+    scope.add_argument("--domain", action="append", metavar="D", help="stay within domain D and its subdomains")
+    crawl.add_argument("--delay", type=float, metavar="S", help="minimum seconds between requests to a host (1.0)")
+    crawl.add_argument("--analyzer", help="analyzer writing a result per page (default: none, links only)")
+    crawl.add_argument("--allow-network", action="append", metavar="CIDR", help="only fetch addresses in CIDR")
     _add_run_options(crawl)
     crawl.set_defaults(run=_cmd_crawl)
 
-    status = commands.add_parser("status", help="show the status trail of a submitted task")
-    status.add_argument("task_id")
+    submit = commands.add_parser("submit", help="submit a job file to a running cluster ($VCRAWL_REDIS_URL)")
+    submit.add_argument("job_file", type=Path)
+    submit.add_argument("--json", action="store_true", help="print the job status as JSON")
+    submit.set_defaults(run=_cmd_submit)
+
+    status = commands.add_parser("status", help="show a job's or a task's status")
+    status.add_argument("id", metavar="JOB_OR_TASK_ID")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(run=_cmd_status)
+
+    cancel = commands.add_parser("cancel", help="stop dispatching a job (in-flight fetches finish)")
+    cancel.add_argument("job")
+    cancel.set_defaults(run=_cmd_cancel)
     return parser
 
 
 def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", help="storage root (default: $VCRAWL_DATA or ./crawl-data)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
-    parser.add_argument("--workers", type=int, default=8, help="worker threads (default: 8)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="give up waiting after S seconds")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (one per core)")
+    parser.add_argument("--threads", type=int, default=16, help="threads per worker process (default 16)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="cancel the job after S seconds")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from vcrawl.demo import DemoSite, demo_tasks
+    from vcrawl.demo import DemoSite, demo_job
 
-    settings = Settings.from_env()
-    if "VCRAWL_MIN_INTERVAL_S" not in os.environ:
-        settings = replace(settings, min_interval_s=0.1)  # our own loopback site: a short pause is polite
     with DemoSite() as site:
         print(f"demo site at {site.url}", file=sys.stderr)
-        return _run_embedded(demo_tasks(site.url), settings, args)
+        return _run_job_locally(demo_job(site.url), Settings.from_env(), args)
 
 
 def _cmd_crawl(args: argparse.Namespace) -> int:
-    submissions = [{"url": url, "analyzer": args.analyzer} for url in args.urls]
-    return _run_embedded(submissions, Settings.from_env(), args)
+    data: dict[str, Any] = {}
+    if args.job is not None:
+        data = dict(load_job_file(args.job).to_dict())
+        data.pop("id")
+    if args.urls:
+        data["seeds"] = [*data.get("seeds", []), *args.urls]
+    if not data.get("seeds"):
+        raise InvalidTask("seeds", "give seed URLs or a --job file with seeds")
+    if args.depth is not None:
+        data["max_depth"] = args.depth
+    if args.max_pages is not None:
+        data["max_pages"] = args.max_pages
+    if args.domain:
+        data["scope"] = {**data.get("scope", {}), "domains": args.domain, "hosts": []}
+    if args.delay is not None:
+        data["politeness"] = {**data.get("politeness", {}), "min_interval_s": args.delay}
+    if args.analyzer is not None:
+        data["rules"] = [*data.get("rules", []), {"pattern": "", "analyzer": args.analyzer}]
+    if args.allow_network:
+        data["allowed_networks"] = [*data.get("allowed_networks", []), *args.allow_network]
+    return _run_job_locally(JobSpec.from_dict(data), Settings.from_env(), args)
+
+
+def _cmd_submit(args: argparse.Namespace) -> int:
+    import tasks
+
+    job_id = tasks.start_job(load_job_file(args.job_file))
+    if args.json:
+        print(json.dumps(tasks.job_status(job_id), sort_keys=True))
+    else:
+        print(job_id)
+    return 0
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
     import tasks
 
-    record = tasks.status(args.task_id)
+    record = tasks.job_status(args.id) or tasks.status(args.id)
     if record is None:
-        print(f"vcrawl: no task {args.task_id!r} (unknown, or its status expired)", file=sys.stderr)
+        print(f"vcrawl: no job or task {args.id!r} (unknown, or its status expired)", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(record, sort_keys=True))
@@ -100,14 +149,24 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_embedded(submissions: list[dict[str, Any]], settings: Settings, args: argparse.Namespace) -> int:
-    """Private Redis (unless VCRAWL_REDIS_URL is set), an in-process worker, submit, wait, report."""
+def _cmd_cancel(args: argparse.Namespace) -> int:
     import tasks
-    from tasks.embedded import EmbeddedWorker
+
+    if tasks.cancel_job(args.job):
+        print(f"job {args.job} cancelled: nothing more is dispatched; fetches in flight finish")
+        return 0
+    print(f"vcrawl: job {args.job!r} is not running", file=sys.stderr)
+    return 1
+
+
+def _run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace) -> int:
+    """Private Redis (unless VCRAWL_REDIS_URL is set), N worker processes, run the job, report."""
+    import tasks
+    from vcrawl.cluster import LocalWorkers
     from vcrawl.local_redis import LocalRedis
 
-    if args.data is not None:
-        settings = replace(settings, data=args.data)
+    data_dir = Path(args.data if args.data is not None else settings.data).resolve()
+    settings = replace(settings, data=str(data_dir))
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     with ExitStack() as stack:
@@ -116,84 +175,86 @@ def _run_embedded(submissions: list[dict[str, Any]], settings: Settings, args: a
             settings = replace(settings, redis_url=local.url)
             print(f"started a private redis-server (pid {local.pid})", file=sys.stderr)
         tasks.configure(settings)
-        worker = EmbeddedWorker(concurrency=args.workers).start()
+        env = {**os.environ, **settings.to_env()}
+        workers = LocalWorkers(args.workers, args.threads, env, data_dir / "logs", _ping)
+        stack.enter_context(workers)
+        print(f"started {args.workers} worker processes (pids {workers.pids})", file=sys.stderr)
+        job_id = tasks.start_job(spec)
+        print(f"job {job_id}: {len(spec.seeds)} seed(s), depth {spec.max_depth}", file=sys.stderr)
         try:
-            ids = [tasks.crawl.delay(payload).id for payload in submissions]
-            records = _wait_for(ids, args.timeout)
-        except InvalidTask as exc:
-            print(f"vcrawl: invalid task: {exc}", file=sys.stderr)
-            worker.stop()
-            return 2
+            status = _follow(job_id, args.timeout)
         except KeyboardInterrupt:
-            print("\ninterrupted: stopping the worker", file=sys.stderr)
-            finished = worker.stop(timeout_s=_INTERRUPT_GRACE_S)
-            stack.close()
-            if not finished:
-                # Running downloads would keep the interpreter alive until their timeouts.
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(_EXIT_INTERRUPTED)
+            tasks.cancel_job(job_id)
+            print(f"\ninterrupted: job {job_id} cancelled; stopping the workers", file=sys.stderr)
+            workers.stop(grace_s=_INTERRUPT_GRACE_S)
             return _EXIT_INTERRUPTED
-        worker.stop()
-    summary = summarize(records, time.monotonic() - started, str(Path(settings.data).resolve()))
-    _report(records, summary, as_json=args.json)
-    return 0 if summary["pending"] == 0 else 1
+    summary = summary_of(status, time.monotonic() - started, str(data_dir))
+    _report(summary, as_json=args.json)
+    return 0 if summary["state"] == "completed" else 1
+
+
+def _ping(names: list[str]) -> set[str]:
+    import tasks
+
+    replies = tasks.app.control.ping(destination=names, timeout=0.5)
+    return {name for reply in replies for name in reply}
 
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _wait_for(ids: list[str], timeout_s: float) -> list[dict[str, Any]]:
-    """Poll the status trails until every task has ended or ``timeout_s`` passed."""
-    from tasks import TERMINAL_STATES, deps
+def _follow(job_id: str, timeout_s: float) -> dict[str, Any]:
+    """Show progress until the job ends; cancel it after ``timeout_s``."""
+    import tasks
 
-    trail = deps.trail()
     deadline = time.monotonic() + timeout_s
-    last_line = ""
+    tty = sys.stderr.isatty()
+    last_print, last = 0.0, ""
     while True:
-        found = trail.get_many(ids)
-        records = [found[i] or {"id": i, "state": "unknown"} for i in ids]
-        counts = Counter(record["state"] for record in records)
-        line = "progress: " + ", ".join(f"{state} {n}" for state, n in sorted(counts.items()))
-        if line != last_line:
+        status = tasks.job_status(job_id) or {}
+        if status.get("state") != "running":
+            if tty:
+                print(file=sys.stderr)
+            return status
+        elapsed = max(status["elapsed_s"], 0.001)
+        line = (
+            f"pages {status['pages_stored']} ({status['pages_stored'] / elapsed:.1f}/s), "
+            f"queued {status['queued']}, in flight {status['in_flight_batches']}, "
+            f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}"
+        )
+        now = time.monotonic()
+        if tty:
+            print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
+        elif line != last and now - last_print >= 2.0:
             print(line, file=sys.stderr)
-            last_line = line
-        if all(record["state"] in TERMINAL_STATES for record in records) or time.monotonic() > deadline:
-            return records
-        time.sleep(0.2)
+            last_print, last = now, line
+        if now > deadline:
+            tasks.cancel_job(job_id)
+            print(f"\ntimeout: job {job_id} cancelled after {timeout_s}s", file=sys.stderr)
+        time.sleep(0.25)
 
 
-def summarize(records: list[dict[str, Any]], elapsed_s: float, data_dir: str) -> dict[str, Any]:
-    """Return the run summary: pages stored and failed, failure reasons, bytes, time, paths."""
-    from tasks import TERMINAL_STATES
-
-    failed = Counter(record.get("reason", "error") for record in records if record["state"] == "download_failed")
-    analysis_failed = Counter(
-        record.get("reason", "error") for record in records if record["state"] == "analysis_failed"
-    )
-    return {
-        "pages_stored": sum(record["state"] in _STORED_STATES for record in records),
-        "pages_failed": sum(record["state"] == "download_failed" for record in records),
-        "failed": dict(failed),
-        "pages_analyzed": sum(record["state"] == "analyzed" for record in records),
-        "analysis_failed": dict(analysis_failed),
-        "pending": sum(record["state"] not in TERMINAL_STATES for record in records),
-        "bytes": sum(int(record.get("bytes") or 0) for record in records),
-        "elapsed_s": round(elapsed_s, 3),
-        "data_dir": data_dir,
-        "tasks": [{key: record.get(key) for key in _TASK_KEYS} for record in records],
-    }
+def summary_of(status: dict[str, Any], elapsed_s: float, data_dir: str) -> dict[str, Any]:
+    """The run summary: the job's counters plus elapsed time and where the output went."""
+    summary = {key: status.get(key) for key in _SUMMARY_KEYS}
+    summary["pages_failed"] = sum(status.get("failed", {}).values())
+    summary["elapsed_s"] = round(elapsed_s, 3)
+    summary["data_dir"] = data_dir
+    summary["job_dir"] = str(Path(data_dir) / "jobs" / str(status.get("job")))
+    return summary
 
 
-def _report(records: list[dict[str, Any]], summary: dict[str, Any], as_json: bool) -> None:
-    for record in records:
-        where = record.get("result_path") if record["state"] == "analyzed" else record.get("error") or ""
-        print(f"{record['state']:<16} {record.get('url', record['id'])}  {where}")
+def _report(summary: dict[str, Any], as_json: bool) -> None:
+    failed = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["failed"].items())) or "none"
+    filtered = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["filtered"].items())) or "none"
     print(
-        f"\n{summary['pages_stored']} pages stored, {summary['pages_analyzed']} analysed, "
-        f"{summary['pages_failed']} failed {summary['failed'] or ''}, {summary['bytes']} bytes "
-        f"in {summary['elapsed_s']} s\npages and results are under {summary['data_dir']}"
+        f"job {summary['job']} {summary['state']}: {summary['pages_stored']} pages stored of "
+        f"{summary['pages_fetched']} fetched, {summary['analysed']} analysed, {summary['records']} records, "
+        f"{summary['bytes']} bytes in {summary['elapsed_s']} s\n"
+        f"failed: {failed}; robots-blocked {summary['robots_blocked']}; duplicates {summary['duplicates']}\n"
+        f"filtered links: {filtered}\n"
+        f"pages and results are under {summary['job_dir']}"
     )
     if as_json:
         print(json.dumps(summary, sort_keys=True))

@@ -10,7 +10,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["DemoSite", "demo_tasks"]
+from vcrawl.jobs import JobSpec, new_job_id
+
+__all__ = ["DemoSite", "demo_job"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,20 +59,15 @@ class DemoSite:
         self._thread.join(5)
 
 
-def demo_tasks(base_url: str) -> list[dict[str, Any]]:
-    """The demo's submissions: index and about for links, products for fields, one missing page."""
-    tasks: list[dict[str, Any]] = [
-        {"url": base_url, "analyzer": "links", "job": "demo"},
-        {"url": base_url + "about.html", "analyzer": "links", "job": "demo"},
-        {"url": base_url + "discontinued.html", "analyzer": "links", "job": "demo"},
-    ]
-    for product in ("hammer", "saw", "chisel", "plane"):
-        tasks.append(
-            {
-                "url": f"{base_url}products/{product}.html",
-                "analyzer": "fields",
-                "fields": _PRODUCT_FIELDS,
-                "job": "demo",
-            }
-        )
-    return tasks
+def demo_job(base_url: str) -> JobSpec:
+    """The demo crawl: start at the index, follow links, extract product fields."""
+    return JobSpec.from_dict(
+        {
+            "id": new_job_id().replace("job-", "demo-"),
+            "seeds": [base_url],
+            "max_depth": 3,
+            "politeness": {"min_interval_s": 0.05, "jitter": 0.5},  # our own loopback site
+            "rules": [{"pattern": r"/products/", "analyzer": "fields", "fields": _PRODUCT_FIELDS}],
+            "allowed_networks": ["127.0.0.0/8"],
+        }
+    )

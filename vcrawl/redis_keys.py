@@ -66,6 +66,11 @@ def job_busy(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:busy"
 
 
+def job_delays(job_id: str) -> str:
+    """Hash: host -> its robots.txt Crawl-delay (ms); such hosts get one request at a time."""
+    return f"{PREFIX}:job:{{{job_id}}}:delays"
+
+
 def job_leases(job_id: str) -> str:
     """Hash: batch id -> the leased entries, host and lease deadline (JSON)."""
     return f"{PREFIX}:job:{{{job_id}}}:leases"

@@ -17,6 +17,7 @@ from tasks import crawl
 from tests.cluster import REPO
 from tests.integration.conftest import wait_for_end
 from tests.site import Response, TestSite
+from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
 
@@ -30,38 +31,63 @@ def _vcrawl(*args: str, env: dict[str, str] | None = None, timeout_s: float = 12
     )  # fmt: skip
 
 
-def test_crawl_command_runs_everything_itself_and_prints_a_json_summary(site: TestSite, tmp_path: Path) -> None:
-    good = site.add_page("/good.html", "<a href='/x'>x</a>")
+def test_crawl_command_runs_a_job_itself_and_prints_a_json_summary(site: TestSite, tmp_path: Path) -> None:
+    good = site.add_page("/good.html", "<a href='/x'>x</a> <a href='/good.html#again'>again</a>")
     missing = site.url("/missing.html")
 
-    done = _vcrawl("crawl", good, missing, "--data", str(tmp_path / "data"), "--json")
+    done = _vcrawl("crawl", good, missing, "--delay", "0", "--workers", "1", "--data", str(tmp_path / "data"), "--json")
 
     assert done.returncode == 0, done.stderr
     assert "private redis-server" in done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["pages_stored"] == 1 and summary["pages_analyzed"] == 1
-    assert summary["pages_failed"] == 1 and summary["failed"] == {"http_404": 1}
-    assert summary["bytes"] == len(b"<a href='/x'>x</a>")
+    assert summary["state"] == "completed"
+    assert summary["pages_fetched"] == 3 and summary["pages_stored"] == 1
+    assert summary["pages_failed"] == 2 and summary["failed"] == {"http_404": 2}
+    assert summary["duplicates"] == 1 and summary["robots_blocked"] == 0
+    assert summary["bytes"] == len(b"<a href='/x'>x</a> <a href='/good.html#again'>again</a>")
     assert summary["data_dir"] == str((tmp_path / "data").resolve())
-    stored = [task for task in summary["tasks"] if task["state"] == "analyzed"]
-    assert Path(stored[0]["save_path"]).is_relative_to(tmp_path / "data")
+    assert len(list(Path(summary["job_dir"]).rglob("*.html"))) == 1
 
 
-def test_demo_crawls_the_bundled_site(tmp_path: Path) -> None:
+def test_demo_crawls_the_bundled_site_by_following_links(tmp_path: Path) -> None:
     done = _vcrawl("demo", "--data", str(tmp_path / "demo"), "--json")
 
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.strip().splitlines()[-1])
-    assert summary["pages_stored"] == 6 and summary["pages_analyzed"] == 6
+    assert summary["state"] == "completed"
+    assert summary["pages_stored"] == 7 and summary["records"] == 4
     assert summary["failed"] == {"http_404": 1}
-    records = [json.loads(p.read_text()) for p in (tmp_path / "demo" / "results" / "fields").rglob("*.json")]
+    records = [json.loads(p.read_text()) for p in Path(summary["job_dir"]).rglob("results/fields/**/*.json")]
     assert sorted(r["fields"]["sku"] for r in records) == ["TS-101", "TS-202", "TS-303", "TS-404"]
 
 
-def test_status_command_shows_the_trail(worker: object, vcrawl_settings: object, site: TestSite) -> None:
+def test_submit_status_and_cancel_against_a_running_cluster(
+    worker: object, vcrawl_settings: Settings, site: TestSite, tmp_path: Path
+) -> None:
+    for n in range(30):
+        site.add_page(f"/p{n}.html", f"<a href='/p{n + 1}.html'>next</a>")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"seeds: [{site.url('/p0.html')}]\nmax_depth: 50\npoliteness: {{min_interval_s: 0.3}}\n")
+    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url, "VCRAWL_DATA": vcrawl_settings.data}
+
+    submitted = _vcrawl("submit", str(job_file), env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    time.sleep(1.0)
+    shown = _vcrawl("status", job_id, "--json", env=env)
+    cancelled = _vcrawl("cancel", job_id, env=env)
+    again = _vcrawl("cancel", job_id, env=env)
+
+    assert json.loads(shown.stdout)["state"] == "running"
+    assert cancelled.returncode == 0 and again.returncode == 1
+    assert json.loads(_vcrawl("status", job_id, "--json", env=env).stdout)["state"] == "cancelled"
+    assert _vcrawl("submit", str(tmp_path / "missing.yaml"), env=env).returncode == 2
+
+
+def test_status_command_shows_the_trail(worker: object, vcrawl_settings: Settings, site: TestSite) -> None:
     task_id = crawl.delay({"url": site.add_page("/s.html", "<p>hi</p>")}).id
     wait_for_end(task_id)
-    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url}  # type: ignore[attr-defined]
+    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url}
 
     shown = _vcrawl("status", task_id, "--json", env=env)
     unknown = _vcrawl("status", "no-such-task", env=env)
@@ -69,7 +95,7 @@ def test_status_command_shows_the_trail(worker: object, vcrawl_settings: object,
     assert shown.returncode == 0, shown.stderr
     record = json.loads(shown.stdout)
     assert record["state"] == "analyzed" and record["http_status"] == 200 and record["attempts"] == 1
-    assert unknown.returncode == 1 and "no task" in unknown.stderr
+    assert unknown.returncode == 1 and "no job or task" in unknown.stderr
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -77,12 +103,14 @@ def test_interrupt_stops_promptly_and_leaves_no_redis_behind(site: TestSite, tmp
     url = site.add_response("/stuck", Response(b"late", delay_s=20))
     base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "vcrawl.cli", "crawl", url, "--data", str(tmp_path / "data")],
+        [sys.executable, "-m", "vcrawl.cli", "crawl", url, "--workers", "1", "--data", str(tmp_path / "data")],
         env={**base, "PYTHONPATH": str(REPO)}, cwd=REPO, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         first_line = process.stderr.readline()  # "started a private redis-server (pid N)"
         redis_pid = int(re.search(r"pid (\d+)", first_line).group(1))
+        second_line = process.stderr.readline()  # "started 1 worker processes (pids [N])"
+        worker_pids = [int(pid) for pid in re.findall(r"\d+", second_line.split("pids", 1)[1])]
         deadline = time.monotonic() + 20
         while not site.requests_to("/stuck") and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -95,5 +123,7 @@ def test_interrupt_stops_promptly_and_leaves_no_redis_behind(site: TestSite, tmp
             process.wait(5)
     assert process.returncode == 130
     assert time.monotonic() - sent_at < 8
-    with pytest.raises(ProcessLookupError):
-        os.kill(redis_pid, 0)
+    assert len(worker_pids) == 1
+    for pid in [redis_pid, *worker_pids]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -1,0 +1,254 @@
+"""Crawl jobs on the session's worker: links followed through scope, robots.txt and dedup."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tasks
+from tests.site import Response, TestSite
+from vcrawl.errors import InvalidTask
+from vcrawl.jobs import load_job_file
+from vcrawl.settings import Settings
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+FAST = {"min_interval_s": 0.0}
+
+
+def page(*links: str, title: str = "") -> str:
+    anchors = "".join(f'<a href="{href}">{href}</a> ' for href in links)
+    return f"<html><head><title>{title}</title></head><body><h1>{title}</h1>{anchors}</body></html>"
+
+
+def run_job(job: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
+    job_id = tasks.start_job(job)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = tasks.job_status(job_id)
+        assert status is not None
+        if status["state"] != "running":
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still running after {timeout_s}s: {tasks.job_status(job_id)}")
+
+
+def fetches(site: TestSite) -> Counter[str]:
+    return Counter(seen.path for seen in site.seen if seen.path != "/robots.txt")
+
+
+def test_job_follows_links_within_scope_and_depth_and_completes(site: TestSite) -> None:
+    with TestSite("127.0.0.2") as elsewhere:
+        away = elsewhere.add_page("/x.html", page())
+        # A small graph with cycles, fragments, tracking parameters and an off-site link.
+        site.add_page("/", page("/a.html", "/b.html#top", "/a.html?utm_source=x", away, "ftp://x.test/f"))
+        site.add_page("/a.html", page("/b.html", "/c.html", "/", "/img/logo.png"))
+        site.add_page("/b.html", page("/a.html", "/c.html"))
+        site.add_page("/c.html", page("/d.html"))
+        site.add_page("/d.html", page("/e.html"))  # depth 3 links to depth 4: not followed
+        site.add_page("/e.html", page())
+
+        status = run_job({"seeds": [site.url("/")], "max_depth": 3, "politeness": FAST})
+
+    assert status["state"] == "completed"
+    assert fetches(site) == {"/": 1, "/a.html": 1, "/b.html": 1, "/c.html": 1, "/d.html": 1}
+    assert elsewhere.seen == []
+    assert status["pages_stored"] == 5 and status["pending"] == 0 and status["queued"] == 0
+    assert status["filtered"]["host"] == 1 and status["filtered"]["depth"] == 1
+    assert status["filtered"]["suffix"] == 1 and status["filtered"]["scheme"] == 1
+    assert status["duplicates"] >= 4
+    stored = list(Path(tasks.deps.settings().data, "jobs", status["job"], "pages").rglob("*.html"))
+    assert len(stored) == 5
+
+
+ROBOTS = """
+User-agent: BadBot
+Disallow: /
+
+User-agent: *
+Disallow: /private/
+Allow: /private/public-
+Disallow: /*?sort=
+Disallow: /*.cgi$
+"""
+
+
+def test_robots_txt_rules_are_obeyed(site: TestSite) -> None:
+    site.add_page("/robots.txt", ROBOTS, Content_Type="text/plain")
+    paths = ["/private/secret.html", "/private/public-info.html", "/list.html?sort=asc", "/q.cgi", "/q.cgi?id=7",
+             "/open.html"]  # fmt: skip
+    site.add_page("/", page(*paths))
+    for path in paths:
+        site.add_page(path.split("?")[0], page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST})
+
+    assert status["state"] == "completed"
+    seen = {s.path for s in site.seen}
+    assert seen == {"/robots.txt", "/", "/private/public-info.html", "/q.cgi?id=7", "/open.html"}
+    assert status["robots_blocked"] == 3 and status["robots_fetched"] == 1
+
+
+@pytest.mark.parametrize(("status_code", "fetched"), [(404, True), (403, True), (503, False), (500, False)])
+def test_robots_txt_errors(site: TestSite, status_code: int, fetched: bool) -> None:
+    site.add_page("/robots.txt", "nope", status=status_code)
+    site.add_page("/", page("/a.html"))
+    site.add_page("/a.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST})
+
+    assert status["state"] == "completed"
+    # 4xx: no robots.txt, all allowed. 5xx: assume all disallowed until it can be read.
+    assert (fetches(site) == {"/": 1, "/a.html": 1}) is fetched
+    assert (status["robots_blocked"] == 1) is not fetched
+
+
+@pytest.mark.parametrize("interval_s", [0.0, 0.1], ids=["politeness-off", "shorter-interval"])
+def test_crawl_delay_raises_the_host_interval(site: TestSite, interval_s: float) -> None:
+    site.add_page("/robots.txt", "User-agent: *\nCrawl-delay: 1\n", Content_Type="text/plain")
+    site.add_page("/", page("/1.html", "/2.html"))
+    site.add_page("/1.html", page())
+    site.add_page("/2.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": interval_s, "jitter": 0}})
+
+    assert status["state"] == "completed" and status["pages_stored"] == 3
+    arrivals = sorted(seen.at for seen in site.seen)  # robots.txt counts as a request to the host
+    assert min(b - a for a, b in itertools.pairwise(arrivals)) >= 0.99
+
+
+def test_max_pages_caps_what_is_admitted(site: TestSite) -> None:
+    site.add_page("/", page(*[f"/p{n}.html" for n in range(20)]))
+    for n in range(20):
+        site.add_page(f"/p{n}.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "max_pages": 6, "politeness": FAST})
+
+    assert status["state"] == "completed"
+    assert status["admitted"] == 6 and status["pages_stored"] == 6
+    assert status["filtered"]["max_pages"] == 15
+    assert sum(fetches(site).values()) == 6
+
+
+def test_retries_go_back_through_the_frontier(site: TestSite) -> None:
+    busy = Response(b"busy", 503)
+    site.add_page("/", page("/flaky.html", "/gone.html", "/down.html"))
+    site.add_sequence("/flaky.html", [busy, busy, Response(page().encode())])
+    site.add_response("/down.html", busy)
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "limits": {"retries": 2}})
+
+    assert status["state"] == "completed"
+    assert fetches(site) == {"/": 1, "/flaky.html": 3, "/gone.html": 1, "/down.html": 3}
+    assert status["failed"] == {"http_404": 1, "http_503": 1}
+    assert status["retries"] == 4 and status["pages_stored"] == 2
+
+
+def test_redirects_are_admitted_as_new_urls(site: TestSite) -> None:
+    site.add_page("/robots.txt", "User-agent: *\nDisallow: /private/\n", Content_Type="text/plain")
+    site.add_page("/", page("/old.html", "/loop-a", "/sneaky", "/new.html"))
+    site.add_redirect("/old.html", "/new.html", 301)
+    site.add_redirect("/loop-a", "/loop-b")
+    site.add_redirect("/loop-b", "/loop-a")
+    site.add_redirect("/sneaky", "/private/x.html")
+    site.add_page("/new.html", page())
+    site.add_page("/private/x.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST})
+
+    assert status["state"] == "completed"
+    # Every hop goes through dedup and robots: /new.html once, the loop ends, /private/ untouched.
+    assert fetches(site) == {"/": 1, "/old.html": 1, "/new.html": 1, "/loop-a": 1, "/loop-b": 1, "/sneaky": 1}
+    assert status["redirects"] == 4 and status["robots_blocked"] == 1
+
+
+def test_rules_pick_the_analyzer_and_write_records(site: TestSite, vcrawl_settings: Settings) -> None:
+    site.add_page("/", page("/products/1.html", "/products/2.html", "/about.html"))
+    site.add_page("/products/1.html", page(title="Hammer"))
+    site.add_page("/products/2.html", page(title="Saw"))
+    site.add_page("/about.html", page(title="About"))
+    rules = [{"pattern": r"/products/\d+\.html$", "analyzer": "fields", "fields": {"name": "h1"}}]
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "rules": rules})
+
+    assert status["records"] == 2 and status["analysed"] == 4
+    results = Path(vcrawl_settings.data, "jobs", status["job"], "results", "fields").rglob("*.json")
+    assert sorted(json.loads(p.read_text())["fields"]["name"] for p in results) == ["Hammer", "Saw"]
+
+
+def test_cancel_stops_dispatch_at_once(site: TestSite) -> None:
+    site.add_page("/", page(*[f"/p{n}.html" for n in range(30)]))
+    for n in range(30):
+        site.add_page(f"/p{n}.html", page())
+    job_id = tasks.start_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.2, "jitter": 0}})
+    deadline = time.monotonic() + 10
+    while sum(fetches(site).values()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+    assert tasks.cancel_job(job_id)
+    requests_at_cancel = sum(fetches(site).values())
+    time.sleep(1.0)  # five more intervals: a running job would have fetched about five more pages
+
+    status = tasks.job_status(job_id)
+    assert status["state"] == "cancelled"
+    assert sum(fetches(site).values()) <= requests_at_cancel + 1  # at most the one in flight
+    assert status["pages_fetched"] == sum(fetches(site).values())  # in-flight fetches are counted
+    assert not tasks.cancel_job(job_id)
+
+
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        ({"seeds": []}, "seeds"),
+        ({"seeds": ["ftp://x.test/"]}, "seeds[0]"),
+        ({"seeds": ["http://x.test/"], "depth": 2}, "depth"),
+        ({"seeds": ["http://x.test/"], "scope": {"allow": ["(unclosed"]}}, "scope.allow[0]"),
+        ({"seeds": ["http://x.test/"], "politeness": {"per_host": 0}}, "politeness.per_host"),
+        ({"seeds": ["http://x.test/"], "politeness": {"min_interval_s": "fast"}}, "politeness.min_interval_s"),
+        ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "analyzer": "nope"}]}, "rules[0].analyzer"),
+        ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "page_type": "dynamic"}]}, "rules[0].page_type"),
+        ({"seeds": ["http://x.test/"], "rules": [{"analyzer": "links"}]}, "rules[0].pattern"),
+        ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "fields": {"a": "h1[["}}]}, "rules[0].fields.a.css"),
+        ({"seeds": ["http://x.test/"], "allowed_networks": ["10.0.0.0/33"]}, "allowed_networks[0]"),
+        ({"seeds": ["http://x.test/"], "proxies": ["socks://p:1"]}, "proxies[0]"),
+    ],
+)
+def test_invalid_jobs_are_refused_with_the_path_of_the_bad_key(job: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidTask) as refused:
+        tasks.start_job(job)
+    assert refused.value.field == field
+
+
+def test_a_job_id_cannot_be_reused(site: TestSite) -> None:
+    site.add_page("/", page())
+    status = run_job({"id": "reuse-test", "seeds": [site.url("/")], "politeness": FAST})
+    assert status["state"] == "completed"
+    with pytest.raises(InvalidTask) as refused:
+        tasks.start_job({"id": "reuse-test", "seeds": [site.url("/")]})
+    assert refused.value.field == "id"
+
+
+def test_job_files_in_yaml_and_json(tmp_path: Path) -> None:
+    (tmp_path / "job.yaml").write_text(
+        "seeds: [http://shop.test/]\nmax_depth: 2\nscope:\n  domains: [shop.test]\n"
+        "rules:\n  - pattern: /item/\n    analyzer: fields\n    fields: {name: h1, price: 'xpath://span/text()'}\n"
+    )
+    (tmp_path / "job.json").write_text(json.dumps({"seeds": ["http://shop.test/"], "max_depth": 2}))
+    (tmp_path / "bad.yaml").write_text("seeds: [http://shop.test/]\npoliteness:\n  per_hots: 2\n")
+    (tmp_path / "broken.yaml").write_text("seeds: [\n")
+
+    spec = load_job_file(tmp_path / "job.yaml")
+    assert spec.scope.domains == ("shop.test",) and spec.rules[0].fields["name"].css == "h1"
+    assert load_job_file(tmp_path / "job.json").max_depth == 2
+    with pytest.raises(InvalidTask) as refused:
+        load_job_file(tmp_path / "bad.yaml")
+    assert refused.value.field == "politeness.per_hots"
+    with pytest.raises(InvalidTask) as refused:
+        load_job_file(tmp_path / "broken.yaml")
+    assert refused.value.field == "file"

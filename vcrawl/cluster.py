@@ -1,0 +1,104 @@
+"""A local cluster for the embedded default: `celery worker` processes we start and stop by PID."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+
+from vcrawl.errors import ConfigError
+
+__all__ = ["LocalWorkers"]
+
+logger = logging.getLogger(__name__)
+
+
+class LocalWorkers:
+    """Start N ``celery -A tasks worker`` processes (thread pool, both queues); stop them on exit.
+
+    Each worker process also runs a frontier pump, so a job is dispatched as long as any runs.
+    """
+
+    def __init__(
+        self,
+        count: int,
+        threads: int,
+        env: Mapping[str, str],
+        log_dir: Path,
+        ping: Callable[[list[str]], set[str]],
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        self._count, self._threads = count, threads
+        self._env = dict(env)
+        self._log_dir = log_dir
+        self._ping = ping
+        self._start_timeout_s = start_timeout_s
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self.names = [f"vcrawl{index}@{os.uname().nodename}-{os.getpid()}" for index in range(count)]
+
+    def start(self) -> LocalWorkers:
+        """Start the workers and wait until every one answers a ping.
+
+        Raises:
+            ConfigError: a worker exited or did not answer in time (see its log).
+        """
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        for name in self.names:
+            log = self._log_dir / f"{name.split('@')[0]}.log"
+            command = [
+                sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,analysis",
+                "-P", "threads", "-c", str(self._threads), "-n", name, "--without-mingle", "--without-gossip",
+                "-l", "WARNING",
+            ]  # fmt: skip
+            with open(log, "ab") as out:
+                process = subprocess.Popen(
+                    command, env=self._env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+                )
+            self._processes.append(process)
+        deadline = time.monotonic() + self._start_timeout_s
+        waiting = set(self.names)
+        while waiting and time.monotonic() < deadline:
+            for process, name in zip(self._processes, self.names, strict=True):
+                if process.poll() is not None:
+                    self.stop()
+                    raise ConfigError(f"worker {name} exited with {process.returncode}; see {self._log_dir}")
+            waiting -= self._ping(sorted(waiting))
+        if waiting:
+            self.stop()
+            late = sorted(waiting)
+            raise ConfigError(f"workers {late} did not start in {self._start_timeout_s}s; see {self._log_dir}")
+        return self
+
+    @property
+    def pids(self) -> list[int]:
+        """PIDs of the worker processes."""
+        return [process.pid for process in self._processes]
+
+    def stop(self, grace_s: float = 10.0) -> None:
+        """Warm shutdown (SIGTERM); SIGKILL whatever still runs after ``grace_s``."""
+        for process in self._processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for process in self._processes:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                logger.warning("worker %s did not stop in %ss; killing it", process.pid, grace_s)
+                process.kill()
+                process.wait(5)
+        self._processes = []
+
+    def __enter__(self) -> LocalWorkers:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
