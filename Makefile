@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages demo test lint clean
+.PHONY: setup system-packages demo test bench lint clean
 
 setup: system-packages $(STAMP)
 
@@ -33,6 +33,9 @@ demo: setup
 test: setup
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure here"; fi; exit $$rc
+
+bench: setup
+	bench/run.sh
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -24,6 +24,7 @@ __all__ = ["Admission", "Batch", "Candidate", "Entry", "Frontier", "PumpResult"]
 
 # Score = depth * _DEPTH_WEIGHT + arrival sequence: breadth-first, FIFO within a depth.
 _DEPTH_WEIGHT = 1e12
+_BACK_OF_QUEUE = 1000 * _DEPTH_WEIGHT  # deeper than any depth a job allows
 
 _SETTLE = """
 local function settle(meta, done, now)
@@ -36,7 +37,7 @@ local function settle(meta, done, now)
 end
 """
 
-# KEYS: meta, ready, next, busy, done_tokens, segment(1..s), queue(host_1..host_n)
+# KEYS: meta, ready, next, busy, done_tokens, segment(1..s), queue(host_1..host_n), delays
 # ARGV: now_ms, max_pages, per_host, done, token, hashes, n_segments, n_counters, [field, incr]*,
 #       n_hosts, [host]*, then per URL: [segment_index, host_index, depth, member, offset * hashes]
 # A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
@@ -96,6 +97,10 @@ if not running then
 end
 for hi, _ in pairs(touched) do
   local host = hosts[hi]
+  if redis.call('HEXISTS', nextk, host) == 0 then
+    -- never fetched: one request at a time until its robots.txt (and Crawl-delay) is known
+    redis.call('HSETNX', KEYS[6 + nseg + nhosts], host, -1)
+  end
   if tonumber(redis.call('HGET', busy, host) or '0') < per_host then
     local not_before = tonumber(redis.call('HGET', nextk, host) or '0')
     if not_before < now then not_before = now end
@@ -368,6 +373,7 @@ class Frontier:
         keys = [*_job_keys(job_id, "meta", "ready", "next", "busy"), redis_keys.job_admit_tokens(job_id)]
         keys.extend(segments)
         keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
+        keys.append(redis_keys.job_delays(job_id))
         args = [now_ms, max_pages, per_host, done, token, bloom.hashes, len(segments), len(counter_args) // 2]
         args.extend(counter_args)
         args.append(len(hosts))
@@ -420,6 +426,7 @@ class Frontier:
         next_ready_ms: float,
         done: int,
         requeue: Sequence[Entry] = (),
+        requeue_back: Sequence[Entry] = (),
         counters: Mapping[str, int] | None = None,
         crawl_delay_s: float | None = None,
     ) -> bool | None:
@@ -429,15 +436,17 @@ class Frontier:
         (reclaimed after expiry: nothing is counted twice).
         """
         requeue_args: list[str | float] = []
-        for entry in requeue:
+        for entry in requeue:  # at the front of their depth: next in line
             requeue_args.extend((entry.depth * _DEPTH_WEIGHT, entry.encode()))
+        for entry in requeue_back:  # behind everything the host has queued
+            requeue_args.extend((_BACK_OF_QUEUE + entry.depth * _DEPTH_WEIGHT, entry.encode()))
         keys = [
             *_job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
             redis_keys.job_queue(job_id, batch.host),
             redis_keys.job_delays(job_id),
         ]
         delay_ms = int((crawl_delay_s or 0) * 1000)
-        args = [now_ms, batch.batch_id, batch.host, next_ready_ms, done, delay_ms, len(requeue)]
+        args = [now_ms, batch.batch_id, batch.host, next_ready_ms, done, delay_ms, len(requeue) + len(requeue_back)]
         args.extend(requeue_args)
         args.extend(_counter_args(counters))
         pipe = self._redis.pipeline(transaction=False)

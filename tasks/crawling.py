@@ -16,7 +16,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -58,6 +58,7 @@ class _BatchRun:
     redirects: list[dict[str, Any]]
     requeue: list[Entry]
     counters: Counter[str]
+    requeue_back: list[Entry] = field(default_factory=list)
     done: int = 0
     last_start: float | None = None
     host_delay_until: float = 0.0
@@ -85,6 +86,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         next_ready_ms=next_ready * 1000,
         done=run.done,
         requeue=run.requeue,
+        requeue_back=run.requeue_back,
         counters=run.counters,
         crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
     )
@@ -167,11 +169,21 @@ def _handle_response(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _Bat
     return _final_failure(run, f"http_{result.status}")
 
 
+# Signals that the host itself is down or overloaded: the whole host waits.
+_HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "timeout", "total_timeout", "proxy_error"})
+
+
 def _retry_or_fail(
     env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, reason: str, retry_after_s: float | None
 ) -> bool:
-    """Requeue the URL with a host-wide wait, or count it failed when its retries are spent."""
+    """Requeue the URL for another attempt, or count it failed when its retries are spent.
+
+    A host that is down or overloaded (or sent Retry-After) pauses as a whole, with backoff;
+    a single URL's error (a 500 on one page) only sends that URL to the back of its host's
+    queue, so the host's other pages go on.
+    """
     delay_s = runtime.retry.delay_for(entry.attempt + 1, retry_after_s)
+    host_wide = retry_after_s is not None or reason in _HOST_TROUBLE
     if delay_s is None:
         _final_failure(run, reason)
         # A host that asked for a long wait gets it, even though this URL gives up.
@@ -179,7 +191,11 @@ def _retry_or_fail(
             run.host_delay_until = max(run.host_delay_until, env.clock() + min(retry_after_s, 3600.0))
         return retry_after_s is not None
     run.counters["retries"] += 1
-    run.requeue.append(Entry(entry.url, entry.depth, entry.attempt + 1, entry.redirects_left))
+    retry = Entry(entry.url, entry.depth, entry.attempt + 1, entry.redirects_left)
+    if not host_wide:
+        run.requeue_back.append(retry)
+        return False
+    run.requeue.append(retry)
     run.host_delay_until = max(run.host_delay_until, env.clock() + delay_s)
     return True  # the host is struggling: the rest of the batch waits with it
 

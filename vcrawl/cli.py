@@ -89,6 +89,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (one per core)")
     parser.add_argument("--threads", type=int, default=16, help="threads per worker process (default 16)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="cancel the job after S seconds")
+    parser.add_argument("--log-dir", type=Path, help="worker logs (default: DATA/logs)")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -176,7 +177,8 @@ def _run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace
             print(f"started a private redis-server (pid {local.pid})", file=sys.stderr)
         tasks.configure(settings)
         env = {**os.environ, **settings.to_env()}
-        workers = LocalWorkers(args.workers, args.threads, env, data_dir / "logs", _ping)
+        log_dir = args.log_dir if args.log_dir is not None else data_dir / "logs"
+        workers = LocalWorkers(args.workers, args.threads, env, log_dir, _ping)
         stack.enter_context(workers)
         print(f"started {args.workers} worker processes (pids {workers.pids})", file=sys.stderr)
         job_id = tasks.start_job(spec)

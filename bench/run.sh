@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The benchmark: vcrawl on the shared synthetic web, plus the Bloom filter's memory and
+# false-positive rate. Prints JSON lines and a table. Not part of `make test`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KIT="${VCRAWL_BENCH_KIT:-$(pwd)/../shared/bench}"
+BENCH_PY="${BENCH_PY:-/tmp/venv-bench/bin/python}"
+export BENCH_PY VCRAWL_BENCH_KIT="$KIT"
+OUT="${BENCH_OUT:-/tmp/vcrawl-bench.jsonl}"
+
+# The kit's own requirements (Scrapy baseline, aiohttp/nginx servers, psutil), as its README says.
+if [ ! -x "$BENCH_PY" ]; then
+  python3 -m venv "$(dirname "$(dirname "$BENCH_PY")")"
+  "$BENCH_PY" -m pip install -q -r "$KIT/requirements.txt"
+fi
+command -v nginx >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light; }
+
+: > "$OUT"
+echo ">>> crawl: 20 hosts x 6000 pages, politeness off, 2 worker processes" >&2
+.venv/bin/python bench/crawl_universe.py --hosts 20 --pages 6000 --workers 2 --label a-vcrawl | tee -a "$OUT"
+echo ">>> dedup: Bloom filter, 1M URLs at 1 %" >&2
+.venv/bin/python bench/bloom.py --items 1000000 --error-rate 0.01 | tee -a "$OUT"
+
+.venv/bin/python - "$OUT" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+crawl = [r for r in rows if "pages_saved" in r]
+bloom = [r for r in rows if "bytes_per_url" in r]
+print("\n| run | pages/s (server) | CPU ms/page | recall | robots violations | duplicate fetches | crawl-delay violated | peak RSS MB |")
+print("|---|---|---|---|---|---|---|---|")
+for r in crawl:
+    print(f"| {r['label']} | {r['fetched_per_s']} | {r['cpu_ms_per_page']} | {r['recall']} | {r['robots_violations']} "
+          f"| {r['duplicate_page_fetches']} | {r['crawl_delay_violated_hosts']} | {r['peak_rss_mb']} |")
+for b in bloom:
+    print(f"\nBloom filter: {b['items']} URLs at {b['error_rate']}: {b['bytes_per_url']} bytes/URL, "
+          f"FPR measured {b['measured_fpr']} vs theory {b['theoretical_fpr']}, {b['adds_per_s']} adds/s, "
+          f"{b['redis_cpu_us_per_url']} us Redis CPU/URL")
+PY
