@@ -487,6 +487,10 @@ class Frontier:
         """The job hash as strings (spec, state, timestamps, counters)."""
         return {_text(k): _text(v) for k, v in self._redis.hgetall(redis_keys.job(job_id)).items()}
 
+    def hosts_seen(self, job_id: str) -> int:
+        """Hosts the job has sent at least one request to."""
+        return int(self._redis.hlen(redis_keys.job_next(job_id)))
+
     def in_flight(self, job_id: str) -> int:
         """Batches leased and not yet released."""
         return int(self._redis.hlen(redis_keys.job_leases(job_id)))

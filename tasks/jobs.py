@@ -267,6 +267,7 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
         "queued": max(0, counters["queued_now"]),
         "pending": max(0, counters["pending"]),
         "in_flight_batches": frontier.in_flight(job_id),
+        "hosts": frontier.hosts_seen(job_id),
         "pages_fetched": counters["fetched"],
         "pages_stored": counters["stored"],
         "failed": failed,

@@ -26,7 +26,7 @@ _EXIT_INTERRUPTED = 130
 _INTERRUPT_GRACE_S = 3.0  # then running fetches are cut; with acks_late they are not lost
 _SUMMARY_KEYS = (
     "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
-    "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted",
+    "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted", "hosts",
 )  # fmt: skip
 
 
@@ -223,7 +223,8 @@ def _follow(job_id: str, timeout_s: float) -> dict[str, Any]:
         line = (
             f"pages {status['pages_stored']} ({status['pages_stored'] / elapsed:.1f}/s), "
             f"queued {status['queued']}, in flight {status['in_flight_batches']}, "
-            f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}"
+            f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}, "
+            f"hosts {status['hosts']}"
         )
         now = time.monotonic()
         if tty:
