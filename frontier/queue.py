@@ -26,7 +26,13 @@ __all__ = ["Admission", "Batch", "Candidate", "Entry", "Frontier", "PumpResult"]
 _DEPTH_WEIGHT = 1e12
 _BACK_OF_QUEUE = 1000 * _DEPTH_WEIGHT  # deeper than any depth a job allows
 
-_SETTLE = """
+# Every script reads the clock of the Redis server (TIME), so workers and pumps on machines
+# whose clocks differ still agree on when a host is due.
+_COMMON = """
+local function clock_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local function settle(meta, done, now)
   local pending = redis.call('HINCRBY', meta, 'pending', 0 - done)
   if pending <= 0 and redis.call('HGET', meta, 'state') == 'running' then
@@ -38,21 +44,22 @@ end
 """
 
 # KEYS: meta, ready, next, busy, done_tokens, segment(1..s), queue(host_1..host_n), delays
-# ARGV: now_ms, max_pages, per_host, done, token, hashes, n_segments, n_counters, [field, incr]*,
+# ARGV: max_pages, per_host, done, token, hashes, n_segments, n_counters, [field, incr]*,
 #       n_hosts, [host]*, then per URL: [segment_index, host_index, depth, member, offset * hashes]
 # A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
 # so no URL can be marked seen without being queued. ``token`` makes a retried call a no-op.
 _ADMIT = (
-    _SETTLE
+    _COMMON
     + """
 local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local now, max_pages, per_host = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local done, token, k, nseg = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local now = clock_ms()
+local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local token, k, nseg = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 if token ~= '' and redis.call('SADD', tokens, token) == 0 then
   return {-1, 0, 0, 0}
 end
-local i = 9
-for _ = 1, tonumber(ARGV[8]) do
+local i = 8
+for _ = 1, tonumber(ARGV[7]) do
   redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
   i = i + 2
 end
@@ -60,6 +67,7 @@ local nhosts = tonumber(ARGV[i])
 local hosts = {}
 for h = 1, nhosts do hosts[h] = ARGV[i + h] end
 i = i + nhosts + 1
+local delays = KEYS[6 + nseg + nhosts]
 local running = redis.call('HGET', meta, 'state') == 'running'
 local admitted = tonumber(redis.call('HGET', meta, 'admitted') or '0')
 local fresh, dup, over = 0, 0, 0
@@ -93,13 +101,13 @@ while running and i <= #ARGV do
   end
 end
 if not running then
-  return {0, 0, 0, 0}
+  return {settle(meta, done, now), 0, 0, 0}
 end
 for hi, _ in pairs(touched) do
   local host = hosts[hi]
   if redis.call('HEXISTS', nextk, host) == 0 then
     -- never fetched: one request at a time until its robots.txt (and Crawl-delay) is known
-    redis.call('HSETNX', KEYS[6 + nseg + nhosts], host, -1)
+    redis.call('HSETNX', delays, host, -1)
   end
   if tonumber(redis.call('HGET', busy, host) or '0') < per_host then
     local not_before = tonumber(redis.call('HGET', nextk, host) or '0')
@@ -117,14 +125,17 @@ return {settle(meta, done, now), fresh, dup, over}
 )
 
 # KEYS: meta, ready, busy, leases, delays
-# ARGV: now_ms, max_batches, batch_size, per_host, lease_ms, cap, qprefix, eager
-# A host with a robots.txt Crawl-delay gets one URL at a time, one batch at a time.
-_PUMP = """
+# ARGV: max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix
+# A host with a robots.txt Crawl-delay (or not yet fetched) gets one URL at a time, one batch
+# at a time. Otherwise a host with a free slot stays in the heap, due again after the interval.
+_PUMP = (
+    _COMMON
+    + """
 local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local now, max_batches, batch_size = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local per_host, lease_ms, cap = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local qprefix, eager = ARGV[7], ARGV[8] == '1'
-local out = {'-1'}
+local now = clock_ms()
+local max_batches, batch_size, per_host = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local interval, lease_ms, cap, qprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local out = {'-1', tostring(now)}
 if redis.call('HGET', meta, 'state') ~= 'running' then
   out[1] = 'stopped'
   return out
@@ -136,9 +147,9 @@ if room > 0 then
   for _, host in ipairs(hosts) do
     local q = qprefix .. host
     local inflight = tonumber(redis.call('HGET', busy, host) or '0')
-    local slots, size, eager_host = per_host, batch_size, eager
+    local slots, size = per_host, batch_size
     if redis.call('HEXISTS', delays, host) == 1 then
-      slots, size, eager_host = 1, 1, false
+      slots, size = 1, 1
     end
     if inflight >= slots then
       redis.call('ZREM', ready, host)
@@ -154,7 +165,9 @@ if room > 0 then
         redis.call('HSET', leases, id, cjson.encode({h = host, e = entries, t = now + lease_ms}))
         redis.call('HINCRBY', meta, 'queued_now', -#entries)
         redis.call('HINCRBY', meta, 'dispatched', #entries)
-        if not (eager_host and inflight + 1 < slots and redis.call('ZCARD', q) > 0) then
+        if inflight + 1 < slots and redis.call('ZCARD', q) > 0 then
+          redis.call('ZADD', ready, now + interval, host)
+        else
           redis.call('ZREM', ready, host)
         end
         out[#out + 1] = tostring(id)
@@ -168,19 +181,45 @@ local first = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #first > 0 then out[1] = first[2] end
 return out
 """
+)
+
+# KEYS: meta, leases   ARGV: batch_id, lease_ms
+# Returns 1 (go on: the lease now runs from here), 0 (the lease is gone: a stale message),
+# 2 (the job is not running: give the batch back).
+_START = (
+    _COMMON
+    + """
+local raw = redis.call('HGET', KEYS[2], ARGV[1])
+if not raw then return 0 end
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 2 end
+local lease = cjson.decode(raw)
+local now = clock_ms()
+lease.s = now
+lease.t = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(lease))
+return 1
+"""
+)
 
 # KEYS: meta, ready, next, busy, leases, queue(host), delays
-# ARGV: now_ms, batch_id, host, next_ready_ms, done, crawl_delay_ms, n_requeue, [score, member]*,
+# ARGV: batch_id, host, pause_ms, host_delay_ms, done, crawl_delay_ms, n_requeue, [score, member]*,
 #       [field, incr]*
+# The host's next time: a pause after the batch started, never before it ended, and later
+# still when the host asked to be left alone (host_delay_ms from now).
 _RELEASE = (
-    _SETTLE
+    _COMMON
     + """
 local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local now, id, host = tonumber(ARGV[1]), ARGV[2], ARGV[3]
-local nxt, done, delay, nreq = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
-if redis.call('HDEL', leases, id) == 0 then
+local id, host, pause, host_delay = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local done, delay, nreq = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local raw = redis.call('HGET', leases, id)
+if not raw then
   return -1
 end
+redis.call('HDEL', leases, id)
+local now = clock_ms()
+local started = cjson.decode(raw).s or now
+local nxt = math.max(now, started + pause, now + host_delay)
 if delay > 0 then
   redis.call('HSET', KEYS[7], host, delay)
 else
@@ -207,30 +246,54 @@ return settle(meta, done, now)
 """
 )
 
-# KEYS: meta, ready, busy, leases   ARGV: now_ms, qprefix
-_RECLAIM = """
-local meta, ready, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local now, qprefix = tonumber(ARGV[1]), ARGV[2]
+# KEYS: meta, ready, next, busy, leases   ARGV: qprefix, max_attempts, interval_ms
+# A lease that ran out: its worker died (or its message was lost). Its URLs go back to the
+# front of their host's queue with one more attempt, or fail once they had enough.
+_RECLAIM = (
+    _COMMON
+    + """
+local meta, ready, nextk, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local qprefix, max_attempts, interval = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = clock_ms()
 local all = redis.call('HGETALL', leases)
-local reclaimed = 0
+local back, failed = 0, 0
 for j = 1, #all, 2 do
   local lease = cjson.decode(all[j + 1])
   if lease.t < now then
     redis.call('HDEL', leases, all[j])
+    local requeued = 0
     for _, member in ipairs(lease.e) do
-      redis.call('ZADD', qprefix .. lease.h, 0, member)
+      local entry = cjson.decode(member)
+      entry.a = entry.a + 1
+      if entry.a > max_attempts then
+        failed = failed + 1
+      else
+        redis.call('ZADD', qprefix .. lease.h, entry.d * 1e12, cjson.encode(entry))
+        requeued = requeued + 1
+      end
     end
     if redis.call('HINCRBY', busy, lease.h, -1) <= 0 then
       redis.call('HDEL', busy, lease.h)
     end
-    redis.call('ZADD', ready, 'NX', now, lease.h)
-    redis.call('HINCRBY', meta, 'queued_now', #lease.e)
-    redis.call('HINCRBY', meta, 'lease_expired', #lease.e)
-    reclaimed = reclaimed + #lease.e
+    if requeued > 0 then
+      local not_before = math.max(now, tonumber(redis.call('HGET', nextk, lease.h) or '0')) + interval
+      redis.call('HSET', nextk, lease.h, not_before)
+      redis.call('ZADD', ready, 'GT', not_before, lease.h)
+    end
+    back = back + requeued
   end
 end
-return reclaimed
+if back > 0 then
+  redis.call('HINCRBY', meta, 'queued_now', back)
+  redis.call('HINCRBY', meta, 'lease_expired', back)
+end
+if failed > 0 then
+  redis.call('HINCRBY', meta, 'failed:lease_expired', failed)
+end
+settle(meta, failed, now)
+return {back, failed}
 """
+)
 
 _CANCEL = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
@@ -307,10 +370,10 @@ class Batch:
 
 @dataclass(frozen=True)
 class PumpResult:
-    """What one pump call dispatched, and when the next host becomes due (ms, or None)."""
+    """What one pump call dispatched, and in how many seconds the next host is due (None: none)."""
 
     batches: tuple[Batch, ...]
-    next_due_ms: float | None
+    next_due_s: float | None
     stopped: bool = False
 
 
@@ -321,6 +384,7 @@ class Frontier:
         self._redis = client
         self._admit = client.register_script(_ADMIT)
         self._pump = client.register_script(_PUMP)
+        self._start = client.register_script(_START)
         self._release = client.register_script(_RELEASE)
         self._reclaim = client.register_script(_RECLAIM)
         self._cancel = client.register_script(_CANCEL)
@@ -343,7 +407,6 @@ class Frontier:
         candidates: Sequence[Candidate],
         *,
         bloom: BloomFilter,
-        now_ms: float,
         max_pages: int,
         per_host: int,
         done: int = 0,
@@ -374,7 +437,7 @@ class Frontier:
         keys.extend(segments)
         keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
         keys.append(redis_keys.job_delays(job_id))
-        args = [now_ms, max_pages, per_host, done, token, bloom.hashes, len(segments), len(counter_args) // 2]
+        args = [max_pages, per_host, done, token, bloom.hashes, len(segments), len(counter_args) // 2]
         args.extend(counter_args)
         args.append(len(hosts))
         args.extend(hosts)
@@ -393,37 +456,42 @@ class Frontier:
         self,
         job_id: str,
         *,
-        now_ms: float,
         max_batches: int,
         batch_size: int,
         per_host: int,
+        interval_ms: float,
         lease_ms: float,
         cap: int,
-        eager: bool,
     ) -> PumpResult:
         """Lease due hosts' URLs as batches (at most ``cap`` batches in flight per job)."""
         raw = self._pump(
             keys=list(_job_keys(job_id, "meta", "ready", "busy", "leases", "delays")),
-            args=[now_ms, max_batches, batch_size, per_host, lease_ms, cap, redis_keys.job_queue_prefix(job_id),
-                  1 if eager else 0],
-        )  # fmt: skip
-        head = _text(raw[0])
+            args=[max_batches, batch_size, per_host, interval_ms, lease_ms, cap, redis_keys.job_queue_prefix(job_id)],
+        )
+        head, now = _text(raw[0]), float(_text(raw[1]))
         if head == "stopped":
             return PumpResult((), None, stopped=True)
         batches = tuple(
             Batch(_text(raw[i]), _text(raw[i + 1]), tuple(Entry.decode(e) for e in json.loads(_text(raw[i + 2]))))
-            for i in range(1, len(raw), 3)
+            for i in range(2, len(raw), 3)
         )
         next_due = float(head)
-        return PumpResult(batches, None if next_due < 0 else next_due)
+        return PumpResult(batches, None if next_due < 0 else (next_due - now) / 1000)
+
+    def start_lease(self, job_id: str, batch_id: str, lease_ms: float) -> str:
+        """Mark a batch as started: ``"go"`` (its lease now runs from here), ``"stale"`` (the lease
+        ran out and its URLs were requeued: do nothing) or ``"stopped"`` (the job is not running).
+        """
+        code = int(self._start(keys=[redis_keys.job(job_id), redis_keys.job_leases(job_id)], args=[batch_id, lease_ms]))
+        return {0: "stale", 1: "go", 2: "stopped"}[code]
 
     def release(
         self,
         job_id: str,
         batch: Batch,
         *,
-        now_ms: float,
-        next_ready_ms: float,
+        pause_ms: float,
+        host_delay_ms: float = 0.0,
         done: int,
         requeue: Sequence[Entry] = (),
         requeue_back: Sequence[Entry] = (),
@@ -432,8 +500,9 @@ class Frontier:
     ) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time.
 
-        Returns True if this completed the job, False if not, None if the lease was gone
-        (reclaimed after expiry: nothing is counted twice).
+        The host is due again ``pause_ms`` after the batch started (see ``start_lease``), never
+        before now, and not before ``host_delay_ms`` from now. Returns True if this completed the
+        job, False if not, None if the lease was gone (reclaimed: nothing is counted twice).
         """
         requeue_args: list[str | float] = []
         for entry in requeue:  # at the front of their depth: next in line
@@ -446,7 +515,8 @@ class Frontier:
             redis_keys.job_delays(job_id),
         ]
         delay_ms = int((crawl_delay_s or 0) * 1000)
-        args = [now_ms, batch.batch_id, batch.host, next_ready_ms, done, delay_ms, len(requeue) + len(requeue_back)]
+        args = [batch.batch_id, batch.host, int(pause_ms), int(host_delay_ms), done, delay_ms]
+        args.append(len(requeue) + len(requeue_back))
         args.extend(requeue_args)
         args.extend(_counter_args(counters))
         pipe = self._redis.pipeline(transaction=False)
@@ -459,20 +529,28 @@ class Frontier:
             self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
         return None if result < 0 else result == 1
 
-    def reclaim_expired(self, job_id: str, now_ms: float) -> int:
-        """Requeue the URLs of batches whose lease ran out (their worker died); return how many."""
-        return int(
-            self._reclaim(
-                keys=list(_job_keys(job_id, "meta", "ready", "busy", "leases")),
-                args=[now_ms, redis_keys.job_queue_prefix(job_id)],
-            )
+    def reclaim_expired(self, job_id: str, max_attempts: int, interval_ms: float) -> tuple[int, int]:
+        """Requeue the URLs of batches whose lease ran out; fail those out of attempts.
+
+        Returns (requeued, failed).
+        """
+        requeued, failed = self._reclaim(
+            keys=list(_job_keys(job_id, "meta", "ready", "next", "busy", "leases")),
+            args=[redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms],
         )
+        if int(failed):
+            self.forget_if_stopped(job_id)
+        return int(requeued), int(failed)
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Stop dispatching a running job at once (``now`` in seconds); False if it was not running."""
         cancelled = int(self._cancel(keys=[redis_keys.job(job_id)], args=[now])) == 1
         self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
         return cancelled
+
+    def is_running(self, job_id: str) -> bool:
+        """True while the job is neither cancelled nor completed."""
+        return _text(self._redis.hget(redis_keys.job(job_id), "state")) == "running"
 
     def running_jobs(self) -> list[str]:
         """Ids of the jobs the pumps should look at."""

@@ -37,7 +37,7 @@ def analyze_batch(self: Task, fetched: dict) -> dict:
     except PermanentError:
         raise
     except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry
-        delay_s = deps.analysis_retry().delay_for(self.request.retries + 1)
+        delay_s = deps.batch_analysis_retry().delay_for(self.request.retries + 1)
         if delay_s is None:
             raise
         logger.warning("analysis of batch %s failed, retrying in %.1fs: %r", fetched.get("batch"), delay_s, exc)

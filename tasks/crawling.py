@@ -25,7 +25,7 @@ from fetchers import RETRYABLE_STATUSES, FetchRequest, FetchResult, parse_retry_
 from frontier import Batch, Entry, Frontier, RobotsCache, RobotsRules, origin, robots_url
 from storage import Storage, page_location, result_location
 from tasks.alerts import Alert, Alerter
-from tasks.jobs import JobRuntime, RuntimeCache, admit_links
+from tasks.jobs import JobRuntime, RuntimeCache, admit_links, lease_ms
 from vcrawl.errors import DownloadFailed, FetchFailed, MissingPage, VcrawlError
 from vcrawl.payloads import FieldRule
 
@@ -35,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _FOLLOWED_TAGS = frozenset({"a", "area", "frame", "iframe"})
+_ROBOTS_REDIRECTS = 5  # RFC 9309 §2.3.1.2
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class CrawlEnv:
     storage: Storage
     alerter: Alerter
     alert_once: Callable[[str], bool]
+    robots_retry_s: float = 600.0
     clock: Callable[[], float] = time.time
 
 
@@ -68,40 +70,58 @@ class _BatchRun:
 def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     """Fetch a leased batch, store its pages, release the lease; return what analysis needs."""
     runtime = env.runtimes.get(job_id)
+    nothing: dict[str, Any] = {"job": job_id, "batch": batch.batch_id, "pages": [], "redirects": []}
     run = _BatchRun([], [], [], Counter())
+    started = env.frontier.start_lease(job_id, batch.batch_id, lease_ms(runtime))
+    if started == "stale":  # its lease ran out and its URLs went back to the queue
+        logger.warning("job %s: batch %s came after its lease ran out; skipped", job_id, batch.batch_id)
+        return nothing
+    if started == "stopped":  # cancelled while the batch waited in the queue: give it back
+        env.frontier.release(job_id, batch, pause_ms=0, done=0, requeue=batch.entries)
+        return nothing
     for index, entry in enumerate(batch.entries):
-        stop = _fetch_entry(env, runtime, entry, run)
-        if stop:
+        if index > 0 and not env.frontier.is_running(job_id):  # cancelled: hand the rest back
+            run.requeue.extend(batch.entries[index:])
+            break
+        if _fetch_entry(env, runtime, entry, run):
             run.requeue.extend(batch.entries[index + 1 :])
             break
-    now = env.clock()
     pause = runtime.politeness.pause_s()
     if run.crawl_delay_s is not None and runtime.spec.politeness.obey_robots:
         pause = max(pause, run.crawl_delay_s)
-    next_ready = max(now, (run.last_start or now) + pause, run.host_delay_until)
-    env.frontier.release(
+    released = env.frontier.release(
         job_id,
         batch,
-        now_ms=now * 1000,
-        next_ready_ms=next_ready * 1000,
+        pause_ms=pause * 1000,
+        host_delay_ms=max(0.0, run.host_delay_until - env.clock()) * 1000,
         done=run.done,
         requeue=run.requeue,
         requeue_back=run.requeue_back,
         counters=run.counters,
         crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
     )
+    if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
+        return nothing
     return {"job": job_id, "batch": batch.batch_id, "pages": run.pages, "redirects": run.redirects}
 
 
 def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun) -> bool:
     """Fetch one URL of the batch; return True to stop the batch (the host needs a pause)."""
     spec = runtime.spec
+    if runtime.networks and not _in_networks(entry.url, runtime.networks):
+        return _final_failure(run, "network_refused")
     if spec.politeness.obey_robots:
         rules = env.robots.get(origin(entry.url))
         fetched_robots = rules is None
         if rules is None:
             rules = _fetch_robots(env, runtime, entry.url, run)
         run.crawl_delay_s = rules.crawl_delay(spec.politeness.robots_token)
+        if rules.kind == "disallow_all" and entry.attempt < spec.limits.retries:
+            # RFC 9309: unreachable robots.txt means "disallow all" until it can be read. Wait
+            # for the next read (the error stays cached that long), then try again.
+            run.requeue.append(Entry(entry.url, entry.depth, entry.attempt + 1, entry.redirects_left))
+            run.host_delay_until = max(run.host_delay_until, env.clock() + env.robots_retry_s)
+            return True
         if fetched_robots and (not runtime.eager or run.crawl_delay_s):
             run.requeue.append(entry)  # the robots.txt request used this politeness slot
             return True
@@ -110,8 +130,6 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
             run.done += 1
             return False
     rule = spec.rule_for(entry.url)
-    if runtime.networks and not _in_networks(urlsplit(entry.url).hostname or "", runtime.networks):
-        return _final_failure(run, "network_refused")
     run.last_start = env.clock()
     request = FetchRequest(
         url=entry.url,
@@ -207,16 +225,26 @@ def _final_failure(run: _BatchRun, reason: str) -> bool:
 
 
 def _fetch_robots(env: CrawlEnv, runtime: JobRuntime, url: str, run: _BatchRun) -> RobotsRules:
-    """Fetch robots.txt of the URL's origin (RFC 9309: 5 redirects, 500 KiB) and cache it."""
+    """Fetch robots.txt of the URL's origin (RFC 9309: 5 redirects, 500 KiB) and cache it.
+
+    Redirects are followed here, hop by hop, so the job's network limits hold for each hop.
+    """
     run.last_start = env.clock()
-    request = FetchRequest(url=robots_url(url), user_agent=runtime.identities.user_agent())
+    target, status, body = robots_url(url), None, None
     try:
-        result = runtime.robots_fetcher.fetch(request)
-        status: int | None = result.status
-        body: bytes | None = result.body
-    except DownloadFailed as exc:
-        status, body = (300 if exc.reason in ("too_many_redirects", "redirect_loop") else None), None
-    except FetchFailed:
+        for _ in range(_ROBOTS_REDIRECTS + 1):
+            if runtime.networks and not _in_networks(target, runtime.networks):
+                status = None
+                break
+            request = FetchRequest(url=target, user_agent=runtime.identities.user_agent())
+            result = runtime.robots_fetcher.fetch(request)
+            status, body = result.status, result.body
+            if result.status not in _REDIRECTS or "location" not in result.headers:
+                break
+            target = urljoin(result.final_url, result.headers["location"].strip())
+            if urlsplit(target).scheme not in ("http", "https"):
+                break
+    except (DownloadFailed, FetchFailed):
         status, body = None, None
     rules = RobotsRules.from_response(status, body)
     env.robots.put(origin(url), rules)
@@ -233,8 +261,8 @@ def _resolve(host: str) -> tuple[str, ...]:
         return ()
 
 
-def _in_networks(host: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
-    addresses = _resolve(host)
+def _in_networks(url: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
+    addresses = _resolve(urlsplit(url).hostname or "")
     return bool(addresses) and all(
         any(ipaddress.ip_address(address.split("%", 1)[0]) in network for network in networks) for address in addresses
     )
@@ -253,15 +281,7 @@ def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:
     for redirect in fetched["redirects"]:
         links.append((redirect["target"], redirect["depth"], redirect["redirects_left"]))
     done = len(fetched["pages"]) + len(fetched["redirects"])
-    admission = admit_links(
-        runtime,
-        env.frontier,
-        links,
-        done=done,
-        token=f"a:{fetched['batch']}",
-        counters=counters,
-        now_ms=env.clock() * 1000,
-    )
+    admission = admit_links(runtime, env.frontier, links, done=done, token=f"a:{fetched['batch']}", counters=counters)
     return {"job": job_id, "batch": fetched["batch"], "admitted": admission.admitted,
             "completed": admission.completed}  # fmt: skip
 
@@ -323,5 +343,4 @@ def abandon_analysis(env: CrawlEnv, fetched: dict[str, Any], error: str) -> None
     counters: Counter[str] = Counter({"analysis_failed:batch": len(fetched["pages"])})
     logger.error("analysis of batch %s of job %s failed for good: %s", fetched["batch"], fetched["job"], error)
     # The same token as the analysis: if it did admit before failing, this changes nothing.
-    admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters,
-                now_ms=env.clock() * 1000)  # fmt: skip
+    admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters)

@@ -27,6 +27,7 @@ from vcrawl.settings import Settings
 __all__ = [
     "alerter",
     "analysis_retry",
+    "batch_analysis_retry",
     "crawl_env",
     "fetch_retry",
     "fetchers",
@@ -133,7 +134,11 @@ def crawl_env() -> CrawlEnv:
     def alert_once(key: str) -> bool:
         return bool(redis_client().set(redis_keys.alert_sent(key, "job"), 1, nx=True, ex=settings().status_ttl_s))
 
-    return _once("crawl_env", lambda: CrawlEnv(frontier(), runtimes(), robots(), storage(), alerter(), alert_once))
+    retry_robots_s = settings().robots_error_ttl_s
+    return _once(
+        "crawl_env",
+        lambda: CrawlEnv(frontier(), runtimes(), robots(), storage(), alerter(), alert_once, retry_robots_s),
+    )
 
 
 def pump() -> FrontierPump:
@@ -177,6 +182,11 @@ def fetch_retry() -> RetryPolicy:
     return RetryPolicy(
         current.fetch_retries, current.fetch_backoff_s, current.fetch_backoff_max_s, current.max_retry_after_s
     )
+
+
+def batch_analysis_retry() -> RetryPolicy:
+    """Return the retry policy for a job's analysis batches: long enough to outlast a Redis restart."""
+    return RetryPolicy(retries=10, backoff_s=1.0, backoff_max_s=60.0)
 
 
 def analysis_retry() -> RetryPolicy:

@@ -120,9 +120,8 @@ def build_runtime(spec: JobSpec, settings: Settings, session: Any, client: Any) 
         max_redirects=0,
         follow_redirects=False,
     )
-    robots_limits = replace(
-        fetch_limits, max_body_bytes=500 * 1024, truncate_body=True, follow_redirects=True, max_redirects=5
-    )
+    # robots.txt: the first 500 KiB are parsed (RFC 9309); redirects are followed hop by hop by the caller.
+    robots_limits = replace(fetch_limits, max_body_bytes=500 * 1024, truncate_body=True)
     politeness = PolitenessPolicy(spec.politeness.min_interval_s, spec.politeness.jitter)
     return JobRuntime(
         spec=spec,
@@ -179,6 +178,16 @@ class RuntimeCache:
         return runtime
 
 
+def lease_s(runtime: JobRuntime) -> float:
+    """How long a batch may run from its start before its URLs are handed out again."""
+    return runtime.spec.limits.total_timeout_s * runtime.batch_size + 60
+
+
+def lease_ms(runtime: JobRuntime) -> float:
+    """``lease_s`` in milliseconds."""
+    return lease_s(runtime) * 1000
+
+
 def admit_links(
     runtime: JobRuntime,
     frontier: Frontier,
@@ -187,12 +196,16 @@ def admit_links(
     done: int,
     token: str,
     counters: Counter[str],
-    now_ms: float,
+    seeds: bool = False,
 ) -> Admission:
     """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left)`` links; finish ``done`` URLs.
 
     Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call).
+    Seeds are not held to the ``allow`` patterns (they are where the crawl starts). The call
+    that finishes the ``done`` URLs carries the token ``<token>:final``, whatever the number
+    of chunks, so ``abandon_analysis`` can tell whether it already happened.
     """
+    scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
     candidates: list[Candidate] = []
     local: set[str] = set()
     for url, depth, redirects_left in links:
@@ -201,7 +214,7 @@ def admit_links(
         except ValueError:
             counters["filtered:malformed"] += 1
             continue
-        reason = reject_reason(canonical, depth, runtime.scope)
+        reason = reject_reason(canonical, depth, scope)
         if reason is not None:
             counters[f"filtered:{reason}"] += 1
             continue
@@ -214,17 +227,18 @@ def admit_links(
     result = Admission(False, False, 0, 0, 0)
     for index, chunk in enumerate(chunks):
         last = index == len(chunks) - 1
-        result = _add(result, frontier.admit(
+        chunk_token = f"{token}:final" if last else f"{token}:{index}"
+        admission = frontier.admit(
             runtime.job_id,
             chunk,
             bloom=runtime.bloom,
-            now_ms=now_ms,
             max_pages=runtime.spec.max_pages,
             per_host=runtime.spec.politeness.per_host,
             done=done if last else 0,  # finish the pages only after all their links are queued
-            token=f"{token}:{index}" if token else "",
+            token=chunk_token if token else "",
             counters=counters if index == 0 else None,
-        ))  # fmt: skip
+        )
+        result = _add(result, admission)
     return result
 
 
@@ -240,7 +254,7 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
         raise InvalidTask("id", f"a job {spec.id!r} exists already")
     runtime = runtimes.get(spec.id)
     seeds = [(seed, 0, spec.limits.max_redirects) for seed in spec.seeds]
-    admit_links(runtime, frontier, seeds, done=0, token="seeds", counters=Counter(), now_ms=now * 1000)
+    admit_links(runtime, frontier, seeds, done=0, token="seeds", counters=Counter(), seeds=True)
     return spec.id
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from frontier import Batch, Frontier
-from tasks.jobs import RuntimeCache
+from tasks.jobs import RuntimeCache, lease_ms
 from vcrawl.errors import VcrawlError
 from vcrawl.settings import Settings
 
@@ -81,18 +81,19 @@ class FrontierPump:
             except VcrawlError as exc:
                 logger.warning("pump: skipping job %s: %s", job_id, exc)
                 continue
-            if reclaim and (count := self._frontier.reclaim_expired(job_id, now * 1000)):
-                logger.warning("job %s: requeued %d URLs of batches whose lease ran out", job_id, count)
-            lease_s = runtime.spec.limits.total_timeout_s * runtime.batch_size + 60
+            interval_ms = runtime.spec.politeness.min_interval_s * 1000
+            if reclaim:
+                requeued, failed = self._frontier.reclaim_expired(job_id, runtime.spec.limits.retries + 1, interval_ms)
+                if requeued or failed:
+                    logger.warning("job %s: leases ran out: %d URLs requeued, %d failed", job_id, requeued, failed)
             result = self._frontier.pump(
                 job_id,
-                now_ms=now * 1000,
                 max_batches=_MAX_BATCHES_PER_CALL,
                 batch_size=runtime.batch_size,
                 per_host=runtime.spec.politeness.per_host,
-                lease_ms=lease_s * 1000,
+                interval_ms=interval_ms,
+                lease_ms=lease_ms(runtime) * 1000,
                 cap=self._settings.frontier_inflight,
-                eager=runtime.eager,
             )
             if result.stopped:
                 self._frontier.forget_if_stopped(job_id)
@@ -105,9 +106,8 @@ class FrontierPump:
                 if producer is not None:
                     producer.release()
             dispatched += len(result.batches)
-            if result.next_due_ms is not None:
-                due = result.next_due_ms / 1000 - now
-                next_due = due if next_due is None else min(next_due, due)
+            if result.next_due_s is not None:
+                next_due = result.next_due_s if next_due is None else min(next_due, result.next_due_s)
         if dispatched:
             return 0.0
         if next_due is not None and next_due <= 0:

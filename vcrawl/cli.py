@@ -88,7 +88,7 @@ def _add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (one per core)")
     parser.add_argument("--threads", type=int, default=16, help="threads per worker process (default 16)")
-    parser.add_argument("--timeout", type=float, default=3600.0, help="cancel the job after S seconds")
+    parser.add_argument("--timeout", type=float, help="cancel the job after S seconds (default: no limit)")
     parser.add_argument("--log-dir", type=Path, help="worker logs (default: DATA/logs)")
 
 
@@ -206,11 +206,11 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _follow(job_id: str, timeout_s: float) -> dict[str, Any]:
-    """Show progress until the job ends; cancel it after ``timeout_s``."""
+def _follow(job_id: str, timeout_s: float | None) -> dict[str, Any]:
+    """Show progress until the job ends; cancel it after ``timeout_s`` (None: never)."""
     import tasks
 
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
     tty = sys.stderr.isatty()
     last_print, last = 0.0, ""
     while True:

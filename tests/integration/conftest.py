@@ -111,6 +111,7 @@ def vcrawl_settings(
         smtp_host="127.0.0.1",
         smtp_port=alert_sinks.smtp_port,
         visibility_timeout_s=120.0,
+        robots_error_ttl_s=1.0,
     )
     tasks.configure(settings)
     return settings

@@ -252,3 +252,67 @@ def test_job_files_in_yaml_and_json(tmp_path: Path) -> None:
     with pytest.raises(InvalidTask) as refused:
         load_job_file(tmp_path / "broken.yaml")
     assert refused.value.field == "file"
+
+
+def test_cancel_with_a_backlog_on_many_hosts_stops_queued_batches_too() -> None:
+    sites = [TestSite() for _ in range(6)]
+    for site in sites:
+        site.__enter__()
+        site.add_page("/", page(*[f"/p{n}.html" for n in range(40)]))
+        for n in range(40):
+            site.add_response(f"/p{n}.html", Response(page().encode(), delay_s=0.05))
+    try:
+        job_id = tasks.start_job({"seeds": [s.url("/") for s in sites], "politeness": {"min_interval_s": 0,
+                                  "per_host": 4}})  # fmt: skip
+        deadline = time.monotonic() + 10
+        while sum(len(s.seen) for s in sites) < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tasks.cancel_job(job_id)
+        time.sleep(0.5)  # let what is in flight finish
+        settled = sum(len(s.seen) for s in sites)
+        time.sleep(1.5)
+        after = sum(len(s.seen) for s in sites)
+        status = tasks.job_status(job_id)
+    finally:
+        for site in sites:
+            site.__exit__()
+    assert status["state"] == "cancelled"
+    assert after == settled  # nothing more went out, though batches were queued
+    assert after < 6 * 41 / 2  # far from the whole crawl
+
+
+def test_allowed_networks_hold_before_robots_txt(site: TestSite) -> None:
+    site.add_page("/", page("/a.html"))
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "allowed_networks": ["10.0.0.0/8"]})
+
+    assert status["state"] == "completed"
+    assert site.seen == []  # not even robots.txt
+    assert status["failed"] == {"network_refused": 1}
+
+
+def test_seeds_are_not_held_to_the_allow_patterns(site: TestSite) -> None:
+    site.add_page("/", page("/catalogue/1.html", "/about.html"))
+    site.add_page("/catalogue/1.html", page())
+    site.add_page("/about.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "scope": {"allow": ["/catalogue/"]}})
+
+    assert fetches(site) == {"/": 1, "/catalogue/1.html": 1}
+    assert status["filtered"] == {"allow": 1}
+
+
+def test_robots_txt_that_fails_for_a_while_is_waited_for(site: TestSite) -> None:
+    site.add_sequence(
+        "/robots.txt",
+        [Response(b"", 503), Response(b"User-agent: *\nDisallow: /private/\n", headers={"Content-Type": "text/plain"})],
+    )
+    site.add_page("/", page("/a.html", "/private/b.html"))
+    site.add_page("/a.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST})
+
+    # Disallowed while robots.txt answered 503; read again after the error's cache time; then crawled.
+    assert status["state"] == "completed"
+    assert fetches(site) == {"/": 1, "/a.html": 1}
+    assert status["robots_blocked"] == 1 and status["robots_fetched"] == 2

@@ -1,0 +1,138 @@
+"""The frontier's scripts against a real redis-server: leases, reclaim, atomic admission, abandon."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from frontier import Candidate, Entry, Frontier
+from tasks.crawling import CrawlEnv, abandon_analysis
+from tasks.jobs import admit_links, build_runtime
+from vcrawl.jobs import JobSpec
+from vcrawl.local_redis import LocalRedis
+from vcrawl.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def private_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
+    """A redis-server of its own: the session's worker would pump these jobs otherwise."""
+    with LocalRedis(tmp_path_factory.mktemp("frontier-redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def client(private_redis: LocalRedis) -> redis.Redis:
+    return redis.Redis.from_url(private_redis.url, decode_responses=True)
+
+
+def _job(client: redis.Redis, frontier: Frontier, **spec: Any) -> Any:
+    job = JobSpec.from_dict({"id": f"t-{uuid.uuid4().hex[:8]}", "seeds": ["http://a.test/"], **spec})
+    assert frontier.create(job.id, job.to_json(), time.time())
+    return build_runtime(job, Settings(), session=None, client=client)
+
+
+def _status(frontier: Frontier, job_id: str) -> dict[str, str]:
+    return frontier.raw_state(job_id)
+
+
+def test_a_reclaimed_lease_is_requeued_and_its_late_batch_counts_nothing(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0})
+    urls = ["http://a.test/1", "http://a.test/2"]
+    admit_links(runtime, frontier, [(u, 0, 5) for u in urls], done=0, token="seeds", counters=Counter(), seeds=True)
+    [batch] = frontier.pump(runtime.job_id, max_batches=4, batch_size=1, per_host=1, interval_ms=0, lease_ms=1,
+                            cap=8).batches  # fmt: skip
+    time.sleep(0.01)
+
+    assert frontier.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (1, 0)
+    # The worker that held the lease comes back late: it must neither start nor count.
+    assert frontier.start_lease(runtime.job_id, batch.batch_id, 60_000) == "stale"
+    assert frontier.release(runtime.job_id, batch, pause_ms=0, done=1, counters={"fetched": 1}) is None
+    state = _status(frontier, runtime.job_id)
+    assert state["state"] == "running" and state["pending"] == "2" and "fetched" not in state
+    assert state["lease_expired"] == "1"
+    # The URL comes back first, with one more attempt; after too many it fails and is finished.
+    again = frontier.pump(runtime.job_id, max_batches=4, batch_size=2, per_host=1, interval_ms=0, lease_ms=1, cap=8)
+    [entry] = [entry for b in again.batches for entry in b.entries]
+    assert (entry.url, entry.attempt) == (batch.entries[0].url, 1)
+    time.sleep(0.01)
+    assert frontier.reclaim_expired(runtime.job_id, max_attempts=1, interval_ms=0) == (0, 1)
+    state = _status(frontier, runtime.job_id)
+    assert state["failed:lease_expired"] == "1" and state["pending"] == "1"
+
+
+def test_concurrent_admissions_admit_each_url_once(client: redis.Redis, private_redis: LocalRedis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, max_pages=100_000)
+    urls = [f"http://a.test/p{n}.html" for n in range(300)]
+    errors: list[BaseException] = []
+
+    def admit(seed: int) -> None:
+        try:
+            own = Frontier(redis.Redis.from_url(private_redis.url))
+            order = urls[seed * 37 % 300 :] + urls[: seed * 37 % 300]
+            for start in range(0, 300, 50):
+                chunk = [Candidate("a.test", Entry(url)) for url in order[start : start + 50]]
+                own.admit(runtime.job_id, chunk, bloom=runtime.bloom, max_pages=100_000, per_host=1)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=admit, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    state = _status(frontier, runtime.job_id)
+    assert state["admitted"] == "300" and state["pending"] == "300"
+    assert state["duplicates"] == str(7 * 300)
+    assert client.zcard(f"vcrawl:job:{{{runtime.job_id}}}:q:a.test") == 300
+
+
+def test_abandoned_analysis_finishes_its_pages_exactly_once(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, max_pages=100_000)
+    admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="seeds", counters=Counter(), seeds=True)
+    env = CrawlEnv(frontier, _Runtimes(runtime), None, None, None, lambda key: False)  # type: ignore[arg-type]
+    fetched = {"job": runtime.job_id, "batch": "9", "pages": [{"url": "http://a.test/"}], "redirects": []}
+    links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(1500)]
+    # The analysis admitted its first chunk of 1000 links, then failed for good.
+    first = [Candidate("a.test", Entry(url, depth)) for url, depth, _ in links[:1000]]
+    frontier.admit(runtime.job_id, first, bloom=runtime.bloom, max_pages=100_000, per_host=1, token="a:9:0")
+    assert _status(frontier, runtime.job_id)["pending"] == "1001"
+
+    abandon_analysis(env, fetched, "boom")
+    abandon_analysis(env, fetched, "boom again")  # an errback that runs twice changes nothing more
+
+    state = _status(frontier, runtime.job_id)
+    assert state["pending"] == "1000" and state["analysis_failed:batch"] == "1"
+
+
+def test_abandon_after_a_complete_admission_changes_nothing(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, max_pages=100_000)
+    admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="seeds", counters=Counter(), seeds=True)
+    links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(1500)]
+    admit_links(runtime, frontier, links, done=1, token="a:7", counters=Counter())
+    env = CrawlEnv(frontier, _Runtimes(runtime), None, None, None, lambda key: False)  # type: ignore[arg-type]
+
+    abandon_analysis(env, {"job": runtime.job_id, "batch": "7", "pages": [{}], "redirects": []}, "late errback")
+
+    assert _status(frontier, runtime.job_id)["pending"] == "1500"
+
+
+class _Runtimes:
+    """Hands out one prepared runtime (what RuntimeCache does from Redis)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self._runtime = runtime
+
+    def get(self, job_id: str) -> Any:
+        return self._runtime
