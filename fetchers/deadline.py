@@ -94,32 +94,27 @@ def _cut(connection: Any) -> None:
     logger.debug("cut a connection past its deadline")
 
 
+class _Watched:
+    """Mixed into urllib3's connections: arm the watch before connecting and before waiting."""
+
+    watch: DeadlineWatch
+
+    def connect(self) -> None:
+        self.watch.arm(self)
+        super().connect()  # type: ignore[misc]
+
+    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+        self.watch.arm(self)
+        return super().getresponse(*args, **kwargs)  # type: ignore[misc]
+
+
 def _watched_classes(watch: DeadlineWatch) -> dict[str, type]:
-    class WatchedHTTPConnection(HTTPConnection):
-        def connect(self) -> None:
-            watch.arm(self)
-            super().connect()
-
-        def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-            watch.arm(self)
-            return super().getresponse(*args, **kwargs)
-
-    class WatchedHTTPSConnection(HTTPSConnection):
-        def connect(self) -> None:
-            watch.arm(self)
-            super().connect()
-
-        def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-            watch.arm(self)
-            return super().getresponse(*args, **kwargs)
-
-    class WatchedHTTPPool(HTTPConnectionPool):
-        ConnectionCls = WatchedHTTPConnection
-
-    class WatchedHTTPSPool(HTTPSConnectionPool):
-        ConnectionCls = WatchedHTTPSConnection
-
-    return {"http": WatchedHTTPPool, "https": WatchedHTTPSPool}
+    http = type("WatchedHTTPConnection", (_Watched, HTTPConnection), {"watch": watch})
+    https = type("WatchedHTTPSConnection", (_Watched, HTTPSConnection), {"watch": watch})
+    return {
+        "http": type("WatchedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": http}),
+        "https": type("WatchedHTTPSPool", (HTTPSConnectionPool,), {"ConnectionCls": https}),
+    }
 
 
 class DeadlineAdapter(HTTPAdapter):
