@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages demo test bench lint clean
+.PHONY: setup system-packages browser-packages demo test bench lint clean
 
 setup: system-packages $(STAMP)
 
@@ -30,7 +30,17 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/vcrawl demo
 
-test: setup
+# The browser tests need Debian's Chromium and its driver (CI installs them too, in .ci/run).
+browser-packages:
+	@need=""; \
+	command -v chromium >/dev/null || need="$$need chromium"; \
+	command -v chromedriver >/dev/null || need="$$need chromium-driver"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing$$need (apt)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$need; \
+	fi
+
+test: setup browser-packages
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure here"; fi; exit $$rc
 

@@ -13,6 +13,7 @@ from kombu import Exchange, Queue
 from vcrawl.settings import Settings, celery_redis_url
 
 DOWNLOAD_QUEUE = "download"
+DYNAMIC_QUEUE = "download.dynamic"  # browser work, on its own machines and concurrency
 ANALYSIS_QUEUE = "analysis"
 
 
@@ -41,6 +42,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "result_expires": 3600,
         "task_queues": [
             Queue(DOWNLOAD_QUEUE, Exchange(DOWNLOAD_QUEUE), routing_key=DOWNLOAD_QUEUE),
+            Queue(DYNAMIC_QUEUE, Exchange(DYNAMIC_QUEUE), routing_key=DYNAMIC_QUEUE),
             Queue(ANALYSIS_QUEUE, Exchange(ANALYSIS_QUEUE), routing_key=ANALYSIS_QUEUE),
         ],
         "task_default_queue": DOWNLOAD_QUEUE,

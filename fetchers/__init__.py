@@ -11,12 +11,15 @@ from fetchers.base import (
     check_status,
     parse_retry_after,
 )
+from fetchers.browser import BrowserConfig, BrowserFetcher, chromium_processes
 from fetchers.identity import IdentityPool
 from fetchers.registry import FetcherRegistry
 from fetchers.static import StaticFetcher, make_session
 
 __all__ = [
     "RETRYABLE_STATUSES",
+    "BrowserConfig",
+    "BrowserFetcher",
     "FetchLimits",
     "FetchRequest",
     "FetchResult",
@@ -25,6 +28,7 @@ __all__ = [
     "IdentityPool",
     "StaticFetcher",
     "check_status",
+    "chromium_processes",
     "make_session",
     "parse_retry_after",
 ]

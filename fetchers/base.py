@@ -48,6 +48,7 @@ class FetchRequest:
     referer: str | None = None
     proxy: str | None = None
     js_function: str | None = None
+    wait_for: str | None = None  # dynamic pages without js_function: a CSS selector to wait for
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,14 @@ class FetcherRegistry:
             kind = f"{kind} ({self._unavailable[page_type]})"
         raise UnknownComponent(kind, page_type, self.page_types())
 
+    def close(self) -> None:
+        """Close the fetchers that hold resources (browsers); they are built again on next use."""
+        built, self._built = self._built, {}
+        for fetcher in built.values():
+            close = getattr(fetcher, "close", None)
+            if close is not None:
+                close()
+
     def get(self, page_type: str) -> Fetcher:
         """Return the fetcher for ``page_type``, building it on first use.
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
 
 from analyzers import load_plugins
 from tasks import deps
@@ -112,3 +112,10 @@ def _start_pump(**_: Any) -> None:
 def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
         deps.pump().stop()
+    deps.fetchers().close()  # quit this process's browser (threads pool: the browser lives here)
+
+
+@worker_process_shutdown.connect
+def _quit_browser(**_: Any) -> None:
+    # A prefork child (recycled by max_tasks_per_child, or at shutdown) quits its own browser.
+    deps.fetchers().close()

@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Task
 
+from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from frontier import Batch
 from tasks import crawling, deps
 from tasks.app import app
@@ -55,4 +56,14 @@ def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> N
 def dispatch_batch(job_id: str, batch: Batch, producer: Any = None) -> None:
     """Send a leased batch to the download queue, linked to its analysis."""
     then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()])
-    fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer)
+    spec = deps.runtimes().get(job_id).spec
+    dynamic = any(spec.rule_for(entry.url).page_type == "dynamic" for entry in batch.entries)
+    queue = DYNAMIC_QUEUE if dynamic else DOWNLOAD_QUEUE
+    fetch_batch.apply_async(
+        (job_id, batch.to_dict()),
+        link=then_analyze,
+        producer=producer,
+        queue=queue,
+        routing_key=queue,
+        exchange=queue,
+    )

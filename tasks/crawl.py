@@ -9,6 +9,7 @@ from celery import Task
 from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
+from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from tasks import deps, pipeline
 from tasks.analyze import analyze
 from tasks.app import app
@@ -36,11 +37,15 @@ def dispatch(task: DownloadTask, trail_id: str, fetch_id: str | None = None) -> 
     deps.trail().queued(trail_id, task)
     on_failure = record_failure.s()
     then_analyze = analyze.s(AnalysisJob.for_task(trail_id, task).to_dict()).set(link_error=[on_failure])
+    queue = DYNAMIC_QUEUE if task.page_type == "dynamic" else DOWNLOAD_QUEUE
     return fetch.apply_async(
         (task.to_dict(), trail_id),
         task_id=fetch_id or trail_id,
         link=then_analyze,
         link_error=on_failure,
+        queue=queue,
+        routing_key=queue,
+        exchange=queue,
     )
 
 

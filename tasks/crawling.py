@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from analyzers import Page, links_analyzer, run_analysis
-from fetchers import RETRYABLE_STATUSES, FetchRequest, FetchResult, parse_retry_after
+from fetchers import RETRYABLE_STATUSES, FetcherRegistry, FetchRequest, FetchResult, parse_retry_after
 from frontier import Batch, Entry, Frontier, RobotsCache, RobotsRules, origin, robots_url
 from storage import Storage, page_location, result_location
 from tasks.alerts import Alert, Alerter
@@ -48,6 +48,7 @@ class CrawlEnv:
     storage: Storage
     alerter: Alerter
     alert_once: Callable[[str], bool]
+    fetchers: FetcherRegistry | None = None
     robots_retry_s: float = 600.0
     clock: Callable[[], float] = time.time
 
@@ -137,9 +138,15 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         referer=runtime.identities.referer(),
         proxy=runtime.identities.proxy(),
         js_function=rule.js_function,
+        wait_for=rule.wait_for,
     )
     try:
-        result = runtime.fetcher.fetch(request)
+        if rule.page_type == "static":
+            fetcher = runtime.fetcher
+        else:
+            assert env.fetchers is not None, "a crawl environment with browser work has a fetcher registry"
+            fetcher = env.fetchers.get(rule.page_type)
+        result = fetcher.fetch(request)
     except FetchFailed as exc:
         return _retry_or_fail(env, runtime, entry, run, exc.reason, exc.retry_after_s)
     except DownloadFailed as exc:

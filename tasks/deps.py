@@ -6,13 +6,24 @@ Nothing here connects at import time. A pool child gets fresh clients after fork
 
 from __future__ import annotations
 
+import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import redis
 import requests
 
-from fetchers import FetcherRegistry, FetchLimits, IdentityPool, StaticFetcher, make_session
+from fetchers import (
+    BrowserConfig,
+    BrowserFetcher,
+    Fetcher,
+    FetcherRegistry,
+    FetchLimits,
+    IdentityPool,
+    StaticFetcher,
+    make_session,
+)
 from frontier import Frontier, HostGate, RobotsCache
 from storage import Storage
 from tasks.alerts import Alerter
@@ -99,10 +110,21 @@ def fetchers() -> FetcherRegistry:
             max_body_bytes=current.max_body_bytes,
             max_redirects=current.max_redirects,
         )
-        return FetcherRegistry(
-            {"static": lambda: StaticFetcher(session(), limits)},
-            unavailable={"dynamic": "the Selenium fetcher is not in this release yet"},
+        browser = BrowserConfig(
+            chromium_path=current.chromium_path,
+            chromedriver_path=current.chromedriver_path,
+            page_timeout_s=current.browser_page_timeout_s,
+            lazy_timeout_s=current.browser_lazy_timeout_s,
+            max_pages=current.browser_max_pages,
+            max_body_bytes=current.max_body_bytes,
         )
+        factories: dict[str, Callable[[], Fetcher]] = {"static": lambda: StaticFetcher(session(), limits)}
+        unavailable = {}
+        if os.access(browser.chromium_path, os.X_OK) and os.access(browser.chromedriver_path, os.X_OK):
+            factories["dynamic"] = lambda: BrowserFetcher(browser)
+        else:
+            unavailable["dynamic"] = f"{browser.chromium_path} or {browser.chromedriver_path} is missing"
+        return FetcherRegistry(factories, unavailable)
 
     return _once("fetchers", build)
 
@@ -137,7 +159,9 @@ def crawl_env() -> CrawlEnv:
     retry_robots_s = settings().robots_error_ttl_s
     return _once(
         "crawl_env",
-        lambda: CrawlEnv(frontier(), runtimes(), robots(), storage(), alerter(), alert_once, retry_robots_s),
+        lambda: CrawlEnv(
+            frontier(), runtimes(), robots(), storage(), alerter(), alert_once, fetchers(), retry_robots_s
+        ),
     )
 
 

@@ -12,7 +12,7 @@ from celery import signals
 from celery.worker import WorkController
 from celery.worker import state as worker_state
 
-from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE
+from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from tasks.app import app
 
 __all__ = ["EmbeddedWorker"]
@@ -43,7 +43,7 @@ class EmbeddedWorker:
 
     def __init__(
         self,
-        queues: Sequence[str] = (DOWNLOAD_QUEUE, ANALYSIS_QUEUE),
+        queues: Sequence[str] = (DOWNLOAD_QUEUE, DYNAMIC_QUEUE, ANALYSIS_QUEUE),
         concurrency: int = 8,
         hostname: str = "embedded@localhost",
         loglevel: str = "WARNING",

@@ -29,6 +29,7 @@ from frontier import (
 from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask, UnknownComponent
 from vcrawl.jobs import JobSpec
+from vcrawl.payloads import FieldRule
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
 
@@ -93,6 +94,11 @@ def check_job(spec: JobSpec, fetchers: FetcherRegistry) -> None:
                 check_rules(rule.fields)
             except InvalidTask as exc:
                 raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
+        if rule.wait_for is not None:
+            try:
+                check_rules({"wait_for": FieldRule(css=rule.wait_for)})
+            except InvalidTask as exc:
+                raise InvalidTask(f"{where}.wait_for", exc.problem) from None
 
 
 def scope_of(spec: JobSpec) -> Scope:

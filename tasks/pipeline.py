@@ -11,7 +11,7 @@ from analyzers import Page, check_rules, get_analyzer, run_analysis
 from fetchers import Fetcher, FetcherRegistry, FetchRequest, IdentityPool, check_status
 from storage import Storage, page_location, result_location
 from vcrawl.errors import InvalidTask, StorageRefused, UnknownComponent
-from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage
+from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage, FieldRule
 
 __all__ = ["AnalysisOutcome", "analyze_page", "download", "stored_at", "validate"]
 
@@ -36,6 +36,8 @@ def validate(data: Any, fetchers: FetcherRegistry, store: Storage) -> DownloadTa
         raise InvalidTask("analyzer", str(exc)) from None
     if task.fields is not None:
         check_rules(task.fields)
+    if task.wait_for is not None:
+        check_selector("wait_for", task.wait_for)
     save_path = _location("save_path", store, task.save_path, page_location(task.url))
     result_path = _location("result_path", store, task.result_path, result_location(task.url, task.analyzer))
     if save_path == result_path:
@@ -57,6 +59,7 @@ def download(task: DownloadTask, fetcher: Fetcher, identities: IdentityPool, sto
         referer=identities.referer(),
         proxy=identities.proxy(),
         js_function=task.js_function,
+        wait_for=task.wait_for,
     )
     result = fetcher.fetch(request)
     check_status(result)
@@ -105,6 +108,18 @@ def _count_items(result: dict[str, Any]) -> int:
     if isinstance(fields, dict):
         return sum(1 for value in fields.values() if value not in (None, []))
     return 0
+
+
+def check_selector(field: str, selector: str) -> None:
+    """Refuse a CSS selector that does not compile.
+
+    Raises:
+        InvalidTask: naming ``field``.
+    """
+    try:
+        check_rules({"wait_for": FieldRule(css=selector)})
+    except InvalidTask as exc:
+        raise InvalidTask(field, exc.problem) from None
 
 
 def stored_at(store: Storage, location: str) -> str:

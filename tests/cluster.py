@@ -26,8 +26,9 @@ def cluster_env(settings: Settings) -> dict[str, str]:
 def start_worker(env: dict[str, str], name: str, log: Path, concurrency: int = 2) -> subprocess.Popen[bytes]:
     """Start ``celery -A tasks worker`` on both queues (threads pool); wait until it answers a ping."""
     command = [
-        sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,analysis", "-P", "threads",
-        "-c", str(concurrency), "-n", f"{name}@%h", "--without-mingle", "--without-gossip", "-l", "INFO",
+        sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,download.dynamic,analysis",
+        "-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h", "--without-mingle", "--without-gossip",
+        "-l", "INFO",
     ]  # fmt: skip
     with open(log, "ab") as out:
         process = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)

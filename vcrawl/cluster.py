@@ -52,7 +52,7 @@ class LocalWorkers:
         for name in self.names:
             log = self._log_dir / f"{name.split('@')[0]}.log"
             command = [
-                sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,analysis",
+                sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,download.dynamic,analysis",
                 "-P", "threads", "-c", str(self._threads), "-n", name, "--without-mingle", "--without-gossip",
                 "-l", "WARNING",
             ]  # fmt: skip

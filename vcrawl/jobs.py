@@ -88,6 +88,7 @@ class Rule:
     js_function: str | None = None
     analyzer: str | None = None
     fields: Mapping[str, FieldRule] | None = None
+    wait_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -211,14 +212,14 @@ def _rule(value: Any, where: str) -> Rule:
     analyzer = data.get("analyzer")
     # DownloadTask checks page_type, js_function, analyzer name and field rules the same way as crawl.delay.
     probe = {"url": "http://rule.check/", "page_type": data.get("page_type", "static"), "analyzer": analyzer or "links"}
-    for key in ("js_function", "fields"):
+    for key in ("js_function", "fields", "wait_for"):
         if data.get(key) is not None:
             probe[key] = data[key]
     try:
         checked = DownloadTask.from_dict(probe)
     except InvalidTask as exc:
         raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
-    return Rule(pattern, checked.page_type, checked.js_function, analyzer, checked.fields)
+    return Rule(pattern, checked.page_type, checked.js_function, analyzer, checked.fields, checked.wait_for)
 
 
 # (low, high) for every number a job file may set.

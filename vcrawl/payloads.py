@@ -93,6 +93,7 @@ class DownloadTask:
     result_path: str | None = None
     job: str | None = None
     fields: Mapping[str, FieldRule] | None = None
+    wait_for: str | None = None
 
     def __post_init__(self) -> None:
         _check_url(self.url)
@@ -110,6 +111,11 @@ class DownloadTask:
                 )
             if self.page_type != "dynamic":
                 raise InvalidTask("js_function", "only dynamic pages run a JavaScript function (set page_type dynamic)")
+        if self.wait_for is not None:
+            if not self.wait_for.strip():
+                raise InvalidTask("wait_for", "must be a non-empty CSS selector")
+            if self.page_type != "dynamic":
+                raise InvalidTask("wait_for", "only dynamic pages wait in a browser (set page_type dynamic)")
         if not _NAME.match(self.analyzer):
             raise InvalidTask("analyzer", f"not an analyzer name: {self.analyzer!r}")
         if self.job is not None and not _JOB_ID.match(self.job):
@@ -135,7 +141,7 @@ class DownloadTask:
         for name in ("url", "page_type", "analyzer"):
             if name in values and not isinstance(values[name], str):
                 raise InvalidTask(name, f"must be a string, got {_kind(values[name])}")
-        for name in ("save_path", "result_path", "js_function", "job"):
+        for name in ("save_path", "result_path", "js_function", "job", "wait_for"):
             if values.get(name) is not None and not isinstance(values[name], str):
                 raise InvalidTask(name, f"must be a string or null, got {_kind(values[name])}")
         if values.get("fields") is not None:

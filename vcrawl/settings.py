@@ -67,6 +67,11 @@ class Settings:
     smtp_user: str | None = None
     smtp_password: str | None = None
     smtp_starttls: bool = False
+    chromium_path: str = "/usr/bin/chromium"
+    chromedriver_path: str = "/usr/bin/chromedriver"
+    browser_page_timeout_s: float = 20.0
+    browser_lazy_timeout_s: float = 10.0
+    browser_max_pages: int = 100
     pump: bool = True
     frontier_batch: int = 8
     frontier_inflight: int = 64

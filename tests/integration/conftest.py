@@ -112,6 +112,8 @@ def vcrawl_settings(
         smtp_port=alert_sinks.smtp_port,
         visibility_timeout_s=120.0,
         robots_error_ttl_s=1.0,
+        browser_page_timeout_s=5.0,
+        browser_lazy_timeout_s=5.0,
     )
     tasks.configure(settings)
     return settings

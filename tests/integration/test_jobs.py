@@ -212,7 +212,11 @@ def test_cancel_stops_dispatch_at_once(site: TestSite) -> None:
         ({"seeds": ["http://x.test/"], "politeness": {"per_host": 0}}, "politeness.per_host"),
         ({"seeds": ["http://x.test/"], "politeness": {"min_interval_s": "fast"}}, "politeness.min_interval_s"),
         ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "analyzer": "nope"}]}, "rules[0].analyzer"),
-        ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "page_type": "dynamic"}]}, "rules[0].page_type"),
+        ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "page_type": "ajax"}]}, "rules[0].page_type"),
+        (
+            {"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "page_type": "dynamic", "wait_for": "div[["}]},
+            "rules[0].wait_for",
+        ),
         ({"seeds": ["http://x.test/"], "rules": [{"analyzer": "links"}]}, "rules[0].pattern"),
         ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "fields": {"a": "h1[["}}]}, "rules[0].fields.a.css"),
         ({"seeds": ["http://x.test/"], "allowed_networks": ["10.0.0.0/33"]}, "allowed_networks[0]"),
