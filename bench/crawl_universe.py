@@ -45,7 +45,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="vcrawl-bench-"))
     state = work / "state.json"
-    server = _start_universe(args, state, work)
+    server = start_universe(args, state, work)
     try:
         manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
         job = {
@@ -78,10 +78,10 @@ def main() -> int:
         subprocess.run(["rm", "-rf", str(pages)], check=False)
         return 0
     finally:
-        _stop(server)
+        stop_universe(server)
 
 
-def _start_universe(args: argparse.Namespace, state: Path, work: Path) -> subprocess.Popen[bytes]:
+def start_universe(args: argparse.Namespace, state: Path, work: Path) -> subprocess.Popen[bytes]:
     command = [
         BENCH_PY, str(SHARED / "universe.py"), "serve", "--state", str(state), "--hosts", str(args.hosts),
         "--pages", str(args.pages), "--latency-ms", str(args.latency_ms), "--jitter-ms", str(args.jitter_ms),
@@ -97,11 +97,11 @@ def _start_universe(args: argparse.Namespace, state: Path, work: Path) -> subpro
         if state.exists() and b'"ready"' in (work / "serve.out").read_bytes():
             return server
         time.sleep(0.2)
-    _stop(server)
+    stop_universe(server)
     raise SystemExit("universe server did not become ready")
 
 
-def _stop(server: subprocess.Popen[bytes]) -> None:
+def stop_universe(server: subprocess.Popen[bytes]) -> None:
     if server.poll() is None:
         server.send_signal(signal.SIGTERM)
         try:

@@ -18,6 +18,8 @@ command -v nginx >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=nonintera
 : > "$OUT"
 echo ">>> crawl: 20 hosts x 6000 pages, politeness off, 2 worker processes" >&2
 .venv/bin/python bench/crawl_universe.py --hosts 20 --pages 6000 --workers 2 --label a-vcrawl | tee -a "$OUT"
+echo ">>> dynamic: one browser on the universe's lazy-loading pages" >&2
+.venv/bin/python bench/dynamic.py --pages 100 | tee -a "$OUT"
 echo ">>> dedup: Bloom filter, 1M URLs at 1 %" >&2
 .venv/bin/python bench/bloom.py --items 1000000 --error-rate 0.01 | tee -a "$OUT"
 
@@ -26,11 +28,17 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 crawl = [r for r in rows if "pages_saved" in r]
 bloom = [r for r in rows if "bytes_per_url" in r]
+dynamic = [r for r in rows if "dynamic_pages" in r]
 print("\n| run | pages/s (server) | CPU ms/page | recall | robots violations | duplicate fetches | crawl-delay violated | peak RSS MB |")
 print("|---|---|---|---|---|---|---|---|")
 for r in crawl:
     print(f"| {r['label']} | {r['fetched_per_s']} | {r['cpu_ms_per_page']} | {r['recall']} | {r['robots_violations']} "
           f"| {r['duplicate_page_fetches']} | {r['crawl_delay_violated_hosts']} | {r['peak_rss_mb']} |")
+for d in dynamic:
+    print(f"\nDynamic pages: {d['pages_per_s_per_browser']} pages/s per browser ({d['markers_found']}/{d['dynamic_pages']} "
+          f"markers), {d['browser_ms_per_page_median']} ms median vs {d['static_ms_per_page_median']} ms static, "
+          f"browser start {d['browser_start_s']} s, memory {d['browser_pss_mb_max']} MB PSS "
+          f"({d['browser_rss_mb_max']} MB summed RSS)")
 for b in bloom:
     print(f"\nBloom filter: {b['items']} URLs at {b['error_rate']}: {b['bytes_per_url']} bytes/URL, "
           f"FPR measured {b['measured_fpr']} vs theory {b['theoretical_fpr']}, {b['adds_per_s']} adds/s, "

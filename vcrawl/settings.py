@@ -71,7 +71,7 @@ class Settings:
     chromedriver_path: str = "/usr/bin/chromedriver"
     browser_page_timeout_s: float = 20.0
     browser_lazy_timeout_s: float = 10.0
-    browser_max_pages: int = 100
+    browser_max_pages: int = 50
     pump: bool = True
     frontier_batch: int = 8
     frontier_inflight: int = 64
