@@ -1,6 +1,8 @@
 """The ``dynamic`` fetcher: Selenium driving headless Chromium, for pages that load content with JS.
 
-One browser per worker process, reused across tasks, one page at a time. The browser is
+One browser per worker process, reused across tasks, one page at a time. A browser is
+started with the proxy of the request that started it and keeps it for its lifetime (a
+proxy pool rotates as browsers are replaced). The browser is
 replaced after ``max_pages`` pages, after a crash, or when it stops answering, and quit when
 the process shuts down; its processes run in their own process group, so a browser that
 will not quit is killed as a whole. The page's HTTP status and the status of the requests a
@@ -38,7 +40,8 @@ _CHROMIUM_FLAGS = (
     "--disable-background-networking", "--disable-extensions", "--disable-sync", "--disable-default-apps",
     "--no-first-run", "--disable-component-update", "--mute-audio", "--window-size=1280,2000",
     # One page at a time: no back-forward cache, no process per site, few renderers kept around.
-    "--disable-features=BackForwardCache,site-per-process,IsolateOrigins", "--disable-site-isolation-trials",
+    "--disable-features=BackForwardCache,site-per-process,IsolateOrigins,NetworkTimeServiceQuerying",
+    "--disable-site-isolation-trials",
     "--renderer-process-limit=1", "--in-process-gpu",
 )  # fmt: skip
 _LAZY_TYPES = frozenset({"XHR", "Fetch"})
@@ -66,6 +69,7 @@ class BrowserFetcher:
         self._clock = clock
         self._lock = threading.Lock()  # one browser, one page at a time
         self._driver: webdriver.Chrome | None = None
+        self._proxy: str | None = None
         self._pages = 0
         self.starts = 0  # browsers started by this fetcher (for tests and stats)
 
@@ -140,14 +144,18 @@ class BrowserFetcher:
             logger.debug("browser quit failed: %r", exc)
         _kill_group(group)
 
-    def _ensure(self) -> webdriver.Chrome:
+    def _ensure(self, proxy: str | None = None) -> webdriver.Chrome:
         if self._driver is not None:
             return self._driver
+        self._proxy = proxy
         os.environ.setdefault("SE_OFFLINE", "true")  # never let Selenium Manager download anything
         options = Options()
         options.binary_location = self._config.chromium_path
         for flag in _CHROMIUM_FLAGS:
             options.add_argument(flag)
+        if proxy is not None:
+            # Chromium takes its proxy at start: a browser keeps the one it was given.
+            options.add_argument(f"--proxy-server={proxy}")
         options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
         # chromedriver must not wait for page loads itself: this fetcher waits, with its own limits.
         options.page_load_strategy = "none"
@@ -164,7 +172,7 @@ class BrowserFetcher:
         return driver
 
     def _render(self, request: FetchRequest, started: float) -> FetchResult:
-        driver = self._ensure()
+        driver = self._ensure(request.proxy)
         driver.get_log("performance")  # drop what earlier pages left
         driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
         driver.execute_cdp_cmd("Network.setUserAgentOverride", {"userAgent": request.user_agent})

@@ -234,3 +234,20 @@ def test_threads_share_one_browser_one_page_at_a_time(site: TestSite, browser: B
     for thread in threads:
         thread.join(30)
     assert len(results) == 3 and all(b"dyn-7f3a" in body for body in results)
+
+
+def test_the_browser_goes_through_the_proxy(site: TestSite, browser_installed: None) -> None:
+    # A forward proxy on loopback answers for a host name that resolves nowhere.
+    site.add_page("http://shop.test/app.html", LAZY_PAGE.format(api="/api/page/1.json"))
+    site.add_response(
+        "http://shop.test/api/page/1.json", Response(API.encode(), headers={"Content-Type": "application/json"})
+    )
+    fetcher = BrowserFetcher(CONFIG)
+    try:
+        result = fetcher.fetch(request("http://shop.test/app.html", js_function="loadMore", proxy=site.base))
+    finally:
+        fetcher.close()
+    assert b"dyn-7f3a" in result.body
+    paths = [seen.path for seen in site.seen]
+    assert {"http://shop.test/app.html", "http://shop.test/api/page/1.json"} <= set(paths)
+    assert all(path.startswith("http://shop.test/") for path in paths)  # no traffic of Chromium's own
