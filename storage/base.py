@@ -43,12 +43,13 @@ class Backend(Protocol):
         """
         ...
 
-    def read_bytes(self, location: str) -> bytes:
-        """Return the whole content stored at `location`.
+    def read_bytes(self, location: str, offset: int = 0, length: int | None = None) -> bytes:
+        """Return the content stored at `location` (or ``length`` bytes of it from ``offset``).
 
         Raises:
             MissingPage: nothing is stored there.
             StorageRefused: the location is refused.
+            StorageFailed: a transient failure of the store (worth a retry).
         """
         ...
 

@@ -133,8 +133,8 @@ class LocalBackend:
             stream.write(data)
         return len(data)
 
-    def read_bytes(self, location: str) -> bytes:
-        """Return the whole file at `location`.
+    def read_bytes(self, location: str, offset: int = 0, length: int | None = None) -> bytes:
+        """Return the file at `location`, or ``length`` bytes of it from ``offset``.
 
         Raises:
             MissingPage: no file is there.
@@ -151,7 +151,9 @@ class LocalBackend:
                 raise _refuse(location, "is a symlink; vcrawl never reads through symlinks") from e
             raise
         with os.fdopen(fd, "rb") as stream:
-            return stream.read()
+            if offset:
+                stream.seek(offset)
+            return stream.read() if length is None else stream.read(length)
 
     def exists(self, location: str) -> bool:
         """Return True if a file is stored at `location`.

@@ -89,15 +89,16 @@ class Storage:
         backend, resolved = self._route(location)
         return backend.write_bytes(resolved, data)
 
-    def read_bytes(self, location: str) -> bytes:
-        """Return the whole content stored at `location`.
+    def read_bytes(self, location: str, offset: int = 0, length: int | None = None) -> bytes:
+        """Return the content stored at `location` (or ``length`` bytes of it from ``offset``).
 
         Raises:
             MissingPage: nothing is stored there.
             StorageRefused: the location is refused.
+            StorageFailed: a transient failure of the store.
         """
         backend, resolved = self._route(location)
-        return backend.read_bytes(resolved)
+        return backend.read_bytes(resolved, offset, length)
 
     def exists(self, location: str) -> bool:
         """Return True if something is stored at `location`.

@@ -11,6 +11,7 @@ VcrawlError
 │   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
 └── RetryableError     transient
     ├── FetchFailed        timeout, connection error, 429, 5xx
+    ├── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
     └── HostBusy           the host's politeness interval has not passed yet
 
 Every constructor passes its arguments to ``super().__init__`` unchanged so
@@ -30,6 +31,7 @@ __all__ = [
     "MissingPage",
     "PermanentError",
     "RetryableError",
+    "StorageFailed",
     "StorageRefused",
     "UnknownComponent",
     "VcrawlError",
@@ -150,6 +152,19 @@ class FetchFailed(RetryableError):
     def __str__(self) -> str:
         status = f" (HTTP {self.http_status})" if self.http_status is not None else ""
         return f"fetch of {self.url} failed: {self.reason}{status}"
+
+
+class StorageFailed(RetryableError):
+    """A store failed in a way a later attempt can fix (a NameNode restarting, a 5xx)."""
+
+    reason = "storage_failed"
+
+    def __init__(self, location: str, problem: str) -> None:
+        super().__init__(location, problem)
+        self.location, self.problem = location, problem
+
+    def __str__(self) -> str:
+        return f"storage at {self.location!r} failed: {self.problem}"
 
 
 class HostBusy(RetryableError):

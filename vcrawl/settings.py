@@ -72,6 +72,9 @@ class Settings:
     browser_page_timeout_s: float = 20.0
     browser_lazy_timeout_s: float = 10.0
     browser_max_pages: int = 50
+    hdfs_user: str | None = None
+    hdfs_namenodes: tuple[str, ...] = ()
+    hdfs_kerberos: bool = False
     pump: bool = True
     frontier_batch: int = 8
     frontier_inflight: int = 64

@@ -424,11 +424,12 @@ class MemoryBackend:
         self.files[self.resolve(location)] = data
         return len(data)
 
-    def read_bytes(self, location: str) -> bytes:
+    def read_bytes(self, location: str, offset: int = 0, length: int | None = None) -> bytes:
         try:
-            return self.files[self.resolve(location)]
+            data = self.files[self.resolve(location)]
         except KeyError:
             raise MissingPage(location) from None
+        return data[offset:] if length is None else data[offset : offset + length]
 
     def exists(self, location: str) -> bool:
         return self.resolve(location) in self.files
