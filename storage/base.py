@@ -53,6 +53,10 @@ class Backend(Protocol):
         """
         ...
 
+    def list_files(self, location: str) -> list[str]:
+        """Return the files directly in the directory `location` (resolved, sorted; none if missing)."""
+        ...
+
     def exists(self, location: str) -> bool:
         """Return True if something is stored at `location`.
 

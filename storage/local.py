@@ -163,6 +163,24 @@ class LocalBackend:
         """
         return os.path.lexists(self.resolve(location))
 
+    def list_files(self, location: str) -> list[str]:
+        """Return the files directly in the directory `location` (resolved locations), sorted.
+
+        A missing directory has no files. Hidden files (temporary writes) are left out.
+
+        Raises:
+            StorageRefused: the location is refused.
+        """
+        real = os.path.realpath(location) if os.path.isabs(location) else ""
+        if "\x00" in location or not real or not self._is_inside(real) or real == self.root:
+            raise _refuse(location, f"is not a directory inside the storage root {self.root}")
+        path = real
+        try:
+            names = sorted(os.listdir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [os.path.join(path, n) for n in names if not n.startswith(".") and os.path.isfile(os.path.join(path, n))]
+
     def _is_inside(self, path: str) -> bool:
         return path == self.root or path.startswith(self.root.rstrip(os.sep) + os.sep)
 

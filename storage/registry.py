@@ -109,6 +109,15 @@ class Storage:
         backend, resolved = self._route(location)
         return backend.exists(resolved)
 
+    def list_files(self, location: str) -> list[str]:
+        """Return the files directly in the directory `location`, sorted (none if it is missing).
+
+        Raises:
+            StorageRefused: the location is refused.
+        """
+        # A directory is not a file location: the backend checks it itself.
+        return self._root_backend().list_files(self._candidate(location))
+
     def _route(self, location: str) -> tuple[Backend, str]:
         candidate = self._candidate(location)
         backend = self._root_backend()

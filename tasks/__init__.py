@@ -113,9 +113,12 @@ def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
         deps.pump().stop()
     deps.fetchers().close()  # quit this process's browser (threads pool: the browser lives here)
+    deps.flush_records()
 
 
 @worker_process_shutdown.connect
 def _quit_browser(**_: Any) -> None:
-    # A prefork child (recycled by max_tasks_per_child, or at shutdown) quits its own browser.
+    # A prefork child (recycled by max_tasks_per_child, or at shutdown) quits its own browser
+    # and ships its records.
     deps.fetchers().close()
+    deps.flush_records()

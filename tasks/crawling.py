@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import json
 import logging
 import socket
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from analyzers import Page, links_analyzer, run_analysis
 from fetchers import RETRYABLE_STATUSES, FetcherRegistry, FetchRequest, FetchResult, parse_retry_after
 from frontier import Batch, Entry, Frontier, RobotsCache, RobotsRules, origin, robots_url
-from storage import Storage, page_location, result_location
+from storage import Storage, page_location
+from storage.records import RecordWriter
 from tasks.alerts import Alert, Alerter
 from tasks.jobs import JobRuntime, RuntimeCache, admit_links, lease_ms
 from vcrawl.errors import DownloadFailed, FetchFailed, MissingPage, VcrawlError
@@ -49,6 +50,7 @@ class CrawlEnv:
     alerter: Alerter
     alert_once: Callable[[str], bool]
     fetchers: FetcherRegistry | None = None
+    records: Callable[[str], RecordWriter] | None = None  # job id -> this process's record writer
     robots_retry_s: float = 600.0
     clock: Callable[[], float] = time.time
 
@@ -174,9 +176,7 @@ def _handle_response(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _Bat
                 "depth": entry.depth,
                 "analyzer": rule.analyzer,
                 "fields": {n: r.to_dict() for n, r in rule.fields.items()} if rule.fields else None,
-                "result_path": (
-                    f"jobs/{job_id}/{result_location(entry.url, rule.analyzer)}" if rule.analyzer else None
-                ),
+                "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
             }
         )
         return False
@@ -311,8 +311,17 @@ def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], coun
         rules = {n: FieldRule.from_value(n, r) for n, r in page["fields"].items()} if page["fields"] else None
         try:
             result = run_analysis(parsed, page["analyzer"], rules)
-            data = json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
-            env.storage.write_bytes(page["result_path"], data)
+            assert env.records is not None, "a crawl environment that runs analyzers has record writers"
+            env.records(runtime.job_id).append(
+                {
+                    "url": page["url"],
+                    "final_url": page["final_url"],
+                    "fetched_at": page["fetched_at"],
+                    "job": runtime.job_id,
+                    "analyzer": page["analyzer"],
+                    "data": result,
+                }
+            )
             counters["records"] += 1
         except VcrawlError as exc:
             counters[f"analysis_failed:{exc.reason}"] += 1

@@ -26,6 +26,7 @@ from fetchers import (
 )
 from frontier import Frontier, HostGate, RobotsCache
 from storage import Storage
+from storage.records import RecordWriter
 from tasks.alerts import Alerter
 from tasks.crawling import CrawlEnv
 from tasks.jobs import RuntimeCache
@@ -42,10 +43,12 @@ __all__ = [
     "crawl_env",
     "fetch_retry",
     "fetchers",
+    "flush_records",
     "frontier",
     "host_gate",
     "identities",
     "pump",
+    "records",
     "redis_client",
     "reset",
     "robots",
@@ -160,9 +163,35 @@ def crawl_env() -> CrawlEnv:
     return _once(
         "crawl_env",
         lambda: CrawlEnv(
-            frontier(), runtimes(), robots(), storage(), alerter(), alert_once, fetchers(), retry_robots_s
+            frontier(), runtimes(), robots(), storage(), alerter(), alert_once, fetchers(), records, retry_robots_s
         ),
     )
+
+
+def records(job_id: str) -> RecordWriter:
+    """Return this process's record writer for ``job_id`` (one part file at a time per job)."""
+
+    def build() -> dict[str, RecordWriter]:
+        return {}
+
+    writers: dict[str, RecordWriter] = _once("records", build)
+    with _lock:
+        writer = writers.get(job_id)
+        if writer is None:
+            current = settings()
+            writer = writers[job_id] = RecordWriter(
+                storage(),
+                f"jobs/{job_id}/records",
+                max_part_bytes=current.records_part_bytes,
+                max_part_age_s=current.records_flush_s,
+            )
+        return writer
+
+
+def flush_records() -> None:
+    """Ship every job's pending records into the store (at worker shutdown, or on demand)."""
+    for writer in list(_made.get("records", {}).values()):
+        writer.flush()
 
 
 def pump() -> FrontierPump:

@@ -77,6 +77,13 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print one JSON object")
     status.set_defaults(run=_cmd_status)
 
+    export = commands.add_parser("export", help="write a job's records as JSON Lines or CSV")
+    export.add_argument("job")
+    export.add_argument("--format", choices=("jsonl", "csv"), default="jsonl")
+    export.add_argument("--out", type=Path, help="output file (default: stdout)")
+    export.add_argument("--data", help="storage root (default: $VCRAWL_DATA)")
+    export.set_defaults(run=_cmd_export)
+
     cancel = commands.add_parser("cancel", help="stop dispatching a job (in-flight fetches finish)")
     cancel.add_argument("job")
     cancel.set_defaults(run=_cmd_cancel)
@@ -147,6 +154,22 @@ def _cmd_status(args: argparse.Namespace) -> int:
     else:
         for name in sorted(record):
             print(f"{name:>20}  {record[name]}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from storage import Storage
+    from storage.records import export_records
+
+    settings = Settings.from_env()
+    store = Storage(args.data if args.data is not None else settings.data)
+    prefix = f"jobs/{args.job}/records"
+    if args.out is None:
+        count = export_records(store, prefix, sys.stdout, args.format)
+    else:
+        with open(args.out, "w", newline="", encoding="utf-8") as out:
+            count = export_records(store, prefix, out, args.format)
+    print(f"{count} records of job {args.job}", file=sys.stderr)
     return 0
 
 

@@ -75,6 +75,8 @@ class Settings:
     hdfs_user: str | None = None
     hdfs_namenodes: tuple[str, ...] = ()
     hdfs_kerberos: bool = False
+    records_part_bytes: int = 64 * 1024 * 1024
+    records_flush_s: float = 60.0
     pump: bool = True
     frontier_batch: int = 8
     frontier_inflight: int = 64

@@ -57,8 +57,12 @@ def test_demo_crawls_the_bundled_site_by_following_links(tmp_path: Path) -> None
     assert summary["state"] == "completed"
     assert summary["pages_stored"] == 7 and summary["records"] == 4
     assert summary["failed"] == {"http_404": 1}
-    records = [json.loads(p.read_text()) for p in Path(summary["job_dir"]).rglob("results/fields/**/*.json")]
-    assert sorted(r["fields"]["sku"] for r in records) == ["TS-101", "TS-202", "TS-303", "TS-404"]
+    exported = _vcrawl("export", summary["job"], "--data", str(tmp_path / "demo"))
+    records = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert sorted(r["data"]["fields"]["sku"] for r in records) == ["TS-101", "TS-202", "TS-303", "TS-404"]
+    as_csv = _vcrawl("export", summary["job"], "--format", "csv", "--data", str(tmp_path / "demo"))
+    header, *rows = as_csv.stdout.splitlines()
+    assert header.startswith("url,final_url,fetched_at,job,analyzer,") and "sku" in header and len(rows) == 4
 
 
 def test_submit_status_and_cancel_against_a_running_cluster(

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import tasks
+from storage.records import read_records
 from tests.site import Response, TestSite
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import load_job_file
@@ -178,8 +179,12 @@ def test_rules_pick_the_analyzer_and_write_records(site: TestSite, vcrawl_settin
     status = run_job({"seeds": [site.url("/")], "politeness": FAST, "rules": rules})
 
     assert status["records"] == 2 and status["analysed"] == 4
-    results = Path(vcrawl_settings.data, "jobs", status["job"], "results", "fields").rglob("*.json")
-    assert sorted(json.loads(p.read_text())["fields"]["name"] for p in results) == ["Hammer", "Saw"]
+    tasks.deps.flush_records()
+    records = list(read_records(tasks.deps.storage(), f"jobs/{status['job']}/records"))
+    assert sorted(r["data"]["fields"]["name"] for r in records) == ["Hammer", "Saw"]
+    for record in records:
+        assert record["job"] == status["job"] and record["analyzer"] == "fields"
+        assert record["url"].startswith(site.url("/products/")) and record["fetched_at"].startswith("20")
 
 
 def test_cancel_stops_dispatch_at_once(site: TestSite) -> None:

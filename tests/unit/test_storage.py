@@ -424,6 +424,10 @@ class MemoryBackend:
         self.files[self.resolve(location)] = data
         return len(data)
 
+    def list_files(self, location: str) -> list[str]:
+        prefix = self.resolve(location).rstrip("/") + "/"
+        return sorted(name for name in self.files if name.startswith(prefix) and "/" not in name[len(prefix) :])
+
     def read_bytes(self, location: str, offset: int = 0, length: int | None = None) -> bytes:
         try:
             data = self.files[self.resolve(location)]

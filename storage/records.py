@@ -1,0 +1,138 @@
+"""Records from analyzers as JSON Lines: one part file per worker process and job, rolled by size.
+
+Lines are collected in a local spool file and a part is shipped into the store whole
+(through ``Storage.open_write``, so it works the same on local disk and on HDFS), when it
+passes ``max_part_bytes``, when it is older than ``max_part_age_s``, and when the worker
+shuts down. A part file therefore only ever holds whole lines, from one writer.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from storage.registry import Storage
+
+__all__ = ["RecordWriter", "export_records", "read_records"]
+
+
+class RecordWriter:
+    """Appends records of one job; thread-safe; ships whole part files into the store."""
+
+    def __init__(
+        self,
+        store: Storage,
+        prefix: str,
+        *,
+        max_part_bytes: int = 64 * 1024 * 1024,
+        max_part_age_s: float = 60.0,
+        writer_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._prefix = prefix.rstrip("/")
+        self._max_bytes, self._max_age_s = max_part_bytes, max_part_age_s
+        self._writer_id = writer_id or f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._spool: Any = None
+        self._opened_at = 0.0
+        self._size = 0
+        self._seq = 0
+        self.parts: list[str] = []
+
+    def append(self, record: Mapping[str, Any]) -> None:
+        """Add one record (one JSON line)."""
+        line = (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
+        with self._lock:
+            if self._spool is None:
+                self._spool = tempfile.TemporaryFile(prefix="vcrawl-records-")
+                self._opened_at, self._size = self._clock(), 0
+            self._spool.write(line)
+            self._size += len(line)
+            if self._size >= self._max_bytes or self._clock() - self._opened_at >= self._max_age_s:
+                self._ship()
+
+    def flush(self) -> None:
+        """Ship the current part now (nothing if it is empty)."""
+        with self._lock:
+            self._ship()
+
+    def close(self) -> None:
+        """Ship what is left; the writer may be used again afterwards."""
+        self.flush()
+
+    def _ship(self) -> None:
+        spool, self._spool = self._spool, None
+        if spool is None:
+            return
+        try:
+            if self._size == 0:
+                return
+            self._seq += 1
+            location = f"{self._prefix}/{self._writer_id}-{self._seq:05d}.jsonl"
+            spool.seek(0)
+            with self._store.open_write(location) as out:
+                while chunk := spool.read(1024 * 1024):
+                    out.write(chunk)
+            self.parts.append(location)
+        finally:
+            spool.close()
+
+
+def read_records(store: Storage, prefix: str) -> Iterator[dict[str, Any]]:
+    """Every record under ``prefix`` (all part files, in name order)."""
+    for part in store.list_files(prefix):
+        if not part.endswith(".jsonl"):
+            continue
+        for line in store.read_bytes(part).splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+_BASE_COLUMNS = ("url", "final_url", "fetched_at", "job", "analyzer")
+
+
+def export_records(store: Storage, prefix: str, out: io.TextIOBase, fmt: str) -> int:
+    """Write every record under ``prefix`` to ``out`` as ``jsonl`` or ``csv``; return how many.
+
+    CSV has the record's base columns and one column per field (``fields`` analyzer) or per
+    top-level key of the analyzer's data; lists and objects are JSON in their cell.
+
+    Raises:
+        ValueError: an unknown format.
+    """
+    if fmt not in ("jsonl", "csv"):
+        raise ValueError(f"format must be jsonl or csv, got {fmt!r}")
+    records = list(read_records(store, prefix))
+    if fmt == "jsonl":
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+        return len(records)
+    rows = [_flat(record) for record in records]
+    columns = list(_BASE_COLUMNS)
+    for row in rows:
+        columns.extend(key for key in row if key not in columns)
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return len(rows)
+
+
+def _flat(record: Mapping[str, Any]) -> dict[str, Any]:
+    row = {key: record.get(key) for key in _BASE_COLUMNS}
+    data = record.get("data") or {}
+    values = data.get("fields", data) if isinstance(data, Mapping) else {"data": data}
+    for key, value in values.items():
+        if key in ("url",):
+            continue
+        row[key] = json.dumps(value, ensure_ascii=False) if isinstance(value, list | dict) else value
+    return row
