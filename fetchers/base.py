@@ -63,6 +63,8 @@ class FetchResult:
     elapsed_s: float = 0.0
     redirects: int = 0
     truncated: bool = False
+    reason: str = ""
+    request_headers: Mapping[str, str] = field(default_factory=dict)  # as sent (for WARC request records)
 
     @property
     def content_type(self) -> str | None:

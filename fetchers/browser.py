@@ -196,6 +196,9 @@ class BrowserFetcher:
                        self._config.lazy_timeout_s, request.url, "wait_for_timeout")  # fmt: skip
         else:
             self._wait_idle(driver, [], request.url)
+        sent = {"User-Agent": request.user_agent}
+        if request.referer is not None:
+            sent["Referer"] = request.referer
         html = driver.execute_script("return document.documentElement.outerHTML")
         body = html.encode("utf-8")
         if len(body) > self._config.max_body_bytes:
@@ -207,6 +210,11 @@ class BrowserFetcher:
             headers={"content-type": "text/html; charset=utf-8"},
             body=body,
             elapsed_s=self._clock() - started,
+            reason="OK",
+            request_headers={
+                "User-Agent": request.user_agent,
+                **({"Referer": request.referer} if request.referer else {}),
+            },
         )
 
     def _navigate(self, driver: webdriver.Chrome, params: dict[str, Any], url: str) -> None:

@@ -89,6 +89,8 @@ class StaticFetcher:
                         status=response.status_code,
                         headers={k.lower(): v for k, v in response.headers.items()},
                         elapsed_s=self._clock() - started,
+                        reason=response.reason or "",
+                        request_headers=dict(response.request.headers),
                     )
                 if is_redirect:
                     url = _redirect_target(request.url, url, response.headers["location"])
@@ -107,6 +109,8 @@ class StaticFetcher:
                     elapsed_s=self._clock() - started,
                     redirects=hop,
                     truncated=truncated,
+                    reason=response.reason or "",
+                    request_headers=dict(response.request.headers),
                 )
             finally:
                 response.close()

@@ -6,13 +6,22 @@ from storage.base import Backend, BackendFactory
 from storage.local import LocalBackend
 from storage.naming import page_location, result_location
 from storage.registry import BACKENDS, Storage
+from storage.warc import REVISIT_MIME, CdxEntry, WarcWriter, lookup, read_response
+from storage.webhdfs import WebHdfsBackend, webhdfs_factory
 
 __all__ = [
     "BACKENDS",
+    "REVISIT_MIME",
     "Backend",
     "BackendFactory",
+    "CdxEntry",
     "LocalBackend",
     "Storage",
+    "WarcWriter",
+    "WebHdfsBackend",
+    "lookup",
     "page_location",
+    "read_response",
     "result_location",
+    "webhdfs_factory",
 ]

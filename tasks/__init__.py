@@ -114,6 +114,7 @@ def _stop_pump(**_: Any) -> None:
         deps.pump().stop()
     deps.fetchers().close()  # quit this process's browser (threads pool: the browser lives here)
     deps.flush_records()
+    deps.close_warc()
 
 
 @worker_process_shutdown.connect
@@ -122,3 +123,4 @@ def _quit_browser(**_: Any) -> None:
     # and ships its records.
     deps.fetchers().close()
     deps.flush_records()
+    deps.close_warc()

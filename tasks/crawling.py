@@ -25,6 +25,7 @@ from fetchers import RETRYABLE_STATUSES, FetcherRegistry, FetchRequest, FetchRes
 from frontier import Batch, Entry, Frontier, RobotsCache, RobotsRules, origin, robots_url
 from storage import Storage, page_location
 from storage.records import RecordWriter
+from storage.warc import WarcWriter
 from tasks.alerts import Alert, Alerter
 from tasks.jobs import JobRuntime, RuntimeCache, admit_links, lease_ms
 from vcrawl.errors import DownloadFailed, FetchFailed, MissingPage, VcrawlError
@@ -51,6 +52,7 @@ class CrawlEnv:
     alert_once: Callable[[str], bool]
     fetchers: FetcherRegistry | None = None
     records: Callable[[str], RecordWriter] | None = None  # job id -> this process's record writer
+    warc: Callable[[str], WarcWriter] | None = None  # job id -> this process's WARC writer
     robots_retry_s: float = 600.0
     clock: Callable[[], float] = time.time
 
@@ -154,9 +156,30 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
     except DownloadFailed as exc:
         return _final_failure(run, exc.reason)
     run.counters["fetched"] += 1
+    if spec.warc:
+        _archive(env, runtime, entry, result, run)
     stop = _handle_response(env, runtime, entry, run, result)
     # A host with a Crawl-delay gets its pause after every request, even with politeness off.
     return stop or bool(run.crawl_delay_s and spec.politeness.obey_robots)
+
+
+def _archive(env: CrawlEnv, runtime: JobRuntime, entry: Entry, result: FetchResult, run: _BatchRun) -> None:
+    """Write the exchange to this process's WARC file of the job (a store failure is counted, not fatal)."""
+    assert env.warc is not None, "a crawl environment for WARC jobs has WARC writers"
+    try:
+        env.warc(runtime.job_id).write_exchange(
+            entry.url,
+            request_headers=result.request_headers,
+            status=result.status,
+            reason=result.reason,
+            response_headers=result.headers,
+            body=result.body,
+            fetched_at=datetime.now(UTC),
+        )
+        run.counters["warc_records"] += 1
+    except (VcrawlError, OSError, ValueError) as exc:
+        logger.warning("WARC write of %s failed: %r", entry.url, exc)
+        run.counters["warc_failed"] += 1
 
 
 def _handle_response(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchResult) -> bool:

@@ -27,6 +27,7 @@ from fetchers import (
 from frontier import Frontier, HostGate, RobotsCache
 from storage import Storage
 from storage.records import RecordWriter
+from storage.warc import WarcWriter
 from tasks.alerts import Alerter
 from tasks.crawling import CrawlEnv
 from tasks.jobs import RuntimeCache
@@ -40,6 +41,7 @@ __all__ = [
     "alerter",
     "analysis_retry",
     "batch_analysis_retry",
+    "close_warc",
     "crawl_env",
     "fetch_retry",
     "fetchers",
@@ -57,6 +59,7 @@ __all__ = [
     "settings",
     "storage",
     "trail",
+    "warc",
 ]
 
 _lock = threading.RLock()
@@ -163,7 +166,16 @@ def crawl_env() -> CrawlEnv:
     return _once(
         "crawl_env",
         lambda: CrawlEnv(
-            frontier(), runtimes(), robots(), storage(), alerter(), alert_once, fetchers(), records, retry_robots_s
+            frontier(),
+            runtimes(),
+            robots(),
+            storage(),
+            alerter(),
+            alert_once,
+            fetchers(),
+            records,
+            warc,
+            retry_robots_s,
         ),
     )
 
@@ -186,6 +198,30 @@ def records(job_id: str) -> RecordWriter:
                 max_part_age_s=current.records_flush_s,
             )
         return writer
+
+
+def warc(job_id: str) -> WarcWriter:
+    """Return this process's WARC writer for ``job_id``: one writer per process, so no file has two."""
+
+    def build() -> dict[str, WarcWriter]:
+        return {}
+
+    writers: dict[str, WarcWriter] = _once("warc", build)
+    with _lock:
+        writer = writers.get(job_id)
+        if writer is None:
+            current = settings()
+            writer = writers[job_id] = WarcWriter(
+                storage(), f"jobs/{job_id}/warc", max_file_bytes=current.warc_file_bytes,
+                spool_dir=current.warc_spool_dir,
+            )  # fmt: skip
+        return writer
+
+
+def close_warc() -> None:
+    """Ship every job's open WARC file and its index into the store (at worker shutdown)."""
+    for writer in list(_made.get("warc", {}).values()):
+        writer.close()
 
 
 def flush_records() -> None:

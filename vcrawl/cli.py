@@ -64,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     crawl.add_argument("--delay", type=float, metavar="S", help="minimum seconds between requests to a host (1.0)")
     crawl.add_argument("--analyzer", help="analyzer writing a result per page (default: none, links only)")
     crawl.add_argument("--allow-network", action="append", metavar="CIDR", help="only fetch addresses in CIDR")
+    crawl.add_argument("--warc", action="store_true", help="also write every response to WARC files")
     _add_run_options(crawl)
     crawl.set_defaults(run=_cmd_crawl)
 
@@ -126,6 +127,8 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         data["politeness"] = {**data.get("politeness", {}), "min_interval_s": args.delay}
     if args.analyzer is not None:
         data["rules"] = [*data.get("rules", []), {"pattern": "", "analyzer": args.analyzer}]
+    if args.warc:
+        data["warc"] = True
     if args.allow_network:
         data["allowed_networks"] = [*data.get("allowed_networks", []), *args.allow_network]
     return _run_job_locally(JobSpec.from_dict(data), Settings.from_env(), args)

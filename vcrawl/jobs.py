@@ -108,6 +108,7 @@ class JobSpec:
     limits: LimitsSpec = field(default_factory=LimitsSpec)
     dedup: DedupSpec = field(default_factory=DedupSpec)
     allowed_networks: tuple[str, ...] = ()
+    warc: bool = False
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -135,6 +136,7 @@ class JobSpec:
             limits=_limits(data.get("limits")),
             dedup=_dedup(data.get("dedup")),
             allowed_networks=_networks(data.get("allowed_networks")),
+            warc=_bool(data.get("warc", False), "warc"),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             if urlsplit(proxy).scheme not in ("http", "https") or not urlsplit(proxy).hostname:
@@ -348,6 +350,12 @@ def _compile(pattern: str, where: str) -> None:
         re.compile(pattern)
     except re.error as exc:
         raise InvalidTask(where, f"invalid regex {pattern!r}: {exc}") from None
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidTask(where, f"must be true or false, got {value!r}")
+    return value
 
 
 def _int(value: Any, where: str, low: int, high: int) -> int:

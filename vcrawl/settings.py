@@ -75,6 +75,8 @@ class Settings:
     hdfs_user: str | None = None
     hdfs_namenodes: tuple[str, ...] = ()
     hdfs_kerberos: bool = False
+    warc_file_bytes: int = 1024 * 1024 * 1024
+    warc_spool_dir: str | None = None
     records_part_bytes: int = 64 * 1024 * 1024
     records_flush_s: float = 60.0
     pump: bool = True

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 
 import tasks
+from storage import lookup, read_response
 from storage.records import read_records
 from tests.site import Response, TestSite
 from vcrawl.errors import InvalidTask
@@ -325,3 +328,28 @@ def test_robots_txt_that_fails_for_a_while_is_waited_for(site: TestSite) -> None
     assert status["state"] == "completed"
     assert fetches(site) == {"/": 1, "/a.html": 1}
     assert status["robots_blocked"] == 1 and status["robots_fetched"] == 2
+
+
+def test_a_warc_job_archives_every_response(site: TestSite) -> None:
+    site.add_page("/", page("/a.html", "/gone.html"))
+    site.add_page("/a.html", page(title="A"))
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "warc": True})
+    tasks.deps.close_warc()
+
+    assert status["state"] == "completed"
+    store = tasks.deps.storage()
+    prefix = f"jobs/{status['job']}/warc"
+    files = store.list_files(prefix)
+    warcs = [f for f in files if f.endswith(".warc.gz")]
+    indexes = [f for f in files if f.endswith(".cdxj")]
+    assert warcs and len(indexes) == len(warcs)
+    checked = subprocess.run([str(Path(sys.executable).parent / "warcio"), "check", *warcs], capture_output=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    entries = [entry for index in indexes for entry in lookup(store, index, site.url("/a.html"))]
+    [entry] = entries
+    http_status, headers, body = read_response(store, entry)
+    content_type = {k.lower(): v for k, v in headers.items()}["content-type"]
+    assert http_status == 200 and b"<h1>A</h1>" in body and content_type.startswith("text/html")
+    statuses = sorted(e.status for index in indexes for e in lookup(store, index, site.url("/gone.html")))
+    assert statuses == [404]  # every response, not only the stored pages
