@@ -23,7 +23,7 @@ __all__ = ["BACKENDS", "Storage"]
 logger = logging.getLogger(__name__)
 
 # Scheme -> factory called with the normalized data root (a filesystem path for "file", the URL
-# otherwise). A new backend plugs in with one entry here, e.g. "hdfs": WebHdfsBackend.
+# otherwise). Backends that need settings are added by ``Storage.from_settings`` ("hdfs").
 BACKENDS: dict[str, BackendFactory] = {"file": LocalBackend}
 
 # Only "scheme://" counts as a URL, so a relative file name like "notes:1.html" stays a path.
@@ -51,8 +51,10 @@ class Storage:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Storage:
-        """Build the router for ``settings.data`` (``VCRAWL_DATA``)."""
-        return cls(settings.data)
+        """Build the router for ``settings.data`` (``VCRAWL_DATA``), with local and HDFS backends."""
+        from storage.webhdfs import webhdfs_factory  # the hdfs client is only loaded here
+
+        return cls(settings.data, backends={**BACKENDS, "hdfs": webhdfs_factory(settings)})
 
     def __repr__(self) -> str:
         return f"Storage({self._root!r})"

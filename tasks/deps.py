@@ -101,7 +101,7 @@ def redis_client() -> redis.Redis:
 
 def storage() -> Storage:
     """Return the storage router for the configured data location."""
-    return _once("storage", lambda: Storage(settings().data))
+    return _once("storage", lambda: Storage.from_settings(settings()))
 
 
 def fetchers() -> FetcherRegistry:

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import tempfile
 import time
 from contextlib import ExitStack
 from dataclasses import replace
@@ -165,7 +166,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from storage.records import export_records
 
     settings = Settings.from_env()
-    store = Storage(args.data if args.data is not None else settings.data)
+    if args.data is not None:
+        settings = replace(settings, data=args.data)
+    store = Storage.from_settings(settings)
     prefix = f"jobs/{args.job}/records"
     if args.out is None:
         count = export_records(store, prefix, sys.stdout, args.format)
@@ -192,8 +195,10 @@ def _run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace
     from vcrawl.cluster import LocalWorkers
     from vcrawl.local_redis import LocalRedis
 
-    data_dir = Path(args.data if args.data is not None else settings.data).resolve()
-    settings = replace(settings, data=str(data_dir))
+    data = args.data if args.data is not None else settings.data
+    remote = "://" in data and not data.startswith("file://")
+    data_dir = data.rstrip("/") if remote else str(Path(data).resolve())  # hdfs://... stays a URL
+    settings = replace(settings, data=data_dir)
     started = time.monotonic()
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
     with ExitStack() as stack:
@@ -203,7 +208,12 @@ def _run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace
             print(f"started a private redis-server (pid {local.pid})", file=sys.stderr)
         tasks.configure(settings)
         env = {**os.environ, **settings.to_env()}
-        log_dir = args.log_dir if args.log_dir is not None else data_dir / "logs"
+        if args.log_dir is not None:
+            log_dir = args.log_dir
+        elif remote:
+            log_dir = Path(tempfile.mkdtemp(prefix="vcrawl-logs-"))
+        else:
+            log_dir = Path(data_dir) / "logs"
         workers = LocalWorkers(args.workers, args.threads, env, log_dir, _ping)
         stack.enter_context(workers)
         print(f"started {args.workers} worker processes (pids {workers.pids})", file=sys.stderr)
@@ -216,7 +226,7 @@ def _run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace
             print(f"\ninterrupted: job {job_id} cancelled; stopping the workers", file=sys.stderr)
             workers.stop(grace_s=_INTERRUPT_GRACE_S)
             return _EXIT_INTERRUPTED
-    summary = summary_of(status, time.monotonic() - started, str(data_dir))
+    summary = summary_of(status, time.monotonic() - started, data_dir)
     _report(summary, as_json=args.json)
     return 0 if summary["state"] == "completed" else 1
 
@@ -270,7 +280,7 @@ def summary_of(status: dict[str, Any], elapsed_s: float, data_dir: str) -> dict[
     summary["pages_failed"] = sum(status.get("failed", {}).values())
     summary["elapsed_s"] = round(elapsed_s, 3)
     summary["data_dir"] = data_dir
-    summary["job_dir"] = str(Path(data_dir) / "jobs" / str(status.get("job")))
+    summary["job_dir"] = f"{data_dir.rstrip('/')}/jobs/{status.get('job')}"
     return summary
 
 

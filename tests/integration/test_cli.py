@@ -17,6 +17,7 @@ from tasks import crawl
 from tests.cluster import REPO
 from tests.integration.conftest import wait_for_end
 from tests.site import Response, TestSite
+from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -131,3 +132,34 @@ def test_interrupt_stops_promptly_and_leaves_no_redis_behind(site: TestSite, tmp
     for pid in [redis_pid, *worker_pids]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_crawl_to_hdfs_moves_every_output_there(site: TestSite) -> None:
+    site.add_page("/", "<a href='/p.html'>p</a> <a href='/gone.html'>gone</a>")
+    site.add_page("/p.html", "<h1>Product</h1>")
+    with WebHdfsTestServer() as hdfs:
+        done = _vcrawl(
+            "crawl", site.url("/"), "--delay", "0", "--workers", "1", "--warc", "--analyzer", "fields",
+            "--data", f"hdfs://{hdfs.namenode}/crawl", "--json",
+            env={"VCRAWL_HDFS_USER": "vcrawl"},
+        )  # fmt: skip
+        assert done.returncode == 2  # the fields analyzer needs rules: refused before anything runs
+        done = _vcrawl(
+            "crawl", site.url("/"), "--delay", "0", "--workers", "1", "--warc", "--analyzer", "links",
+            "--data", f"hdfs://{hdfs.namenode}/crawl", "--json",
+            env={"VCRAWL_HDFS_USER": "vcrawl"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        job = f"/crawl/jobs/{summary['job']}"
+        pages = hdfs.walk(f"{job}/pages")
+        records = hdfs.walk(f"{job}/records")
+        warcs = hdfs.walk(f"{job}/warc")
+        exported = _vcrawl("export", summary["job"], "--data", f"hdfs://{hdfs.namenode}/crawl",
+                           env={"VCRAWL_HDFS_USER": "vcrawl"})  # fmt: skip
+
+    assert summary["pages_stored"] == 2 and summary["records"] == 2
+    assert summary["job_dir"] == f"hdfs://{hdfs.namenode}{job}"
+    assert len(pages) == 2 and records and any(w.endswith(".warc.gz") for w in warcs)
+    assert any(w.endswith(".cdxj") for w in warcs)
+    assert len(exported.stdout.splitlines()) == 2
