@@ -20,6 +20,8 @@ echo ">>> crawl: 20 hosts x 6000 pages, politeness off, 2 worker processes" >&2
 .venv/bin/python bench/crawl_universe.py --hosts 20 --pages 6000 --workers 2 --label a-vcrawl | tee -a "$OUT"
 echo ">>> dynamic: one browser on the universe's lazy-loading pages" >&2
 .venv/bin/python bench/dynamic.py --pages 100 | tee -a "$OUT"
+echo ">>> storage: pages to tmpfs, disk, the WebHDFS test server, and WARC" >&2
+.venv/bin/python bench/storage.py --pages 2000 | tee -a "$OUT"
 echo ">>> dedup: Bloom filter, 1M URLs at 1 %" >&2
 .venv/bin/python bench/bloom.py --items 1000000 --error-rate 0.01 | tee -a "$OUT"
 
