@@ -180,42 +180,38 @@ def crawl_env() -> CrawlEnv:
     )
 
 
+def _per_job(kind: str, job_id: str, build: Callable[[Settings], Any]) -> Any:
+    """This process's one ``kind`` writer for ``job_id``, made on first use."""
+    writers: dict[str, Any] = _once(kind, dict)
+    with _lock:
+        if job_id not in writers:
+            writers[job_id] = build(settings())
+        return writers[job_id]
+
+
 def records(job_id: str) -> RecordWriter:
     """Return this process's record writer for ``job_id`` (one part file at a time per job)."""
-
-    def build() -> dict[str, RecordWriter]:
-        return {}
-
-    writers: dict[str, RecordWriter] = _once("records", build)
-    with _lock:
-        writer = writers.get(job_id)
-        if writer is None:
-            current = settings()
-            writer = writers[job_id] = RecordWriter(
-                storage(),
-                f"jobs/{job_id}/records",
-                max_part_bytes=current.records_part_bytes,
-                max_part_age_s=current.records_flush_s,
-            )
-        return writer
+    return _per_job(
+        "records",
+        job_id,
+        lambda current: RecordWriter(
+            storage(),
+            f"jobs/{job_id}/records",
+            max_part_bytes=current.records_part_bytes,
+            max_part_age_s=current.records_flush_s,
+        ),
+    )
 
 
 def warc(job_id: str) -> WarcWriter:
     """Return this process's WARC writer for ``job_id``: one writer per process, so no file has two."""
-
-    def build() -> dict[str, WarcWriter]:
-        return {}
-
-    writers: dict[str, WarcWriter] = _once("warc", build)
-    with _lock:
-        writer = writers.get(job_id)
-        if writer is None:
-            current = settings()
-            writer = writers[job_id] = WarcWriter(
-                storage(), f"jobs/{job_id}/warc", max_file_bytes=current.warc_file_bytes,
-                spool_dir=current.warc_spool_dir,
-            )  # fmt: skip
-        return writer
+    return _per_job(
+        "warc",
+        job_id,
+        lambda current: WarcWriter(
+            storage(), f"jobs/{job_id}/warc", max_file_bytes=current.warc_file_bytes, spool_dir=current.warc_spool_dir
+        ),
+    )
 
 
 def close_warc() -> None:
