@@ -163,6 +163,7 @@ class BrowserFetcher:
         service = Service(self._config.chromedriver_path, popen_kw={"start_new_session": True})
         started = self._clock()
         driver = webdriver.Chrome(service=service, options=options)
+        self._driver = driver  # from here on, close() can end it whatever fails next
         driver.set_page_load_timeout(self._config.page_timeout_s)
         driver.set_script_timeout(self._config.lazy_timeout_s)
         driver.execute_cdp_cmd("Network.enable", {})
@@ -185,7 +186,9 @@ class BrowserFetcher:
                    self._config.page_timeout_s, request.url, "timeout")  # fmt: skip
         events = _network_events(driver)
         status = _document_status(events)
-        if status is not None and status != 200:
+        if status is None:  # no HTTP response for the page at all: nothing real to store
+            raise FetchFailed(request.url, "no_response")
+        if status != 200:
             return FetchResult(url=request.url, final_url=driver.current_url, status=status,
                                elapsed_s=self._clock() - started)  # fmt: skip
         if request.js_function is not None:
@@ -225,10 +228,11 @@ class BrowserFetcher:
         browser is replaced (killing it ends the helper's call too).
         """
         failure: list[BaseException] = []
+        answer: list[dict[str, Any]] = []
 
         def navigate() -> None:
             try:
-                driver.execute_cdp_cmd("Page.navigate", params)
+                answer.append(driver.execute_cdp_cmd("Page.navigate", params))
             except BaseException as exc:  # handed to the caller below
                 failure.append(exc)
 
@@ -242,6 +246,9 @@ class BrowserFetcher:
             raise FetchFailed(url, "timeout")
         if failure:
             raise failure[0]
+        if answer and answer[0].get("errorText"):
+            # Connection refused, no such host, TLS failure...: Chromium would show its own error page.
+            raise FetchFailed(url, "navigation_failed")
 
     def _run_lazy_load(self, driver: webdriver.Chrome, request: FetchRequest) -> None:
         """Call the page's function and wait until the requests it started have finished."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 import socket
 import tempfile
@@ -22,6 +23,8 @@ from typing import Any
 from storage.registry import Storage
 
 __all__ = ["RecordWriter", "export_records", "read_records"]
+
+logger = logging.getLogger(__name__)
 
 
 class RecordWriter:
@@ -47,6 +50,7 @@ class RecordWriter:
         self._opened_at = 0.0
         self._size = 0
         self._seq = 0
+        self._timer: threading.Timer | None = None
         self.parts: list[str] = []
 
     def append(self, record: Mapping[str, Any]) -> None:
@@ -56,6 +60,9 @@ class RecordWriter:
             if self._spool is None:
                 self._spool = tempfile.TemporaryFile(prefix="vcrawl-records-")
                 self._opened_at, self._size = self._clock(), 0
+                self._timer = threading.Timer(self._max_age_s, self._flush_when_old)
+                self._timer.daemon = True
+                self._timer.start()
             self._spool.write(line)
             self._size += len(line)
             if self._size >= self._max_bytes or self._clock() - self._opened_at >= self._max_age_s:
@@ -71,21 +78,36 @@ class RecordWriter:
         self.flush()
 
     def _ship(self) -> None:
-        spool, self._spool = self._spool, None
+        """Copy the part into the store; if that fails, keep it (nothing is lost) and raise."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        spool = self._spool
         if spool is None:
             return
+        if self._size == 0:
+            self._spool = None
+            spool.close()
+            return
+        location = f"{self._prefix}/{self._writer_id}-{self._seq + 1:05d}.jsonl"
+        spool.seek(0)
         try:
-            if self._size == 0:
-                return
-            self._seq += 1
-            location = f"{self._prefix}/{self._writer_id}-{self._seq:05d}.jsonl"
-            spool.seek(0)
             with self._store.open_write(location) as out:
                 while chunk := spool.read(1024 * 1024):
                     out.write(chunk)
-            self.parts.append(location)
         finally:
-            spool.close()
+            spool.seek(0, os.SEEK_END)  # on failure the spool stays whole, for the next try
+        self._seq += 1
+        self._spool = None
+        spool.close()
+        self.parts.append(location)
+
+    def _flush_when_old(self) -> None:
+        # Runs on a timer, so a part of an idle worker still ships after max_part_age_s.
+        try:
+            self.flush()
+        except Exception as exc:  # kept for the next try; the worker goes on
+            logger.warning("records part of %s not shipped yet: %r", self._prefix, exc)
 
 
 def read_records(store: Storage, prefix: str) -> Iterator[dict[str, Any]]:

@@ -348,6 +348,12 @@ class WebHdfsBackend:
         """Rename the temp file onto the final name, deleting an older file there first."""
 
         def rename() -> None:
+            if _file_status(target.client, target.temp) is None:
+                # A retry after a RENAME whose reply was lost: the temp file is gone, so the
+                # rename happened. Deleting the target now would lose the new file too.
+                if _file_status(target.client, target.path) is not None:
+                    return
+                raise _refuse(target.location, "the temporary file vanished before the rename")
             status = _file_status(target.client, target.path)
             if status is not None:
                 if status.get("type") == "DIRECTORY":

@@ -112,15 +112,20 @@ def _start_pump(**_: Any) -> None:
 def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
         deps.pump().stop()
-    deps.fetchers().close()  # quit this process's browser (threads pool: the browser lives here)
-    deps.flush_records()
-    deps.close_warc()
+    _release_process_resources()
 
 
 @worker_process_shutdown.connect
 def _quit_browser(**_: Any) -> None:
     # A prefork child (recycled by max_tasks_per_child, or at shutdown) quits its own browser
-    # and ships its records.
-    deps.fetchers().close()
-    deps.flush_records()
-    deps.close_warc()
+    # and ships its records and WARC files.
+    _release_process_resources()
+
+
+def _release_process_resources() -> None:
+    # Each step on its own: a store that fails must not keep the browser alive or the WARC unshipped.
+    for step in (deps.fetchers().close, deps.flush_records, deps.close_warc):
+        try:
+            step()
+        except Exception:
+            logging.getLogger("vcrawl").exception("shutdown step %s failed", step.__name__)

@@ -251,3 +251,14 @@ def test_the_browser_goes_through_the_proxy(site: TestSite, browser_installed: N
     paths = [seen.path for seen in site.seen]
     assert {"http://shop.test/app.html", "http://shop.test/api/page/1.json"} <= set(paths)
     assert all(path.startswith("http://shop.test/") for path in paths)  # no traffic of Chromium's own
+
+
+def test_a_page_that_cannot_be_reached_fails_instead_of_storing_an_error_page(browser: BrowserFetcher) -> None:
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(FetchFailed) as failed:
+        browser.fetch(request(f"http://127.0.0.1:{port}/"))
+    assert failed.value.reason == "navigation_failed"

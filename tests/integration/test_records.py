@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -85,3 +86,36 @@ def test_export(tmp_path: Path, fmt: str) -> None:
     else:
         rows = list(csv.DictReader(io.StringIO(out.getvalue())))
         assert rows[0]["n"] == "0" and json.loads(rows[0]["tags"]) == ["a", "b"] and rows[2]["job"] == "j"
+
+
+def test_a_part_that_fails_to_ship_is_kept_and_shipped_later(tmp_path: Path) -> None:
+    class FlakyStorage(Storage):
+        failures = 1
+
+        def open_write(self, location: str):  # type: ignore[no-untyped-def]
+            if self.failures:
+                self.failures -= 1
+                raise OSError("disk full")
+            return super().open_write(location)
+
+    store = FlakyStorage(str(tmp_path))
+    writer = RecordWriter(store, "r", writer_id="w")
+    for n in range(3):
+        writer.append(record(n))
+    with pytest.raises(OSError):
+        writer.flush()
+    writer.append(record(3))
+    writer.flush()
+
+    assert [r["data"]["fields"]["n"] for r in read_records(store, "r")] == [0, 1, 2, 3]
+    assert [Path(p).name for p in store.list_files("r")] == ["w-00001.jsonl"]
+
+
+def test_an_idle_writer_ships_its_part_after_the_age_limit(tmp_path: Path) -> None:
+    store = Storage(str(tmp_path))
+    writer = RecordWriter(store, "r", max_part_age_s=0.2, writer_id="w")
+    writer.append(record(1))
+    deadline = time.monotonic() + 5
+    while not store.list_files("r") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(store.list_files("r")) == 1
