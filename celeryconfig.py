@@ -33,7 +33,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": transport_options,
         "result_backend_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
         "broker_connection_retry_on_startup": True,
-        # JSON only: a pickle message from the broker would run code.
+        # JSON only: any richer serializer would let a message from the broker run code.
         "task_serializer": "json",
         "result_serializer": "json",
         "accept_content": ["json"],
