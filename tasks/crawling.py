@@ -29,6 +29,7 @@ from storage.warc import WarcWriter
 from tasks.alerts import Alert, Alerter
 from tasks.jobs import JobRuntime, RuntimeCache, admit_links, lease_ms
 from vcrawl.errors import DownloadFailed, FetchFailed, MissingPage, VcrawlError
+from vcrawl.jobs import Rule
 from vcrawl.payloads import FieldRule
 
 __all__ = ["CrawlEnv", "abandon_analysis", "run_analyze_batch", "run_fetch_batch"]
@@ -158,7 +159,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
     run.counters["fetched"] += 1
     if spec.warc:
         _archive(env, runtime, entry, result, run)
-    stop = _handle_response(env, runtime, entry, run, result)
+    stop = _handle_response(env, runtime, entry, run, result, rule)
     # A host with a Crawl-delay gets its pause after every request, even with politeness off.
     return stop or bool(run.crawl_delay_s and spec.politeness.obey_robots)
 
@@ -182,14 +183,15 @@ def _archive(env: CrawlEnv, runtime: JobRuntime, entry: Entry, result: FetchResu
         run.counters["warc_failed"] += 1
 
 
-def _handle_response(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchResult) -> bool:
+def _handle_response(
+    env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchResult, rule: Rule
+) -> bool:
     if result.status == 200:
         job_id = runtime.job_id
         save_path = f"jobs/{job_id}/{page_location(entry.url)}"
         env.storage.write_bytes(save_path, result.body)
         run.counters["stored"] += 1
         run.counters["bytes"] += len(result.body)
-        rule = runtime.spec.rule_for(entry.url)
         run.pages.append(
             {
                 "url": entry.url,

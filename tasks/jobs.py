@@ -8,7 +8,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -317,8 +317,3 @@ def _add(a: Admission, b: Admission) -> Admission:
         a.duplicates + b.duplicates,
         a.over_limit + b.over_limit,
     )
-
-
-def counters_of(values: Mapping[str, int]) -> dict[str, int]:
-    """Drop zero counters (nothing to send)."""
-    return {name: value for name, value in values.items() if value}

@@ -11,8 +11,7 @@ VcrawlError
 │   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
 └── RetryableError     transient
     ├── FetchFailed        timeout, connection error, 429, 5xx
-    ├── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
-    └── HostBusy           the host's politeness interval has not passed yet
+    └── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
 
 Every constructor passes its arguments to ``super().__init__`` unchanged so
 ``exc.args`` rebuilds the exception (Celery serializes exceptions as JSON).
@@ -26,7 +25,6 @@ __all__ = [
     "ConfigError",
     "DownloadFailed",
     "FetchFailed",
-    "HostBusy",
     "InvalidTask",
     "MissingPage",
     "PermanentError",
@@ -165,16 +163,3 @@ class StorageFailed(RetryableError):
 
     def __str__(self) -> str:
         return f"storage at {self.location!r} failed: {self.problem}"
-
-
-class HostBusy(RetryableError):
-    """The host was fetched too recently; try again after ``wait_s`` seconds."""
-
-    reason = "host_busy"
-
-    def __init__(self, host: str, wait_s: float) -> None:
-        super().__init__(host, wait_s)
-        self.host, self.wait_s = host, wait_s
-
-    def __str__(self) -> str:
-        return f"host {self.host} is busy for another {self.wait_s:.2f}s"
