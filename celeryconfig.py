@@ -10,6 +10,9 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
+from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.redis_keys import SCHEDULE_PREFIX
+from vcrawl import schedules
 from vcrawl.settings import Settings, celery_redis_url
 
 DOWNLOAD_QUEUE = "download"
@@ -56,7 +59,17 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
             "vcrawl.fetch_batch": {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
             "vcrawl.analyze_batch": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.analysis_batch_failed": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.start_cycle": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
         },
+        # Beat: schedules live in Redis (RedBeat), so they survive restarts, can change while
+        # beat runs, and a lock lets only one beat fire when several are started.
+        "beat_scheduler": "redbeat.RedBeatScheduler",
+        "redbeat_redis_url": settings.redis_url,
+        "redbeat_key_prefix": SCHEDULE_PREFIX,
+        # Another beat takes over 15 s after the lock holder dies (RedBeat's default: 25 min).
+        "redbeat_lock_timeout": 15,
+        "beat_max_loop_interval": 3,
+        "beat_schedule": _beat_schedule(settings.schedules_file),
         # A killed worker's tasks are redelivered, never dropped.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
@@ -67,6 +80,13 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": settings.task_events,
     }
+
+
+def _beat_schedule(path: str | None) -> dict[str, Any]:
+    try:
+        return schedules.beat_schedule(path)  # not a bare name: globals().update below sets beat_schedule
+    except InvalidTask as exc:
+        raise ConfigError(f"VCRAWL_SCHEDULES_FILE={path}: {exc}") from None
 
 
 globals().update(celery_settings(Settings.from_env()))

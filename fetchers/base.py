@@ -49,6 +49,7 @@ class FetchRequest:
     proxy: str | None = None
     js_function: str | None = None
     wait_for: str | None = None  # dynamic pages without js_function: a CSS selector to wait for
+    conditional: Mapping[str, str] = field(default_factory=dict)  # If-None-Match / If-Modified-Since (static)
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ class StaticFetcher:
         headers = {"User-Agent": request.user_agent, "Accept": _ACCEPT, "Accept-Language": "en;q=0.9,*;q=0.5"}
         if request.referer is not None:
             headers["Referer"] = request.referer
+        if url == request.url:  # validators belong to the URL asked for, not to a redirect's target
+            headers.update(request.conditional)
         proxies = {"http": request.proxy, "https": request.proxy} if request.proxy is not None else None
         try:
             return self._session.get(

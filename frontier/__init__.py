@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from frontier.dedup import BloomFilter, bloom_bits, bloom_hashes, expected_fpr
 from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, reject_reason
+from frontier.history import History, UrlHistory, content_hash, next_interval, parse_http_date
 from frontier.politeness import HostGate
-from frontier.queue import Admission, Batch, Candidate, Entry, Frontier, PumpResult
+from frontier.queue import Admission, Batch, Candidate, CycleStart, Entry, Frontier, PumpResult
 from frontier.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsRules, robots_url
 from frontier.urls import DEFAULT_TRACKING_PARAMS, canonical_url, host_key, origin
 
@@ -18,19 +19,25 @@ __all__ = [
     "Batch",
     "BloomFilter",
     "Candidate",
+    "CycleStart",
     "Entry",
     "Frontier",
+    "History",
     "HostGate",
     "PumpResult",
     "RobotsCache",
     "RobotsRules",
     "Scope",
+    "UrlHistory",
     "bloom_bits",
     "bloom_hashes",
     "canonical_url",
+    "content_hash",
     "expected_fpr",
     "host_key",
+    "next_interval",
     "origin",
+    "parse_http_date",
     "reject_reason",
     "robots_url",
 ]

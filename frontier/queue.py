@@ -20,7 +20,7 @@ import redis
 from frontier.dedup import BloomFilter
 from vcrawl import redis_keys
 
-__all__ = ["Admission", "Batch", "Candidate", "Entry", "Frontier", "PumpResult"]
+__all__ = ["Admission", "Batch", "Candidate", "CycleStart", "Entry", "Frontier", "PumpResult"]
 
 # Score = depth * _DEPTH_WEIGHT + arrival sequence: breadth-first, FIFO within a depth.
 _DEPTH_WEIGHT = 1e12
@@ -43,11 +43,15 @@ local function settle(meta, done, now)
 end
 """
 
-# KEYS: meta, ready, next, busy, done_tokens, segment(1..s), queue(host_1..host_n), delays
-# ARGV: max_pages, per_host, done, token, hashes, n_segments, n_counters, [field, incr]*,
-#       n_hosts, [host]*, then per URL: [segment_index, host_index, depth, member, offset * hashes]
+# KEYS: meta, ready, next, busy, done_tokens, segment(1..s), queue(host_1..host_n), delays, hist, due
+# ARGV: max_pages, per_host, done, token, hashes, n_segments, n_counters, history_mode,
+#       [field, incr]*, n_hosts, [host]*, then per URL: [segment_index, host_index, depth, member,
+#       offset * hashes]
 # A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
 # so no URL can be marked seen without being queued. ``token`` makes a retried call a no-op.
+# history_mode (scheduled jobs): 0 none; 1 a URL over the page limit is kept in the history as
+# due, so a later cycle fetches it; 2 as 1, and a URL the history knows is left to its due time
+# (a link to it from a changed page does not fetch it early).
 _ADMIT = (
     _COMMON
     + """
@@ -55,10 +59,11 @@ local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEY
 local now = clock_ms()
 local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local token, k, nseg = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local history_mode = tonumber(ARGV[8])
 if token ~= '' and redis.call('SADD', tokens, token) == 0 then
-  return {-1, 0, 0, 0}
+  return {-1, 0, 0, 0, 0}
 end
-local i = 8
+local i = 9
 for _ = 1, tonumber(ARGV[7]) do
   redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -68,9 +73,10 @@ local hosts = {}
 for h = 1, nhosts do hosts[h] = ARGV[i + h] end
 i = i + nhosts + 1
 local delays = KEYS[6 + nseg + nhosts]
+local hist, due = KEYS[7 + nseg + nhosts], KEYS[8 + nseg + nhosts]
 local running = redis.call('HGET', meta, 'state') == 'running'
 local admitted = tonumber(redis.call('HGET', meta, 'admitted') or '0')
-local fresh, dup, over = 0, 0, 0
+local fresh, dup, over, known = 0, 0, 0, 0
 local touched = {}
 local get, set = {}, {}
 for j = 1, k do
@@ -87,10 +93,18 @@ while running and i <= #ARGV do
   for j = 1, k do
     if bits[j] == 0 then seen = false; break end
   end
+  local url = nil
+  if history_mode > 0 and not seen then url = cjson.decode(member).u end
   if seen then
     dup = dup + 1
+  elseif history_mode == 2 and redis.call('HEXISTS', hist, url) == 1 then
+    known = known + 1
   elseif admitted >= max_pages then
     over = over + 1
+    if history_mode > 0 then
+      redis.call('HSETNX', hist, url, '[' .. depth .. ']')
+      redis.call('ZADD', due, 'LT', 0, url)
+    end
   else
     redis.call('BITFIELD', seg, unpack(set))
     local seq = redis.call('HINCRBY', meta, 'seq', 1)
@@ -101,7 +115,7 @@ while running and i <= #ARGV do
   end
 end
 if not running then
-  return {settle(meta, done, now), 0, 0, 0}
+  return {settle(meta, done, now), 0, 0, 0, 0}
 end
 for hi, _ in pairs(touched) do
   local host = hosts[hi]
@@ -120,7 +134,8 @@ redis.call('HINCRBY', meta, 'pending', fresh)
 redis.call('HINCRBY', meta, 'queued_now', fresh)
 if dup > 0 then redis.call('HINCRBY', meta, 'duplicates', dup) end
 if over > 0 then redis.call('HINCRBY', meta, 'filtered:max_pages', over) end
-return {settle(meta, done, now), fresh, dup, over}
+if known > 0 then redis.call('HINCRBY', meta, 'not_due', known) end
+return {settle(meta, done, now), fresh, dup, over, known}
 """
 )
 
@@ -135,7 +150,7 @@ local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KE
 local now = clock_ms()
 local max_batches, batch_size, per_host = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local interval, lease_ms, cap, qprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local out = {'-1', tostring(now)}
+local out = {'-1', tostring(now), redis.call('HGET', meta, 'cycle') or '0'}
 if redis.call('HGET', meta, 'state') ~= 'running' then
   out[1] = 'stopped'
   return out
@@ -295,6 +310,82 @@ return {back, failed}
 """
 )
 
+# KEYS: meta, ready, next, busy, leases, tokens, hist, due, todo, cycles, bloom segment*
+# ARGV: firing, spec_json, overlap ('skip' | 'cancel'), qprefix, cycles_kept
+# Starts the next cycle of a scheduled job: archives the last cycle's counters, clears what
+# was per cycle (queues, leases, Bloom filter, tokens), keeps what carries over (history, due
+# times, hosts' next times and Crawl-delays), and copies the URLs due now into ``todo``.
+# ``pending`` starts at 1, held by the starter until all seeds and due URLs are admitted.
+_NEW_CYCLE = (
+    _COMMON
+    + """
+local meta, ready, nextk, busy, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local hist, due, todo, cycles = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local firing, spec, overlap, qprefix, kept = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local now = clock_ms()
+local cycle = tonumber(redis.call('HGET', meta, 'cycle') or '0')
+if redis.call('HGET', meta, 'firing') == firing then
+  return {'resumed', cycle, redis.call('ZCARD', todo)}
+end
+local state = redis.call('HGET', meta, 'state')
+if state == 'running' then
+  if overlap == 'skip' then
+    redis.call('HINCRBY', meta, 'skipped_firings', 1)
+    redis.call('HSET', meta, 'last_skipped_at', now / 1000)
+    return {'skipped', cycle, 0}
+  end
+  state = 'cancelled'
+  redis.call('HSET', meta, 'finished_at', now / 1000)
+end
+local carried = {spec = 1, seq = 1, batch_seq = 1, cycle = 1, created_at = 1, skipped_firings = 1,
+                 last_skipped_at = 1, firing = 1}
+local all = redis.call('HGETALL', meta)
+local summary = {cycle = cycle, state = state, counters = {}}
+local drop = {}
+for j = 1, #all, 2 do
+  local name, value = all[j], all[j + 1]
+  if not carried[name] then
+    drop[#drop + 1] = name
+    if name == 'started_at' or name == 'finished_at' then
+      summary[name] = tonumber(value)
+    elseif name ~= 'state' then
+      summary.counters[name] = tonumber(value)
+    end
+  end
+end
+if cycle > 0 then
+  redis.call('RPUSH', cycles, cjson.encode(summary))
+  redis.call('LTRIM', cycles, -kept, -1)
+end
+if #drop > 0 then redis.call('HDEL', meta, unpack(drop)) end
+-- URLs a cancelled cycle left queued or leased are due at once in the next one.
+local function keep_for_later(member)
+  local entry = cjson.decode(member)
+  redis.call('HSETNX', hist, entry.u, '[' .. entry.d .. ']')
+  redis.call('ZADD', due, 'LT', 0, entry.u)
+end
+local hosts = {}
+for _, h in ipairs(redis.call('ZRANGE', ready, 0, -1)) do hosts[h] = true end
+for _, h in ipairs(redis.call('HKEYS', busy)) do hosts[h] = true end
+for _, h in ipairs(redis.call('HKEYS', nextk)) do hosts[h] = true end
+for h, _ in pairs(hosts) do
+  local q = qprefix .. h
+  for _, member in ipairs(redis.call('ZRANGE', q, 0, -1)) do keep_for_later(member) end
+  redis.call('DEL', q)
+end
+for _, raw in ipairs(redis.call('HVALS', leases)) do
+  for _, member in ipairs(cjson.decode(raw).e) do keep_for_later(member) end
+end
+redis.call('DEL', ready, busy, leases, tokens, todo)
+for j = 11, #KEYS do redis.call('DEL', KEYS[j]) end
+redis.call('HSET', meta, 'spec', spec, 'state', 'running', 'cycle', cycle + 1, 'started_at', now / 1000,
+           'firing', firing, 'pending', 1, 'admitted', 0, 'queued_now', 0)
+redis.call('HSETNX', meta, 'created_at', now / 1000)
+local taken = redis.call('ZRANGESTORE', todo, due, '-inf', now / 1000, 'BYSCORE')
+return {'started', cycle + 1, taken}
+"""
+)
+
 _CANCEL = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_at', ARGV[1])
@@ -340,6 +431,7 @@ class Admission:
     admitted: int
     duplicates: int
     over_limit: int
+    not_due: int = 0
 
 
 @dataclass(frozen=True)
@@ -349,10 +441,15 @@ class Batch:
     batch_id: str
     host: str
     entries: tuple[Entry, ...]
+    cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form carried by a fetch message."""
-        return {"id": self.batch_id, "host": self.host, "entries": [entry.encode() for entry in self.entries]}
+        entries = [entry.encode() for entry in self.entries]
+        data: dict[str, object] = {"id": self.batch_id, "host": self.host, "entries": entries}
+        if self.cycle:
+            data["cycle"] = self.cycle
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, object]) -> Batch:
@@ -363,8 +460,8 @@ class Batch:
         """
         try:
             entries = tuple(Entry.decode(text) for text in data["entries"])  # type: ignore[union-attr]
-            return cls(str(data["id"]), str(data["host"]), entries)
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            return cls(str(data["id"]), str(data["host"]), entries, int(data.get("cycle", 0)))  # type: ignore[call-overload]
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed batch: {exc}") from None
 
 
@@ -375,6 +472,16 @@ class PumpResult:
     batches: tuple[Batch, ...]
     next_due_s: float | None
     stopped: bool = False
+
+
+@dataclass(frozen=True)
+class CycleStart:
+    """What ``Frontier.new_cycle`` did: ``started``, ``resumed`` (same firing again) or ``skipped``
+    (the previous cycle still runs), the cycle number, and how many known URLs were due."""
+
+    status: str
+    cycle: int
+    due: int
 
 
 class Frontier:
@@ -388,6 +495,7 @@ class Frontier:
         self._release = client.register_script(_RELEASE)
         self._reclaim = client.register_script(_RECLAIM)
         self._cancel = client.register_script(_CANCEL)
+        self._new_cycle = client.register_script(_NEW_CYCLE)
 
     def create(self, job_id: str, spec_json: str, now: float) -> bool:
         """Record a new running job; False if the id is taken."""
@@ -401,6 +509,53 @@ class Frontier:
         pipe.execute()
         return True
 
+    def new_cycle(
+        self,
+        job_id: str,
+        spec_json: str,
+        *,
+        firing: str,
+        overlap: str = "skip",
+        bloom_keys: Sequence[str] = (),
+        cycles_kept: int = 100,
+    ) -> CycleStart:
+        """Start the next cycle of a scheduled job (creating the job on its first firing).
+
+        ``firing`` identifies the schedule's firing: the same firing again resumes the cycle it
+        started (a redelivered start). A firing while a cycle runs is skipped and counted, or with
+        ``overlap="cancel"`` cancels that cycle first. ``bloom_keys``: the Bloom segments to clear.
+        """
+        keys = [
+            *_job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
+            redis_keys.job_admit_tokens(job_id),
+            redis_keys.job_history(job_id),
+            redis_keys.job_due(job_id),
+            redis_keys.job_todo(job_id),
+            redis_keys.job_cycles(job_id),
+            *bloom_keys,
+        ]
+        args = [firing, spec_json, overlap, redis_keys.job_queue_prefix(job_id), cycles_kept]
+        status, cycle, due = self._new_cycle(keys=keys, args=args)
+        result = CycleStart(_text(status), int(cycle), int(due))
+        if result.status == "started":
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.zadd(redis_keys.JOBS, {job_id: float(self._redis.hget(redis_keys.job(job_id), "created_at") or 0)})
+            pipe.sadd(redis_keys.JOBS_RUNNING, job_id)
+            pipe.execute()
+        return result
+
+    def cycle(self, job_id: str) -> int:
+        """The job's current cycle (0: a one-off job)."""
+        return int(self._redis.hget(redis_keys.job(job_id), "cycle") or 0)
+
+    def cycles(self, job_id: str) -> list[dict[str, object]]:
+        """Summaries of the job's finished cycles, oldest first."""
+        return [json.loads(raw) for raw in self._redis.lrange(redis_keys.job_cycles(job_id), 0, -1)]
+
+    def drop_todo(self, job_id: str) -> None:
+        """Forget the due list of a cycle whose start admitted it all."""
+        self._redis.delete(redis_keys.job_todo(job_id))
+
     def admit(
         self,
         job_id: str,
@@ -412,10 +567,13 @@ class Frontier:
         done: int = 0,
         token: str = "",
         counters: Mapping[str, int] | None = None,
+        history_mode: int = 0,
     ) -> Admission:
         """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip.
 
         A call with a ``token`` seen before does nothing (a retried task admits once).
+        ``history_mode`` is for scheduled jobs (see the script): 1 for seeds and due URLs,
+        2 for links found on pages.
         """
         hosts: dict[str, int] = {}
         segments: dict[str, int] = {}
@@ -436,8 +594,8 @@ class Frontier:
         keys = [*_job_keys(job_id, "meta", "ready", "next", "busy"), redis_keys.job_admit_tokens(job_id)]
         keys.extend(segments)
         keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
-        keys.append(redis_keys.job_delays(job_id))
-        args = [max_pages, per_host, done, token, bloom.hashes, len(segments), len(counter_args) // 2]
+        keys.extend((redis_keys.job_delays(job_id), redis_keys.job_history(job_id), redis_keys.job_due(job_id)))
+        args = [max_pages, per_host, done, token, bloom.hashes, len(segments), len(counter_args) // 2, history_mode]
         args.extend(counter_args)
         args.append(len(hosts))
         args.extend(hosts)
@@ -447,10 +605,10 @@ class Frontier:
         if candidates:
             pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
             pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
-        completed, fresh, duplicates, over = (int(x) for x in pipe.execute()[0])
+        completed, fresh, duplicates, over, known = (int(x) for x in pipe.execute()[0])
         if completed == 1:
             self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
-        return Admission(completed == 1, completed < 0, fresh, duplicates, over)
+        return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)
 
     def pump(
         self,
@@ -468,12 +626,14 @@ class Frontier:
             keys=list(_job_keys(job_id, "meta", "ready", "busy", "leases", "delays")),
             args=[max_batches, batch_size, per_host, interval_ms, lease_ms, cap, redis_keys.job_queue_prefix(job_id)],
         )
-        head, now = _text(raw[0]), float(_text(raw[1]))
+        head, now, cycle = _text(raw[0]), float(_text(raw[1])), int(_text(raw[2]))
         if head == "stopped":
             return PumpResult((), None, stopped=True)
         batches = tuple(
-            Batch(_text(raw[i]), _text(raw[i + 1]), tuple(Entry.decode(e) for e in json.loads(_text(raw[i + 2]))))
-            for i in range(2, len(raw), 3)
+            Batch(
+                _text(raw[i]), _text(raw[i + 1]), tuple(Entry.decode(e) for e in json.loads(_text(raw[i + 2]))), cycle
+            )
+            for i in range(3, len(raw), 3)
         )
         next_due = float(head)
         return PumpResult(batches, None if next_due < 0 else (next_due - now) / 1000)

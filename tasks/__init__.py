@@ -21,6 +21,7 @@ from tasks.batches import analyze_batch, fetch_batch
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
+from tasks.scheduled import start_cycle
 from tasks.trail import STATES, TERMINAL_STATES
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec
@@ -41,6 +42,7 @@ __all__ = [
     "fetch_batch",
     "job_status",
     "record_failure",
+    "start_cycle",
     "start_job",
     "status",
 ]

@@ -56,7 +56,7 @@ def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> N
 def dispatch_batch(job_id: str, batch: Batch, producer: Any = None) -> None:
     """Send a leased batch to the download queue, linked to its analysis."""
     then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()])
-    spec = deps.runtimes().get(job_id).spec
+    spec = deps.runtimes().get(job_id, batch.cycle).spec
     dynamic = any(spec.rule_for(entry.url).page_type == "dynamic" for entry in batch.entries)
     queue = DYNAMIC_QUEUE if dynamic else DOWNLOAD_QUEUE
     fetch_batch.apply_async(

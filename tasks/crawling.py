@@ -15,14 +15,27 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from analyzers import Page, links_analyzer, run_analysis
 from fetchers import RETRYABLE_STATUSES, FetcherRegistry, FetchRequest, FetchResult, parse_retry_after
-from frontier import Batch, Entry, Frontier, RobotsCache, RobotsRules, origin, robots_url
+from frontier import (
+    Batch,
+    Entry,
+    Frontier,
+    History,
+    RobotsCache,
+    RobotsRules,
+    UrlHistory,
+    content_hash,
+    next_interval,
+    origin,
+    parse_http_date,
+    robots_url,
+)
 from storage import Storage, page_location
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
@@ -54,6 +67,7 @@ class CrawlEnv:
     fetchers: FetcherRegistry | None = None
     records: Callable[[str], RecordWriter] | None = None  # job id -> this process's record writer
     warc: Callable[[str], WarcWriter] | None = None  # job id -> this process's WARC writer
+    history: History | None = None  # URL history of scheduled jobs
     robots_retry_s: float = 600.0
     clock: Callable[[], float] = time.time
 
@@ -71,12 +85,16 @@ class _BatchRun:
     last_start: float | None = None
     host_delay_until: float = 0.0
     crawl_delay_s: float | None = None
+    known: dict[str, UrlHistory] = field(default_factory=dict)  # scheduled jobs: history of the batch's URLs
+    revisited: dict[str, UrlHistory] = field(default_factory=dict)  # history to write when the batch ends
 
 
 def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     """Fetch a leased batch, store its pages, release the lease; return what analysis needs."""
-    runtime = env.runtimes.get(job_id)
+    runtime = env.runtimes.get(job_id, batch.cycle)
     nothing: dict[str, Any] = {"job": job_id, "batch": batch.batch_id, "pages": [], "redirects": []}
+    if batch.cycle:
+        nothing["cycle"] = batch.cycle
     run = _BatchRun([], [], [], Counter())
     started = env.frontier.start_lease(job_id, batch.batch_id, lease_ms(runtime))
     if started == "stale":  # its lease ran out and its URLs went back to the queue
@@ -85,6 +103,9 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     if started == "stopped":  # cancelled while the batch waited in the queue: give it back
         env.frontier.release(job_id, batch, pause_ms=0, done=0, requeue=batch.entries)
         return nothing
+    if runtime.cycle:
+        assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
+        run.known = env.history.load(job_id, [entry.url for entry in batch.entries])
     for index, entry in enumerate(batch.entries):
         if index > 0 and not env.frontier.is_running(job_id):  # cancelled: hand the rest back
             run.requeue.extend(batch.entries[index:])
@@ -108,7 +129,10 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing
-    return {"job": job_id, "batch": batch.batch_id, "pages": run.pages, "redirects": run.redirects}
+    if run.revisited:
+        assert env.history is not None
+        env.history.save(job_id, run.revisited)
+    return {**nothing, "pages": run.pages, "redirects": run.redirects}
 
 
 def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun) -> bool:
@@ -134,6 +158,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         if not rules.can_fetch(entry.url, spec.politeness.robots_token):
             run.counters["robots_blocked"] += 1
             run.done += 1
+            _remember(runtime, entry, run)
             return False
     rule = spec.rule_for(entry.url)
     run.last_start = env.clock()
@@ -144,6 +169,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         proxy=runtime.identities.proxy(),
         js_function=rule.js_function,
         wait_for=rule.wait_for,
+        conditional=run.known[entry.url].conditional_headers() if entry.url in run.known else {},
     )
     try:
         if rule.page_type == "static":
@@ -155,6 +181,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
     except FetchFailed as exc:
         return _retry_or_fail(env, runtime, entry, run, exc.reason, exc.retry_after_s)
     except DownloadFailed as exc:
+        _remember(runtime, entry, run)
         return _final_failure(run, exc.reason)
     run.counters["fetched"] += 1
     if spec.warc:
@@ -186,9 +213,29 @@ def _archive(env: CrawlEnv, runtime: JobRuntime, entry: Entry, result: FetchResu
 def _handle_response(
     env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchResult, rule: Rule
 ) -> bool:
+    known = run.known.get(entry.url)
+    if result.status == 304 and known is not None and known.fetched:
+        run.counters["not_modified"] += 1
+        run.counters["unchanged"] += 1
+        run.done += 1
+        _remember(runtime, entry, run, result)
+        return False
     if result.status == 200:
         job_id = runtime.job_id
-        save_path = f"jobs/{job_id}/{page_location(entry.url)}"
+        revisit: UrlHistory | None = None
+        if runtime.cycle:
+            digest = content_hash(result.body)
+            if known is not None and known.content_hash == digest:
+                run.counters["unchanged"] += 1
+                run.done += 1
+                _remember(runtime, entry, run, result)
+                return False
+            changed = known is not None and known.fetched
+            run.counters["changed" if changed else "new"] += 1
+            revisit = _visit(runtime, entry, known, result, changed=True, digest=digest)
+        # A scheduled job keeps every version: one folder per cycle.
+        version = f"cycle-{runtime.cycle}/" if runtime.cycle else ""
+        save_path = f"jobs/{job_id}/{version}{page_location(entry.url)}"
         env.storage.write_bytes(save_path, result.body)
         run.counters["stored"] += 1
         run.counters["bytes"] += len(result.body)
@@ -202,9 +249,12 @@ def _handle_response(
                 "analyzer": rule.analyzer,
                 "fields": {n: r.to_dict() for n, r in rule.fields.items()} if rule.fields else None,
                 "fetched_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                **({"history": revisit.encode()} if revisit is not None else {}),
             }
         )
         return False
+    if runtime.cycle and result.status not in RETRYABLE_STATUSES:
+        _remember(runtime, entry, run, result)  # a redirect or a final error: asked again when due
     if result.status in _REDIRECTS and "location" in result.headers:
         if entry.redirects_left <= 0:
             return _final_failure(run, "too_many_redirects")
@@ -236,6 +286,7 @@ def _retry_or_fail(
     host_wide = retry_after_s is not None or reason in _HOST_TROUBLE
     if delay_s is None:
         _final_failure(run, reason)
+        _remember(runtime, entry, run)
         # A host that asked for a long wait gets it, even though this URL gives up.
         if retry_after_s is not None:
             run.host_delay_until = max(run.host_delay_until, env.clock() + min(retry_after_s, 3600.0))
@@ -248,6 +299,39 @@ def _retry_or_fail(
     run.requeue.append(retry)
     run.host_delay_until = max(run.host_delay_until, env.clock() + delay_s)
     return True  # the host is struggling: the rest of the batch waits with it
+
+
+def _visit(
+    runtime: JobRuntime,
+    entry: Entry,
+    known: UrlHistory | None,
+    result: FetchResult | None,
+    *,
+    changed: bool,
+    digest: str | None = None,
+) -> UrlHistory:
+    """The URL's history after this visit: a new interval, and the validators of a response."""
+    previous = known if known is not None and known.fetched else None
+    etag, modified = (previous.etag, previous.last_modified_s) if previous else ("", 0)
+    if result is not None and result.status == 200:  # a new representation: its validators only
+        etag, modified = result.headers.get("etag", ""), parse_http_date(result.headers.get("last-modified"))
+    elif result is not None and result.status == 304:  # RFC 9110 §15.4.5: may refresh the validators
+        etag = result.headers.get("etag") or etag
+        modified = parse_http_date(result.headers.get("last-modified")) or modified
+    return UrlHistory(
+        depth=entry.depth,
+        fetched_cycle_s=runtime.cycle_started_s,
+        interval_s=next_interval(previous.interval_s if previous else None, changed, runtime.spec.revisit),
+        etag=etag,
+        last_modified_s=modified,
+        content_hash=digest if digest is not None else (previous.content_hash if previous else ""),
+    )
+
+
+def _remember(runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchResult | None = None) -> None:
+    """Scheduled jobs: note a visit that found nothing new (written when the batch ends)."""
+    if runtime.cycle:
+        run.revisited[entry.url] = _visit(runtime, entry, run.known.get(entry.url), result, changed=False)
 
 
 def _final_failure(run: _BatchRun, reason: str) -> bool:
@@ -303,7 +387,7 @@ def _in_networks(url: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv
 def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:
     """Extract links and records from a fetch batch's pages and admit the links in one call."""
     job_id = fetched["job"]
-    runtime = env.runtimes.get(job_id)
+    runtime = env.runtimes.get(job_id, fetched.get("cycle", 0))
     counters: Counter[str] = Counter()
     links: list[tuple[str, int, int]] = []
     max_redirects = runtime.spec.limits.max_redirects
@@ -313,6 +397,8 @@ def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:
     for redirect in fetched["redirects"]:
         links.append((redirect["target"], redirect["depth"], redirect["redirects_left"]))
     done = len(fetched["pages"]) + len(fetched["redirects"])
+    # Before the admission that finishes the pages: once finished, the next cycle may start.
+    _save_history(env, job_id, fetched["pages"], analysed=True)
     admission = admit_links(runtime, env.frontier, links, done=done, token=f"a:{fetched['batch']}", counters=counters)
     return {"job": job_id, "batch": fetched["batch"], "admitted": admission.admitted,
             "completed": admission.completed}  # fmt: skip
@@ -379,9 +465,22 @@ def _is_html(content_type: str | None) -> bool:
 
 def abandon_analysis(env: CrawlEnv, fetched: dict[str, Any], error: str) -> None:
     """Finish a batch whose analysis failed for good: count it and release its pages' pending."""
-    runtime = env.runtimes.get(fetched["job"])
+    runtime = env.runtimes.get(fetched["job"], fetched.get("cycle", 0))
     done = len(fetched["pages"]) + len(fetched["redirects"])
+    _save_history(env, fetched["job"], fetched["pages"], analysed=False)
     counters: Counter[str] = Counter({"analysis_failed:batch": len(fetched["pages"])})
     logger.error("analysis of batch %s of job %s failed for good: %s", fetched["batch"], fetched["job"], error)
     # The same token as the analysis: if it did admit before failing, this changes nothing.
     admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters)
+
+
+def _save_history(env: CrawlEnv, job_id: str, pages: list[dict[str, Any]], *, analysed: bool) -> None:
+    """Scheduled jobs: record the pages' new versions. A page whose analysis was abandoned keeps
+    no content hash or validators, so the next cycle fetches it in full and analyses it."""
+    records = {page["url"]: UrlHistory.decode(page["history"]) for page in pages if page.get("history")}
+    if not records:
+        return
+    if not analysed:
+        records = {url: replace(r, etag="", last_modified_s=0, content_hash="") for url, r in records.items()}
+    assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
+    env.history.save(job_id, records)

@@ -24,7 +24,7 @@ from fetchers import (
     StaticFetcher,
     make_session,
 )
-from frontier import Frontier, HostGate, RobotsCache
+from frontier import Frontier, History, HostGate, RobotsCache
 from storage import Storage
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
@@ -47,6 +47,7 @@ __all__ = [
     "fetchers",
     "flush_records",
     "frontier",
+    "history",
     "host_gate",
     "identities",
     "pump",
@@ -150,6 +151,11 @@ def runtimes() -> RuntimeCache:
     return _once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), redis_client()))
 
 
+def history() -> History:
+    """URL history of scheduled jobs."""
+    return _once("history", lambda: History(redis_client()))
+
+
 def robots() -> RobotsCache:
     """Return the robots.txt cache (Redis, with an in-process layer)."""
     current = settings()
@@ -175,6 +181,7 @@ def crawl_env() -> CrawlEnv:
             fetchers(),
             records,
             warc,
+            history(),
             retry_robots_s,
         ),
     )

@@ -60,6 +60,8 @@ class JobRuntime:
     bloom: BloomFilter
     networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
     batch_size: int
+    cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job (no URL history kept)
+    cycle_started_s: float = 0.0
 
     @property
     def job_id(self) -> str:
@@ -115,7 +117,9 @@ def scope_of(spec: JobSpec) -> Scope:
     )
 
 
-def build_runtime(spec: JobSpec, settings: Settings, session: Any, client: Any) -> JobRuntime:
+def build_runtime(
+    spec: JobSpec, settings: Settings, session: Any, client: Any, cycle: int = 0, cycle_started_s: float = 0.0
+) -> JobRuntime:
     """Derive a job's runtime objects from its spec and the cluster settings."""
     limits = spec.limits
     fetch_limits = FetchLimits(
@@ -152,35 +156,39 @@ def build_runtime(spec: JobSpec, settings: Settings, session: Any, client: Any) 
         ),
         networks=tuple(ipaddress.ip_network(n) for n in spec.allowed_networks),
         batch_size=settings.frontier_batch if politeness.min_interval_s <= 0 else 1,
+        cycle=cycle,
+        cycle_started_s=cycle_started_s,
     )
 
 
 class RuntimeCache:
-    """Job id -> JobRuntime for this process; specs never change once a job started."""
+    """(job id, cycle) -> JobRuntime for this process; a spec changes only when a new cycle starts."""
 
     def __init__(self, frontier: Frontier, settings: Settings, session: Any, client: Any, size: int = 64) -> None:
         self._frontier, self._settings, self._session, self._client = frontier, settings, session, client
         self._size = size
-        self._cache: dict[str, JobRuntime] = {}
+        self._cache: dict[tuple[str, int], JobRuntime] = {}
         self._lock = threading.Lock()
 
-    def get(self, job_id: str) -> JobRuntime:
-        """The runtime of ``job_id``.
+    def get(self, job_id: str, cycle: int = 0) -> JobRuntime:
+        """The runtime of ``job_id`` in ``cycle`` (0: a one-off job).
 
         Raises:
             InvalidTask: no such job.
         """
-        runtime = self._cache.get(job_id)
+        runtime = self._cache.get((job_id, cycle))
         if runtime is not None:
             return runtime
-        raw = self._frontier.raw_state(job_id).get("spec")
-        if not raw:
+        state = self._frontier.raw_state(job_id)
+        if not state.get("spec"):
             raise InvalidTask("job", f"no job {job_id!r}")
-        runtime = build_runtime(JobSpec.from_dict(json.loads(raw)), self._settings, self._session, self._client)
+        spec = JobSpec.from_dict(json.loads(state["spec"]))
+        started_s = float(state.get("started_at") or 0) if cycle else 0.0
+        runtime = build_runtime(spec, self._settings, self._session, self._client, cycle, started_s)
         with self._lock:
             if len(self._cache) >= self._size:
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[job_id] = runtime
+            self._cache[(job_id, cycle)] = runtime
         return runtime
 
 
@@ -203,14 +211,18 @@ def admit_links(
     token: str,
     counters: Counter[str],
     seeds: bool = False,
+    known: bool = False,
 ) -> Admission:
     """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left)`` links; finish ``done`` URLs.
 
     Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call).
     Seeds are not held to the ``allow`` patterns (they are where the crawl starts). The call
     that finishes the ``done`` URLs carries the token ``<token>:final``, whatever the number
-    of chunks, so ``abandon_analysis`` can tell whether it already happened.
+    of chunks, so ``abandon_analysis`` can tell whether it already happened. In a scheduled
+    job, links to URLs the history knows wait for their due time; ``seeds`` and ``known``
+    (URLs due in this cycle) are queued whatever the history says.
     """
+    history_mode = 0 if not runtime.cycle else 1 if (seeds or known) else 2
     scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
     candidates: list[Candidate] = []
     local: set[str] = set()
@@ -243,6 +255,7 @@ def admit_links(
             done=done if last else 0,  # finish the pages only after all their links are queued
             token=chunk_token if token else "",
             counters=counters if index == 0 else None,
+            history_mode=history_mode,
         )
         result = _add(result, admission)
     return result
@@ -276,13 +289,13 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
     created = float(raw.get("created_at", "0"))
     finished = float(raw["finished_at"]) if raw.get("finished_at") else None
     spec = json.loads(raw.get("spec", "{}"))
-    return {
+    status: dict[str, Any] = {
         "job": job_id,
         "state": raw.get("state"),
         "seeds": spec.get("seeds", []),
         "created_at": created,
         "finished_at": finished,
-        "elapsed_s": round((finished or time.time()) - created, 3),
+        "elapsed_s": round((finished or time.time()) - float(raw.get("started_at") or created), 3),
         "admitted": counters["admitted"],
         "queued": max(0, counters["queued_now"]),
         "pending": max(0, counters["pending"]),
@@ -303,10 +316,47 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
         "robots_fetched": counters["robots_fetched"],
         "lease_expired": counters["lease_expired"],
     }
+    if raw.get("cycle"):
+        status.update(
+            cycle=int(raw["cycle"]),
+            started_at=float(raw.get("started_at") or 0),
+            skipped_firings=int(raw.get("skipped_firings") or 0),
+            **{name: counters[name] for name in CYCLE_COUNTERS},
+            not_due=counters["not_due"],
+        )
+        status["cycles"] = [*(_past_cycle(past) for past in frontier.cycles(job_id)), _current_cycle(status)]
+    return status
+
+
+CYCLE_COUNTERS = ("fetched", "not_modified", "unchanged", "changed", "new", "analysed", "not_due", "stored", "bytes")
+"""What every cycle summary of a scheduled job reports."""
+
+
+def _past_cycle(past: dict[str, Any]) -> dict[str, Any]:
+    counters = past.get("counters") or {}
+    return {
+        "cycle": past["cycle"],
+        "state": past["state"],
+        "started": past.get("started_at"),
+        "finished": past.get("finished_at"),
+        **{name: int(counters.get(name, 0)) for name in CYCLE_COUNTERS},
+    }
+
+
+def _current_cycle(status: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "cycle": status["cycle"],
+        "state": status["state"],
+        "started": status["started_at"],
+        "finished": status["finished_at"],
+        **{name: status[name] for name in CYCLE_COUNTERS},
+    }
 
 
 def _is_counter(name: str, value: str) -> bool:
-    return name not in {"spec", "state", "created_at", "finished_at"} and value.lstrip("-").isdigit()
+    return name not in {"spec", "state", "created_at", "finished_at", "started_at", "firing", "last_skipped_at"} and (
+        value.lstrip("-").isdigit()
+    )
 
 
 def _add(a: Admission, b: Admission) -> Admission:
@@ -316,4 +366,5 @@ def _add(a: Admission, b: Admission) -> Admission:
         a.admitted + b.admitted,
         a.duplicates + b.duplicates,
         a.over_limit + b.over_limit,
+        a.not_due + b.not_due,
     )

@@ -77,7 +77,7 @@ class FrontierPump:
         dispatched = 0
         for job_id in self._frontier.running_jobs():
             try:
-                runtime = self._runtimes.get(job_id)
+                runtime = self._runtimes.get(job_id, self._frontier.cycle(job_id))
             except VcrawlError as exc:
                 logger.warning("pump: skipping job %s: %s", job_id, exc)
                 continue

@@ -1,4 +1,4 @@
-"""The ``vcrawl`` command line: ``demo``, ``crawl``, ``submit``, ``status``, ``cancel``."""
+"""The ``vcrawl`` command line: ``demo``, ``crawl``, ``submit``, ``status``, ``cancel``, ``export``, ``schedule``."""
 
 from __future__ import annotations
 
@@ -89,6 +89,27 @@ def _parser() -> argparse.ArgumentParser:
     cancel = commands.add_parser("cancel", help="stop dispatching a job (in-flight fetches finish)")
     cancel.add_argument("job")
     cancel.set_defaults(run=_cmd_cancel)
+
+    schedule = commands.add_parser("schedule", help="recurring jobs run by Celery beat (stored in Redis)")
+    actions = schedule.add_subparsers(required=True, metavar="ACTION")
+    add = actions.add_parser("add", help="add or change a schedule; beat picks it up without a restart")
+    add.add_argument("name", help="the schedule's name, also its job's id")
+    add.add_argument("--job", type=Path, required=True, help="the job file (YAML or JSON)")
+    when = add.add_mutually_exclusive_group(required=True)
+    when.add_argument("--every", type=float, metavar="SECONDS", help="fire every SECONDS")
+    when.add_argument("--cron", metavar="EXPR", help='fire on a cron expression in UTC, e.g. "0 3 * * *"')
+    add.add_argument("--overlap", choices=("skip", "cancel"), default="skip",
+                     help="if the last cycle still runs: skip this firing (default) or cancel that cycle")  # fmt: skip
+    add.set_defaults(run=_cmd_schedule_add)
+    listing = actions.add_parser("list", help="list schedules with their next firing")
+    listing.add_argument("--json", action="store_true", help="print one JSON list")
+    listing.set_defaults(run=_cmd_schedule_list)
+    remove = actions.add_parser("remove", help="delete a schedule (a running cycle goes on)")
+    remove.add_argument("name")
+    remove.set_defaults(run=_cmd_schedule_remove)
+    fire = actions.add_parser("run", help="fire a schedule now (a cycle still running is handled as by beat)")
+    fire.add_argument("name")
+    fire.set_defaults(run=_cmd_schedule_run)
     return parser
 
 
@@ -155,9 +176,63 @@ def _cmd_status(args: argparse.Namespace) -> int:
         return 1
     if args.json:
         print(json.dumps(record, sort_keys=True))
-    else:
-        for name in sorted(record):
+        return 0
+    for name in sorted(record):
+        if name != "cycles":
             print(f"{name:>20}  {record[name]}")
+    if record.get("cycles"):
+        columns = ("cycle", "state", "fetched", "not_modified", "unchanged", "changed", "new", "analysed", "not_due")
+        print("\n" + "  ".join(f"{c:>12}" for c in columns))
+        for cycle in record["cycles"]:
+            print("  ".join(f"{cycle[c]!s:>12}" for c in columns))
+    return 0
+
+
+def _schedule_store() -> Any:
+    import tasks
+    from vcrawl.schedules import ScheduleStore
+
+    return ScheduleStore(tasks.app)
+
+
+def _cmd_schedule_add(args: argparse.Namespace) -> int:
+    import tasks
+    from tasks.jobs import check_job
+    from vcrawl.schedules import Schedule
+
+    spec = load_job_file(args.job)
+    item = Schedule(args.name, spec, every_s=args.every, cron=args.cron, overlap=args.overlap)
+    check_job(item.spec, tasks.deps.fetchers())  # analyzers and selectors, as a firing would
+    _schedule_store().add(item)
+    print(f"schedule {item.name}: {item.when()}, overlap {item.overlap}; job {item.name} ({len(spec.seeds)} seeds)")
+    return 0
+
+
+def _cmd_schedule_list(args: argparse.Namespace) -> int:
+    from vcrawl.schedules import describe
+
+    rows = _schedule_store().list()
+    print(json.dumps(rows, sort_keys=True) if args.json else describe(rows))
+    return 0
+
+
+def _cmd_schedule_remove(args: argparse.Namespace) -> int:
+    if _schedule_store().remove(args.name):
+        print(f"schedule {args.name} removed (the job's history stays; a running cycle goes on)")
+        return 0
+    print(f"vcrawl: no schedule {args.name!r}", file=sys.stderr)
+    return 1
+
+
+def _cmd_schedule_run(args: argparse.Namespace) -> int:
+    import tasks
+
+    entry = _schedule_store().get(args.name)
+    if entry is None:
+        print(f"vcrawl: no schedule {args.name!r}", file=sys.stderr)
+        return 1
+    result = tasks.start_cycle.apply_async(entry["args"], entry["kwargs"])
+    print(f"schedule {args.name} fired (task {result.id})")
     return 0
 
 

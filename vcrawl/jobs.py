@@ -23,6 +23,7 @@ __all__ = [
     "JobSpec",
     "LimitsSpec",
     "PolitenessSpec",
+    "RevisitSpec",
     "Rule",
     "ScopeSpec",
     "load_job_file",
@@ -80,6 +81,23 @@ class DedupSpec:
 
 
 @dataclass(frozen=True)
+class RevisitSpec:
+    """When a known URL is due again in a scheduled job's next cycle (Nutch's adaptive schedule).
+
+    A URL starts with ``initial_s``; each visit that finds it changed shrinks the interval by
+    ``shrink`` (x 0.8 by default), each visit that finds it unchanged grows it by ``grow``
+    (x 1.4), always within ``min_s`` .. ``max_s``. Intervals count from the start of the cycle
+    that fetched the URL, so a page fetched late in a cycle is not one cycle late the next time.
+    """
+
+    initial_s: float = 86400.0
+    min_s: float = 3600.0
+    max_s: float = 30 * 86400.0
+    grow: float = 0.4
+    shrink: float = 0.2
+
+
+@dataclass(frozen=True)
 class Rule:
     """URLs matching ``pattern`` (regex search) get this page type, JS function and analyzer."""
 
@@ -109,6 +127,7 @@ class JobSpec:
     dedup: DedupSpec = field(default_factory=DedupSpec)
     allowed_networks: tuple[str, ...] = ()
     warc: bool = False
+    revisit: RevisitSpec = field(default_factory=RevisitSpec)
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -137,6 +156,7 @@ class JobSpec:
             dedup=_dedup(data.get("dedup")),
             allowed_networks=_networks(data.get("allowed_networks")),
             warc=_bool(data.get("warc", False), "warc"),
+            revisit=_revisit(data.get("revisit")),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             if urlsplit(proxy).scheme not in ("http", "https") or not urlsplit(proxy).hostname:
@@ -237,6 +257,11 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "retries": (0, 20),
     "expected_urls": (1000, 10**10),
     "error_rate": (1e-9, 0.1),
+    "initial_s": (0, 10 * 365 * 86400),
+    "min_s": (0, 10 * 365 * 86400),
+    "max_s": (0, 10 * 365 * 86400),
+    "grow": (0, 10),
+    "shrink": (0, 0.99),
 }
 
 
@@ -277,6 +302,18 @@ def _limits(value: Any) -> LimitsSpec:
 
 def _dedup(value: Any) -> DedupSpec:
     return _section(value, DedupSpec, "dedup")
+
+
+def _revisit(value: Any) -> RevisitSpec:
+    spec = _section(value, RevisitSpec, "revisit")
+    if spec.min_s > spec.max_s:
+        raise InvalidTask("revisit.min_s", f"must not exceed revisit.max_s ({spec.max_s:g}), got {spec.min_s:g}")
+    if not spec.min_s <= spec.initial_s <= spec.max_s:
+        raise InvalidTask(
+            "revisit.initial_s",
+            f"must be between min_s and max_s ({spec.min_s:g}..{spec.max_s:g}), got {spec.initial_s:g}",
+        )
+    return spec
 
 
 def _networks(value: Any) -> tuple[str, ...]:

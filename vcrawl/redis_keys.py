@@ -104,3 +104,30 @@ def job_admit_tokens(job_id: str) -> str:
 def job_bloom_segment(job_id: str, index: int) -> str:
     """String: one segment of the job's Bloom filter (same hash tag: admission is one script)."""
     return f"{PREFIX}:job:{{{job_id}}}:bloom:{index}"
+
+
+# Scheduled jobs: what carries over from one cycle to the next.
+
+
+def job_history(job_id: str) -> str:
+    """Hash: URL -> what the job learned of it (see ``frontier.history``)."""
+    return f"{PREFIX}:job:{{{job_id}}}:hist"
+
+
+def job_due(job_id: str) -> str:
+    """Sorted set: URL -> the time (s) it is due for a revisit."""
+    return f"{PREFIX}:job:{{{job_id}}}:due"
+
+
+def job_todo(job_id: str) -> str:
+    """Sorted set: the URLs the current cycle took as due when it started."""
+    return f"{PREFIX}:job:{{{job_id}}}:todo"
+
+
+def job_cycles(job_id: str) -> str:
+    """List: JSON summaries of the job's finished cycles, oldest first."""
+    return f"{PREFIX}:job:{{{job_id}}}:cycles"
+
+
+SCHEDULE_PREFIX = f"{PREFIX}:schedule:"
+"""Key prefix of the RedBeat schedule entries (and its lock and index keys)."""

@@ -87,6 +87,7 @@ class Settings:
     visibility_timeout_s: float = 3600.0
     status_ttl_s: int = 7 * 24 * 3600
     task_events: bool = True
+    schedules_file: str | None = None
 
     def __post_init__(self) -> None:
         _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))

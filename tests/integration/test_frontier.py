@@ -134,5 +134,5 @@ class _Runtimes:
     def __init__(self, runtime: Any) -> None:
         self._runtime = runtime
 
-    def get(self, job_id: str) -> Any:
+    def get(self, job_id: str, cycle: int = 0) -> Any:
         return self._runtime

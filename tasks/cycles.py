@@ -1,0 +1,74 @@
+"""Cycles of scheduled jobs: each firing of a schedule starts the job's next cycle.
+
+A cycle admits the job's seeds again plus every known URL whose revisit is due; the rest of
+what the job learned (per-URL history, hosts' pacing) carries over. Plain functions; the
+``vcrawl.start_cycle`` task calls ``start_cycle``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from typing import Any
+
+from fetchers import FetcherRegistry
+from frontier import BloomFilter, CycleStart, Frontier, History
+from tasks.jobs import RuntimeCache, admit_links, check_job
+from vcrawl import redis_keys
+from vcrawl.jobs import JobSpec
+
+__all__ = ["start_cycle"]
+
+logger = logging.getLogger(__name__)
+
+
+def start_cycle(
+    spec: JobSpec,
+    *,
+    frontier: Frontier,
+    runtimes: RuntimeCache,
+    fetchers: FetcherRegistry,
+    history: History,
+    client: Any,
+    firing: str,
+    overlap: str = "skip",
+) -> CycleStart:
+    """Start (or, for the same ``firing`` again, finish starting) the next cycle of ``spec.id``.
+
+    Raises:
+        InvalidTask: the spec names an unknown analyzer, page type or a bad selector.
+    """
+    check_job(spec, fetchers)
+    bloom_keys = set(_bloom_keys(spec, client))
+    previous = frontier.raw_state(spec.id).get("spec")
+    if previous:  # the last cycle's filter may have had another size
+        bloom_keys.update(_bloom_keys(JobSpec.from_dict(json.loads(previous)), client))
+    started = frontier.new_cycle(spec.id, spec.to_json(), firing=firing, overlap=overlap, bloom_keys=sorted(bloom_keys))
+    if started.status == "skipped":
+        logger.warning("job %s: cycle %d still running; firing %s skipped", spec.id, started.cycle, firing)
+        return started
+    runtime = runtimes.get(spec.id, started.cycle)
+    redirects = spec.limits.max_redirects
+    token = f"c{started.cycle}"
+    seeds = [(seed, 0, redirects) for seed in spec.seeds]
+    admit_links(runtime, frontier, seeds, done=0, token=f"{token}:seeds", counters=Counter(), seeds=True)
+    for index, page in enumerate(history.todo_pages(spec.id)):
+        due = [(url, depth, redirects) for url, depth in page]
+        admit_links(runtime, frontier, due, done=0, token=f"{token}:due:{index}", counters=Counter(), known=True)
+    # Release the hold the cycle started with: from here on it may complete.
+    admit_links(runtime, frontier, [], done=1, token=f"{token}:started", counters=Counter())
+    frontier.drop_todo(spec.id)
+    logger.info("job %s: cycle %d %s, %d known URLs due", spec.id, started.cycle, started.status, started.due)
+    return started
+
+
+def _bloom_keys(spec: JobSpec, client: Any) -> tuple[str, ...]:
+    bloom = BloomFilter(
+        client,
+        spec.id,
+        spec.dedup.expected_urls,
+        spec.dedup.error_rate,
+        segment_key=lambda index: redis_keys.job_bloom_segment(spec.id, index),
+    )
+    return bloom.keys
