@@ -10,9 +10,9 @@ from typing import Any
 
 from kombu import Exchange, Queue
 
+from vcrawl import schedules
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.redis_keys import SCHEDULE_PREFIX
-from vcrawl import schedules
 from vcrawl.settings import Settings, celery_redis_url
 
 DOWNLOAD_QUEUE = "download"

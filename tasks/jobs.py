@@ -322,7 +322,6 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
             started_at=float(raw.get("started_at") or 0),
             skipped_firings=int(raw.get("skipped_firings") or 0),
             **{name: counters[name] for name in CYCLE_COUNTERS},
-            not_due=counters["not_due"],
         )
         status["cycles"] = [*(_past_cycle(past) for past in frontier.cycles(job_id)), _current_cycle(status)]
     return status

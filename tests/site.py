@@ -6,6 +6,7 @@ check what the crawler really sent and when.
 
 from __future__ import annotations
 
+import email.utils
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -27,6 +28,41 @@ class Response:
     raw: bytes | None = None  # sent as is, one byte per chunk_pause_s: status line and headers included
 
 
+@dataclass
+class VersionedPage:
+    """A page that changes when a test says so, with validators a revisit can send back.
+
+    ``validators``: ``etag`` (answers 304 to a matching If-None-Match), ``last-modified``
+    (304 to an If-Modified-Since not older than the version) or ``none`` (always 200).
+    """
+
+    body: bytes
+    validators: str = "etag"
+    version: int = 1
+    modified_at: float = 1_700_000_000.0
+
+    def change(self, body: str | bytes) -> None:
+        """Serve a new version from now on."""
+        self.body = body.encode() if isinstance(body, str) else body
+        self.version += 1
+        self.modified_at += 3600
+
+    def respond(self, headers: Any) -> Response:
+        etag = f'"v{self.version}"'
+        modified = email.utils.formatdate(self.modified_at, usegmt=True)
+        if self.validators == "etag":
+            if headers.get("If-None-Match") == etag:
+                return Response(b"", 304, {"ETag": etag})
+            return Response(self.body, 200, {"ETag": etag})
+        if self.validators == "last-modified":
+            since = headers.get("If-Modified-Since")
+            parsed = email.utils.parsedate_to_datetime(since).timestamp() if since else None
+            if parsed is not None and parsed >= self.modified_at:
+                return Response(b"", 304, {"Last-Modified": modified})
+            return Response(self.body, 200, {"Last-Modified": modified})
+        return Response(self.body, 200)
+
+
 @dataclass(frozen=True)
 class Seen:
     """A request as the server saw it."""
@@ -43,6 +79,7 @@ class TestSite:
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self._routes: dict[str, Callable[[], Response]] = {}
+        self._versioned: dict[str, VersionedPage] = {}
         self._lock = threading.Lock()
         self.seen: list[Seen] = []
         site = self
@@ -52,8 +89,12 @@ class TestSite:
 
             def do_GET(self) -> None:
                 site._record(self.path, dict(self.headers.items()))
+                versioned = site._versioned.get(self.path)
                 route = site._routes.get(self.path)
-                response = route() if route else Response(b"not found", 404)
+                if versioned is not None:
+                    response = versioned.respond(self.headers)
+                else:
+                    response = route() if route else Response(b"not found", 404)
                 self._send(response)
 
             def _send(self, response: Response) -> None:
@@ -132,6 +173,12 @@ class TestSite:
 
         self._routes[path] = next_response
         return self.url(path)
+
+    def add_versioned(self, path: str, body: str | bytes, validators: str = "etag") -> VersionedPage:
+        """Serve a page that ``change()`` updates; see ``VersionedPage``."""
+        page = VersionedPage(body.encode() if isinstance(body, str) else body, validators)
+        self._versioned[path] = page
+        return page
 
     def add_redirect(self, path: str, location: str, status: int = 302) -> str:
         """Redirect ``path`` to ``location``."""
