@@ -66,8 +66,8 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "beat_scheduler": "redbeat.RedBeatScheduler",
         "redbeat_redis_url": settings.redis_url,
         "redbeat_key_prefix": SCHEDULE_PREFIX,
-        # Another beat takes over 15 s after the lock holder dies (RedBeat's default: 25 min).
-        "redbeat_lock_timeout": 15,
+        # Another beat takes over this long after the lock holder dies (RedBeat's default: 25 min).
+        "redbeat_lock_timeout": int(settings.beat_lock_timeout_s),
         "beat_max_loop_interval": 3,
         "beat_schedule": _beat_schedule(settings.schedules_file),
         # A killed worker's tasks are redelivered, never dropped.

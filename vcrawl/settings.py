@@ -88,6 +88,7 @@ class Settings:
     status_ttl_s: int = 7 * 24 * 3600
     task_events: bool = True
     schedules_file: str | None = None
+    beat_lock_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
         _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
@@ -105,6 +106,8 @@ class Settings:
             raise ConfigError(f"VCRAWL_FRONTIER_INFLIGHT must be at least 1, got {self.frontier_inflight}")
         if not 0 <= self.interval_jitter <= 10:
             raise ConfigError(f"VCRAWL_INTERVAL_JITTER must be in [0, 10], got {self.interval_jitter}")
+        if self.beat_lock_timeout_s < 5:  # beat renews its lock every tick (at most 3 s apart)
+            raise ConfigError(f"VCRAWL_BEAT_LOCK_TIMEOUT_S must be at least 5, got {self.beat_lock_timeout_s:g}")
         # A task (with its longest retry wait) outliving the visibility timeout runs twice.
         longest_task_s = self.max_retry_after_s + self.total_timeout_s
         if self.visibility_timeout_s <= longest_task_s:
