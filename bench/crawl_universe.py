@@ -81,10 +81,13 @@ def main() -> int:
         stop_universe(server)
 
 
-def start_universe(args: argparse.Namespace, state: Path, work: Path) -> subprocess.Popen[bytes]:
+def start_universe(
+    args: argparse.Namespace, state: Path, work: Path, extra: list[str] | None = None
+) -> subprocess.Popen[bytes]:
     command = [
         BENCH_PY, str(SHARED / "universe.py"), "serve", "--state", str(state), "--hosts", str(args.hosts),
         "--pages", str(args.pages), "--latency-ms", str(args.latency_ms), "--jitter-ms", str(args.jitter_ms),
+        *(extra or []),
     ]  # fmt: skip
     if args.latency_ms:
         command += ["--engine", "aiohttp"]
