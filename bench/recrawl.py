@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
+sys.path.append(str(HERE))  # after the project: bench/storage.py must not shadow storage/
 
 from crawl_universe import start_universe, stop_universe  # noqa: E402
 
@@ -60,7 +60,7 @@ def main() -> int:
         served = json.loads(state.read_text())
         manifest = json.loads(Path(served["manifest"]).read_text())
         site_dir = Path(served["manifest"]).parent / "site"
-        access_log = Path(served["access_log"])
+        access_log = Path(served["log"])
         with ExitStack() as stack:
             local = stack.enter_context(LocalRedis(work / "redis"))
             settings = Settings(redis_url=local.url, data=str(Path("/dev/shm") / f"vcrawl-recrawl-{os.getpid()}"))

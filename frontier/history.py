@@ -83,8 +83,19 @@ class UrlHistory:
         return headers
 
     def due_s(self) -> float:
-        """When the URL is due again (0: at once)."""
-        return self.fetched_cycle_s + (self.interval_s or 0.0) if self.fetched else 0.0
+        """When the URL is due again (0: at once).
+
+        A tenth of the interval early (at most 10 minutes): a cycle that starts a little
+        earlier after its firing than the last one must not find the URL a moment short of
+        due and leave it for a whole period.
+
+        >>> UrlHistory(0, 1000.0, 3600.0).due_s(), UrlHistory(0, 1000.0, 86400.0).due_s()
+        (4240.0, 86800.0)
+        """
+        if not self.fetched:
+            return 0.0
+        interval = self.interval_s or 0.0
+        return self.fetched_cycle_s + interval - min(interval / 10, 600.0)
 
     def encode(self) -> str:
         """The compact stored form.

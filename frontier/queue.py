@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import redis
 
 from frontier.dedup import BloomFilter
+from frontier.history import UrlHistory
 from vcrawl import redis_keys
 
 __all__ = ["Admission", "Batch", "Candidate", "CycleStart", "Entry", "Frontier", "PumpResult"]
@@ -44,14 +45,16 @@ end
 """
 
 # KEYS: meta, ready, next, busy, done_tokens, segment(1..s), queue(host_1..host_n), delays, hist, due
-# ARGV: max_pages, per_host, done, token, hashes, n_segments, n_counters, history_mode,
-#       [field, incr]*, n_hosts, [host]*, then per URL: [segment_index, host_index, depth, member,
-#       offset * hashes]
+# ARGV: max_pages, per_host, done, token, hashes, n_segments, n_counters, history_mode, cycle,
+#       n_history, [field, incr]*, [url, record, due_s]*, n_hosts, [host]*, then per URL:
+#       [segment_index, host_index, depth, member, offset * hashes]
 # A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
 # so no URL can be marked seen without being queued. ``token`` makes a retried call a no-op.
 # history_mode (scheduled jobs): 0 none; 1 a URL over the page limit is kept in the history as
 # due, so a later cycle fetches it; 2 as 1, and a URL the history knows is left to its due time
-# (a link to it from a changed page does not fetch it early).
+# (a link to it from a changed page does not fetch it early). A call for another cycle than the
+# job's current one does nothing (a late analysis of a finished cycle); the history records of
+# the pages it finishes are written in the same step, so no cycle ends before they are.
 _ADMIT = (
     _COMMON
     + """
@@ -59,21 +62,30 @@ local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEY
 local now = clock_ms()
 local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local token, k, nseg = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local history_mode = tonumber(ARGV[8])
+local history_mode, cycle, nhist = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+if cycle > 0 and tonumber(redis.call('HGET', meta, 'cycle') or '0') ~= cycle then
+  return {-2, 0, 0, 0, 0}
+end
 if token ~= '' and redis.call('SADD', tokens, token) == 0 then
   return {-1, 0, 0, 0, 0}
 end
-local i = 9
+local i = 11
 for _ = 1, tonumber(ARGV[7]) do
   redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
   i = i + 2
 end
+local first_hist = i
+i = i + 3 * nhist
 local nhosts = tonumber(ARGV[i])
 local hosts = {}
 for h = 1, nhosts do hosts[h] = ARGV[i + h] end
 i = i + nhosts + 1
 local delays = KEYS[6 + nseg + nhosts]
 local hist, due = KEYS[7 + nseg + nhosts], KEYS[8 + nseg + nhosts]
+for j = first_hist, first_hist + 3 * nhist - 1, 3 do
+  redis.call('HSET', hist, ARGV[j], ARGV[j + 1])
+  redis.call('ZADD', due, ARGV[j + 2], ARGV[j])
+end
 local running = redis.call('HGET', meta, 'state') == 'running'
 local admitted = tonumber(redis.call('HGET', meta, 'admitted') or '0')
 local fresh, dup, over, known = 0, 0, 0, 0
@@ -216,9 +228,11 @@ return 1
 """
 )
 
-# KEYS: meta, ready, next, busy, leases, queue(host), delays
-# ARGV: batch_id, host, pause_ms, host_delay_ms, done, crawl_delay_ms, n_requeue, [score, member]*,
-#       [field, incr]*
+# KEYS: meta, ready, next, busy, leases, queue(host), delays, hist, due
+# ARGV: batch_id, host, pause_ms, host_delay_ms, done, crawl_delay_ms, n_requeue, n_history,
+#       [score, member]*, [url, record, due_s]*, [field, incr]*
+# History records (scheduled jobs: URLs found unchanged or failed) are written with the release
+# that finishes them, so a cycle never completes before they are.
 # The host's next time: a pause after the batch started, never before it ended, and later
 # still when the host asked to be left alone (host_delay_ms from now).
 _RELEASE = (
@@ -226,7 +240,7 @@ _RELEASE = (
     + """
 local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, host, pause, host_delay = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local done, delay, nreq = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local done, delay, nreq, nhist = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local raw = redis.call('HGET', leases, id)
 if not raw then
   return -1
@@ -243,10 +257,15 @@ end
 if redis.call('HINCRBY', busy, host, -1) <= 0 then
   redis.call('HDEL', busy, host)
 end
-local i = 8
+local i = 9
 for _ = 1, nreq do
   redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
   i = i + 2
+end
+for _ = 1, nhist do
+  redis.call('HSET', KEYS[8], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[9], ARGV[i + 2], ARGV[i])
+  i = i + 3
 end
 redis.call('HINCRBY', meta, 'queued_now', nreq)
 while i <= #ARGV do
@@ -310,7 +329,7 @@ return {back, failed}
 """
 )
 
-# KEYS: meta, ready, next, busy, leases, tokens, hist, due, todo, cycles, bloom segment*
+# KEYS: meta, ready, next, busy, leases, tokens, hist, due, todo, cycles, delays, bloom segment*
 # ARGV: firing, spec_json, overlap ('skip' | 'cancel'), qprefix, cycles_kept
 # Starts the next cycle of a scheduled job: archives the last cycle's counters, clears what
 # was per cycle (queues, leases, Bloom filter, tokens), keeps what carries over (history, due
@@ -324,10 +343,14 @@ local hist, due, todo, cycles = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local firing, spec, overlap, qprefix, kept = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local now = clock_ms()
 local cycle = tonumber(redis.call('HGET', meta, 'cycle') or '0')
-if redis.call('HGET', meta, 'firing') == firing then
+local state = redis.call('HGET', meta, 'state')
+-- The same firing again (redelivered), or any firing while a start never finished: finish it.
+if redis.call('HGET', meta, 'firing') == firing or (state == 'running' and redis.call('HGET', meta, 'starting')) then
   return {'resumed', cycle, redis.call('ZCARD', todo)}
 end
-local state = redis.call('HGET', meta, 'state')
+if state and cycle == 0 then
+  return {'one-off', 0, 0}
+end
 if state == 'running' then
   if overlap == 'skip' then
     redis.call('HINCRBY', meta, 'skipped_firings', 1)
@@ -368,6 +391,7 @@ local hosts = {}
 for _, h in ipairs(redis.call('ZRANGE', ready, 0, -1)) do hosts[h] = true end
 for _, h in ipairs(redis.call('HKEYS', busy)) do hosts[h] = true end
 for _, h in ipairs(redis.call('HKEYS', nextk)) do hosts[h] = true end
+for _, h in ipairs(redis.call('HKEYS', KEYS[11])) do hosts[h] = true end
 for h, _ in pairs(hosts) do
   local q = qprefix .. h
   for _, member in ipairs(redis.call('ZRANGE', q, 0, -1)) do keep_for_later(member) end
@@ -377,14 +401,23 @@ for _, raw in ipairs(redis.call('HVALS', leases)) do
   for _, member in ipairs(cjson.decode(raw).e) do keep_for_later(member) end
 end
 redis.call('DEL', ready, busy, leases, tokens, todo)
-for j = 11, #KEYS do redis.call('DEL', KEYS[j]) end
+for j = 12, #KEYS do redis.call('DEL', KEYS[j]) end
 redis.call('HSET', meta, 'spec', spec, 'state', 'running', 'cycle', cycle + 1, 'started_at', now / 1000,
-           'firing', firing, 'pending', 1, 'admitted', 0, 'queued_now', 0)
+           'firing', firing, 'pending', 1, 'admitted', 0, 'queued_now', 0, 'starting', 1)
 redis.call('HSETNX', meta, 'created_at', now / 1000)
 local taken = redis.call('ZRANGESTORE', todo, due, '-inf', now / 1000, 'BYSCORE')
 return {'started', cycle + 1, taken}
 """
 )
+
+# KEYS: meta, todo   ARGV: cycle
+_FINISH_START = """
+if redis.call('HGET', KEYS[1], 'cycle') == ARGV[1] then
+  redis.call('HDEL', KEYS[1], 'starting')
+  redis.call('DEL', KEYS[2])
+end
+return 1
+"""
 
 _CANCEL = """
 if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
@@ -496,6 +529,7 @@ class Frontier:
         self._reclaim = client.register_script(_RECLAIM)
         self._cancel = client.register_script(_CANCEL)
         self._new_cycle = client.register_script(_NEW_CYCLE)
+        self._finish_start = client.register_script(_FINISH_START)
 
     def create(self, job_id: str, spec_json: str, now: float) -> bool:
         """Record a new running job; False if the id is taken."""
@@ -532,12 +566,13 @@ class Frontier:
             redis_keys.job_due(job_id),
             redis_keys.job_todo(job_id),
             redis_keys.job_cycles(job_id),
+            redis_keys.job_delays(job_id),
             *bloom_keys,
         ]
         args = [firing, spec_json, overlap, redis_keys.job_queue_prefix(job_id), cycles_kept]
         status, cycle, due = self._new_cycle(keys=keys, args=args)
         result = CycleStart(_text(status), int(cycle), int(due))
-        if result.status == "started":
+        if result.status in ("started", "resumed"):
             pipe = self._redis.pipeline(transaction=False)
             pipe.zadd(redis_keys.JOBS, {job_id: float(self._redis.hget(redis_keys.job(job_id), "created_at") or 0)})
             pipe.sadd(redis_keys.JOBS_RUNNING, job_id)
@@ -552,9 +587,9 @@ class Frontier:
         """Summaries of the job's finished cycles, oldest first."""
         return [json.loads(raw) for raw in self._redis.lrange(redis_keys.job_cycles(job_id), 0, -1)]
 
-    def drop_todo(self, job_id: str) -> None:
-        """Forget the due list of a cycle whose start admitted it all."""
-        self._redis.delete(redis_keys.job_todo(job_id))
+    def finish_start(self, job_id: str, cycle: int) -> None:
+        """Mark the start of ``cycle`` done (its seeds and due URLs are all admitted)."""
+        self._finish_start(keys=[redis_keys.job(job_id), redis_keys.job_todo(job_id)], args=[cycle])
 
     def admit(
         self,
@@ -568,12 +603,15 @@ class Frontier:
         token: str = "",
         counters: Mapping[str, int] | None = None,
         history_mode: int = 0,
+        cycle: int = 0,
+        history: Mapping[str, UrlHistory] | None = None,
     ) -> Admission:
         """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip.
 
         A call with a ``token`` seen before does nothing (a retried task admits once).
         ``history_mode`` is for scheduled jobs (see the script): 1 for seeds and due URLs,
-        2 for links found on pages.
+        2 for links found on pages. A ``cycle`` other than the job's current one makes the call a
+        no-op (reported as ``repeated``); ``history`` records are written in the same step.
         """
         hosts: dict[str, int] = {}
         segments: dict[str, int] = {}
@@ -595,8 +633,11 @@ class Frontier:
         keys.extend(segments)
         keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
         keys.extend((redis_keys.job_delays(job_id), redis_keys.job_history(job_id), redis_keys.job_due(job_id)))
+        history_args = _history_args(history)
         args = [max_pages, per_host, done, token, bloom.hashes, len(segments), len(counter_args) // 2, history_mode]
+        args.extend((cycle, len(history_args) // 3))
         args.extend(counter_args)
+        args.extend(history_args)
         args.append(len(hosts))
         args.extend(hosts)
         args.extend(items)
@@ -608,7 +649,7 @@ class Frontier:
         completed, fresh, duplicates, over, known = (int(x) for x in pipe.execute()[0])
         if completed == 1:
             self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
-        return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)
+        return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)  # -2: another cycle
 
     def pump(
         self,
@@ -657,6 +698,7 @@ class Frontier:
         requeue_back: Sequence[Entry] = (),
         counters: Mapping[str, int] | None = None,
         crawl_delay_s: float | None = None,
+        history: Mapping[str, UrlHistory] | None = None,
     ) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time.
 
@@ -673,11 +715,15 @@ class Frontier:
             *_job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
             redis_keys.job_queue(job_id, batch.host),
             redis_keys.job_delays(job_id),
+            redis_keys.job_history(job_id),
+            redis_keys.job_due(job_id),
         ]
         delay_ms = int((crawl_delay_s or 0) * 1000)
+        history_args = _history_args(history)
         args = [batch.batch_id, batch.host, int(pause_ms), int(host_delay_ms), done, delay_ms]
-        args.append(len(requeue) + len(requeue_back))
+        args.extend((len(requeue) + len(requeue_back), len(history_args) // 3))
         args.extend(requeue_args)
+        args.extend(history_args)
         args.extend(_counter_args(counters))
         pipe = self._redis.pipeline(transaction=False)
         self._release(keys=keys, args=args, client=pipe)
@@ -708,9 +754,10 @@ class Frontier:
         self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
         return cancelled
 
-    def is_running(self, job_id: str) -> bool:
-        """True while the job is neither cancelled nor completed."""
-        return _text(self._redis.hget(redis_keys.job(job_id), "state")) == "running"
+    def is_running(self, job_id: str, cycle: int = 0) -> bool:
+        """True while the job (in ``cycle``, for a scheduled job) is neither cancelled nor completed."""
+        state, current = self._redis.hmget(redis_keys.job(job_id), ["state", "cycle"])
+        return _text(state) == "running" and (not cycle or int(current or 0) == cycle)
 
     def running_jobs(self) -> list[str]:
         """Ids of the jobs the pumps should look at."""
@@ -748,6 +795,13 @@ def _job_keys(job_id: str, *names: str) -> tuple[str, ...]:
         "delays": redis_keys.job_delays,
     }
     return tuple(makers[name](job_id) for name in names)
+
+
+def _history_args(history: Mapping[str, UrlHistory] | None) -> list[str | float]:
+    args: list[str | float] = []
+    for url, record in (history or {}).items():
+        args.extend((url, record.encode(), record.due_s()))
+    return args
 
 
 def _counter_args(counters: Mapping[str, int] | None) -> list[str | int]:

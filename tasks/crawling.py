@@ -107,7 +107,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
         run.known = env.history.load(job_id, [entry.url for entry in batch.entries])
     for index, entry in enumerate(batch.entries):
-        if index > 0 and not env.frontier.is_running(job_id):  # cancelled: hand the rest back
+        if index > 0 and not env.frontier.is_running(job_id, batch.cycle):  # cancelled: hand the rest back
             run.requeue.extend(batch.entries[index:])
             break
         if _fetch_entry(env, runtime, entry, run):
@@ -126,12 +126,10 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         requeue_back=run.requeue_back,
         counters=run.counters,
         crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
+        history=run.revisited,
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing
-    if run.revisited:
-        assert env.history is not None
-        env.history.save(job_id, run.revisited)
     return {**nothing, "pages": run.pages, "redirects": run.redirects}
 
 
@@ -139,6 +137,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
     """Fetch one URL of the batch; return True to stop the batch (the host needs a pause)."""
     spec = runtime.spec
     if runtime.networks and not _in_networks(entry.url, runtime.networks):
+        _remember(runtime, entry, run)
         return _final_failure(run, "network_refused")
     if spec.politeness.obey_robots:
         rules = env.robots.get(origin(entry.url))
@@ -230,7 +229,7 @@ def _handle_response(
                 run.done += 1
                 _remember(runtime, entry, run, result)
                 return False
-            changed = known is not None and known.fetched
+            changed = known is not None and bool(known.content_hash)  # else: its first page
             run.counters["changed" if changed else "new"] += 1
             revisit = _visit(runtime, entry, known, result, changed=True, digest=digest)
         # A scheduled job keeps every version: one folder per cycle.
@@ -391,26 +390,38 @@ def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:
     counters: Counter[str] = Counter()
     links: list[tuple[str, int, int]] = []
     max_redirects = runtime.spec.limits.max_redirects
+    failed_pages: set[str] = set()
     for page in fetched["pages"]:
-        found = _analyze_page(env, runtime, page, counters)
+        found, analysed = _analyze_page(env, runtime, page, counters)
         links.extend((url, page["depth"] + 1, max_redirects) for url in found)
+        if not analysed:
+            failed_pages.add(page["url"])
     for redirect in fetched["redirects"]:
         links.append((redirect["target"], redirect["depth"], redirect["redirects_left"]))
     done = len(fetched["pages"]) + len(fetched["redirects"])
-    # Before the admission that finishes the pages: once finished, the next cycle may start.
-    _save_history(env, job_id, fetched["pages"], analysed=True)
-    admission = admit_links(runtime, env.frontier, links, done=done, token=f"a:{fetched['batch']}", counters=counters)
+    admission = admit_links(
+        runtime,
+        env.frontier,
+        links,
+        done=done,
+        token=f"a:{fetched['batch']}",
+        counters=counters,
+        history=_page_history(fetched["pages"], failed_pages),
+    )
     return {"job": job_id, "batch": fetched["batch"], "admitted": admission.admitted,
             "completed": admission.completed}  # fmt: skip
 
 
-def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], counters: Counter[str]) -> list[str]:
-    """Run the page's analyzer (if its rule names one) and return the links to follow."""
+def _analyze_page(
+    env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], counters: Counter[str]
+) -> tuple[list[str], bool]:
+    """Run the page's analyzer (if its rule names one); return the links to follow and whether
+    the page was analysed without failure."""
     try:
         body = env.storage.read_bytes(page["save_path"])
     except MissingPage:
         counters["analysis_failed:missing_page"] += 1
-        return []
+        return [], False
     counters["analysed"] += 1
     parsed = Page(url=page["final_url"], body=body, content_type=page["content_type"])
     found: list[str] = []
@@ -437,10 +448,12 @@ def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], coun
         except VcrawlError as exc:
             counters[f"analysis_failed:{exc.reason}"] += 1
             _alert_analysis(env, runtime, page, exc)
+            return found, False
         except Exception as exc:  # an analyzer plugin's bug must not stop the crawl
             counters["analysis_failed:error"] += 1
             _alert_analysis(env, runtime, page, exc)
-    return found
+            return found, False
+    return found, True
 
 
 def _alert_analysis(env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], exc: Exception) -> None:
@@ -467,20 +480,18 @@ def abandon_analysis(env: CrawlEnv, fetched: dict[str, Any], error: str) -> None
     """Finish a batch whose analysis failed for good: count it and release its pages' pending."""
     runtime = env.runtimes.get(fetched["job"], fetched.get("cycle", 0))
     done = len(fetched["pages"]) + len(fetched["redirects"])
-    _save_history(env, fetched["job"], fetched["pages"], analysed=False)
     counters: Counter[str] = Counter({"analysis_failed:batch": len(fetched["pages"])})
     logger.error("analysis of batch %s of job %s failed for good: %s", fetched["batch"], fetched["job"], error)
     # The same token as the analysis: if it did admit before failing, this changes nothing.
-    admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters)
+    history = _page_history(fetched["pages"], {page.get("url", "") for page in fetched["pages"]})
+    admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters, history=history)
 
 
-def _save_history(env: CrawlEnv, job_id: str, pages: list[dict[str, Any]], *, analysed: bool) -> None:
-    """Scheduled jobs: record the pages' new versions. A page whose analysis was abandoned keeps
-    no content hash or validators, so the next cycle fetches it in full and analyses it."""
+def _page_history(pages: list[dict[str, Any]], not_analysed: set[str]) -> dict[str, UrlHistory]:
+    """Scheduled jobs: the pages' new history records. A page that was not analysed keeps no
+    content hash or validators, so the next cycle fetches it in full and analyses it."""
     records = {page["url"]: UrlHistory.decode(page["history"]) for page in pages if page.get("history")}
-    if not records:
-        return
-    if not analysed:
-        records = {url: replace(r, etag="", last_modified_s=0, content_hash="") for url, r in records.items()}
-    assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
-    env.history.save(job_id, records)
+    return {
+        url: replace(record, etag="", last_modified_s=0, content_hash="") if url in not_analysed else record
+        for url, record in records.items()
+    }

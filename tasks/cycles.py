@@ -16,6 +16,7 @@ from fetchers import FetcherRegistry
 from frontier import BloomFilter, CycleStart, Frontier, History
 from tasks.jobs import RuntimeCache, admit_links, check_job
 from vcrawl import redis_keys
+from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec
 
 __all__ = ["start_cycle"]
@@ -34,10 +35,13 @@ def start_cycle(
     firing: str,
     overlap: str = "skip",
 ) -> CycleStart:
-    """Start (or, for the same ``firing`` again, finish starting) the next cycle of ``spec.id``.
+    """Start the next cycle of ``spec.id``, or finish starting the current one: a redelivered
+    firing, or any firing after a start that died half-way, admits what is left (every step
+    carries a token, so nothing is admitted twice).
 
     Raises:
-        InvalidTask: the spec names an unknown analyzer, page type or a bad selector.
+        InvalidTask: the spec names an unknown analyzer, page type or a bad selector, or its id
+            is a one-off job's.
     """
     check_job(spec, fetchers)
     bloom_keys = set(_bloom_keys(spec, client))
@@ -45,6 +49,8 @@ def start_cycle(
     if previous:  # the last cycle's filter may have had another size
         bloom_keys.update(_bloom_keys(JobSpec.from_dict(json.loads(previous)), client))
     started = frontier.new_cycle(spec.id, spec.to_json(), firing=firing, overlap=overlap, bloom_keys=sorted(bloom_keys))
+    if started.status == "one-off":
+        raise InvalidTask("id", f"{spec.id!r} is a one-off job's id; a schedule needs a name of its own")
     if started.status == "skipped":
         logger.warning("job %s: cycle %d still running; firing %s skipped", spec.id, started.cycle, firing)
         return started
@@ -58,7 +64,7 @@ def start_cycle(
         admit_links(runtime, frontier, due, done=0, token=f"{token}:due:{index}", counters=Counter(), known=True)
     # Release the hold the cycle started with: from here on it may complete.
     admit_links(runtime, frontier, [], done=1, token=f"{token}:started", counters=Counter())
-    frontier.drop_todo(spec.id)
+    frontier.finish_start(spec.id, started.cycle)
     logger.info("job %s: cycle %d %s, %d known URLs due", spec.id, started.cycle, started.status, started.due)
     return started
 

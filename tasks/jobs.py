@@ -8,7 +8,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,6 +22,7 @@ from frontier import (
     Entry,
     Frontier,
     Scope,
+    UrlHistory,
     canonical_url,
     host_key,
     reject_reason,
@@ -185,6 +186,8 @@ class RuntimeCache:
         spec = JobSpec.from_dict(json.loads(state["spec"]))
         started_s = float(state.get("started_at") or 0) if cycle else 0.0
         runtime = build_runtime(spec, self._settings, self._session, self._client, cycle, started_s)
+        if cycle and int(state.get("cycle") or 0) != cycle:
+            return runtime  # a late message of another cycle: its work is refused anyway; not cached
         with self._lock:
             if len(self._cache) >= self._size:
                 self._cache.pop(next(iter(self._cache)))
@@ -212,6 +215,7 @@ def admit_links(
     counters: Counter[str],
     seeds: bool = False,
     known: bool = False,
+    history: Mapping[str, UrlHistory] | None = None,
 ) -> Admission:
     """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left)`` links; finish ``done`` URLs.
 
@@ -256,6 +260,8 @@ def admit_links(
             token=chunk_token if token else "",
             counters=counters if index == 0 else None,
             history_mode=history_mode,
+            cycle=runtime.cycle,
+            history=history if last else None,  # with the pages it finishes
         )
         result = _add(result, admission)
     return result

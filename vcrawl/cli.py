@@ -203,6 +203,9 @@ def _cmd_schedule_add(args: argparse.Namespace) -> int:
     spec = load_job_file(args.job)
     item = Schedule(args.name, spec, every_s=args.every, cron=args.cron, overlap=args.overlap)
     check_job(item.spec, tasks.deps.fetchers())  # analyzers and selectors, as a firing would
+    existing = tasks.job_status(item.name)
+    if existing is not None and "cycle" not in existing:
+        raise InvalidTask("name", f"{item.name!r} is a one-off job's id; a schedule needs a name of its own")
     _schedule_store().add(item)
     print(f"schedule {item.name}: {item.when()}, overlap {item.overlap}; job {item.name} ({len(spec.seeds)} seeds)")
     return 0

@@ -192,11 +192,24 @@ class ScheduleStore:
         self._redis = get_redis(app)
 
     def add(self, item: Schedule) -> None:
-        """Store a schedule; one with the same name is replaced (its last run is kept)."""
-        entry = item.beat_entry()
-        self._entry(
-            item.name, entry["task"], entry["schedule"], args=entry["args"], kwargs=entry["kwargs"], app=self._app
-        ).save()
+        """Store a schedule; one with the same name is replaced and keeps its last run.
+
+        A new ``every`` schedule fires on beat's next tick, a new ``cron`` one at its next match.
+        """
+        definition = item.beat_entry()
+        try:
+            previous = self._entry.from_key(self._entry.generate_key(self._app, item.name), app=self._app)
+        except KeyError:
+            previous = None
+        entry = self._entry(
+            item.name, definition["task"], definition["schedule"], args=definition["args"],
+            kwargs=definition["kwargs"], app=self._app,
+        )  # fmt: skip
+        if previous is not None and previous.last_run_at is not None:
+            entry.last_run_at = previous.last_run_at
+        elif item.every_s is not None:
+            entry.last_run_at = entry.default_now() - timedelta(seconds=item.every_s)
+        entry.save()
 
     def remove(self, name: str) -> bool:
         """Delete a schedule; False if there was none. A running cycle is not stopped."""

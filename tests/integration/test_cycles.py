@@ -6,6 +6,7 @@ call); ``test_beat.py`` runs the same through real beat processes.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from typing import Any
@@ -171,7 +172,7 @@ def test_urls_over_the_page_limit_are_kept_for_the_next_cycle(site: TestSite) ->
 
     first = run_cycle(spec)
     assert first["fetched"] == 2 and first["filtered"] == {"max_pages": 2}
-    second = run_cycle(spec)  # the seed and /p1 again (304), and one URL left over last time
+    second = run_cycle(spec)  # the seed again (304), and one URL left over last time
     assert second["fetched"] == 2 and second["not_modified"] == 1 and second["new"] == 1
     assert tasks.deps.history().size("cycles-limit") == 4
 
@@ -192,3 +193,69 @@ def test_an_invalid_scheduled_job_is_refused_with_its_field() -> None:
             args=("cycles-bad", {"seeds": ["http://x.test/"], "rules": [{"pattern": "("}]}), throw=True
         )
     assert refused.value.field == "rules[0].pattern"
+
+
+def test_a_page_whose_analysis_failed_is_fetched_in_full_and_analysed_again(site: TestSite) -> None:
+    site.add_versioned("/", page("/broken", title="home"))
+    site.add_versioned("/broken", page(title="broken"))
+    spec = job(site, "cycles-failed-analysis", revisit=ALWAYS_DUE)
+    spec["rules"] = [{"pattern": "/broken$", "analyzer": "always_fails"}, *spec["rules"]]
+
+    first = run_cycle(spec)
+    assert first["analysis_failed"] == {"error": 1}
+    mark = len(site.seen)
+    second = run_cycle(spec)
+    sent = dict(requests_in(site, mark))
+    assert "If-None-Match" not in sent["/broken"] and sent["/"]["If-None-Match"] == '"v1"'
+    assert second["analysed"] == 1 and second["new"] == 1 and second["analysis_failed"] == {"error": 1}
+
+
+def test_a_late_admission_from_an_earlier_cycle_changes_nothing(site: TestSite) -> None:
+    from frontier import Candidate, Entry
+
+    site.add_versioned("/", page(title="home"))
+    spec = job(site, "cycles-late", revisit=ALWAYS_DUE)
+    run_cycle(spec)
+    second = run_cycle(spec)
+    runtime = tasks.deps.runtimes().get("cycles-late", 2)
+    late = tasks.deps.frontier().admit(
+        "cycles-late",
+        [Candidate("x", Entry(site.url("/late")))],
+        bloom=runtime.bloom,
+        max_pages=100,
+        per_host=1,
+        done=1,
+        token="a:from-cycle-1",
+        cycle=1,
+    )
+    assert late.repeated and late.admitted == 0
+    after = tasks.job_status("cycles-late")
+    assert after["pending"] == second["pending"] == 0 and after["admitted"] == second["admitted"]
+
+
+def test_a_start_that_died_half_way_is_finished_by_the_next_firing(site: TestSite) -> None:
+    site.add_versioned("/", page("/a", title="home"))
+    site.add_versioned("/a", page(title="a"))
+    spec = job(site, "cycles-half-started", revisit=ALWAYS_DUE)
+    run_cycle(spec)
+    # A start that got as far as the cycle script, then died: the hold keeps the cycle open.
+    frontier = tasks.deps.frontier()
+    bloom_keys = tasks.deps.runtimes().get("cycles-half-started", 1).bloom.keys
+    spec_json = json.dumps({**spec, "id": "cycles-half-started"})
+    dead = frontier.new_cycle("cycles-half-started", spec_json, firing="dead", bloom_keys=bloom_keys)
+    assert dead.status == "started" and tasks.job_status("cycles-half-started")["pending"] == 1
+    resumed = fire(spec)
+    assert resumed["status"] == "resumed" and resumed["cycle"] == 2
+    deadline = time.monotonic() + 30
+    while tasks.job_status("cycles-half-started")["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    finished = tasks.job_status("cycles-half-started")
+    assert finished["state"] == "completed" and finished["cycle"] == 2 and finished["not_modified"] == 2, json.dumps(finished)
+
+
+def test_a_one_off_jobs_id_cannot_be_a_schedules_name(site: TestSite) -> None:
+    site.add_page("/", page(title="home"))
+    tasks.start_job({"id": "cycles-one-off", "seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0}})
+    with pytest.raises(InvalidTask) as refused:
+        fire(job(site, "cycles-one-off"))
+    assert refused.value.field == "id"
