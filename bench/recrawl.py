@@ -79,6 +79,9 @@ def main() -> int:
             }
             first = run_cycle(spec, access_log, args.timeout)
             backups = edit_pages(manifest["reachable_pages"], site_dir, args.changed, work / "originals")
+            # nginx caches file metadata (open_file_cache_valid 600s): restart it to serve the edits.
+            stop_universe(server)
+            server = start_universe(args, state, work, extra=["--root", args.root])
             second = run_cycle(spec, access_log, args.timeout)
             history = tasks.deps.history()
             urls, history_bytes = history.size(JOB), history.memory_bytes(JOB)
