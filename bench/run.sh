@@ -22,6 +22,8 @@ echo ">>> dynamic: one browser on the universe's lazy-loading pages" >&2
 .venv/bin/python bench/dynamic.py --pages 100 | tee -a "$OUT"
 echo ">>> storage: pages to tmpfs, disk, the WebHDFS test server, and WARC" >&2
 .venv/bin/python bench/storage.py --pages 2000 | tee -a "$OUT"
+echo ">>> re-crawl: 10 hosts x 5000 pages, cycle 2 after editing 10 % of the pages" >&2
+.venv/bin/python bench/recrawl.py --hosts 10 --pages 5000 --changed 0.1 | tee -a "$OUT"
 echo ">>> dedup: Bloom filter, 1M URLs at 1 %" >&2
 .venv/bin/python bench/bloom.py --items 1000000 --error-rate 0.01 | tee -a "$OUT"
 
@@ -41,6 +43,12 @@ for d in dynamic:
           f"markers), {d['browser_ms_per_page_median']} ms median vs {d['static_ms_per_page_median']} ms static, "
           f"browser start {d['browser_start_s']} s, memory {d['browser_pss_mb_max']} MB PSS "
           f"({d['browser_rss_mb_max']} MB summed RSS)")
+for r in (r for r in rows if r.get("label") == "recrawl"):
+    c1, c2 = r["cycle1"], r["cycle2"]
+    print(f"\nRe-crawl ({r['pages']} pages, {r['edited_pages']} edited): cycle 2 vs 1: requests {c2['requests']}/"
+          f"{c1['requests']}, bytes {c2['bytes_sent']}/{c1['bytes_sent']} ({r['bytes_ratio']}), analyses "
+          f"{c2['analysed']}/{c1['analysed']} ({r['analyses_ratio']}), 304s {c2['responses_304']}, wall "
+          f"{c2['wall_s']}/{c1['wall_s']} s; history {r['history_bytes_per_url']} Redis bytes/URL")
 for b in bloom:
     print(f"\nBloom filter: {b['items']} URLs at {b['error_rate']}: {b['bytes_per_url']} bytes/URL, "
           f"FPR measured {b['measured_fpr']} vs theory {b['theoretical_fpr']}, {b['adds_per_s']} adds/s, "
