@@ -12,6 +12,7 @@ tag, so the scripts also work on a Redis Cluster.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -86,7 +87,8 @@ for j = first_hist, first_hist + 3 * nhist - 1, 3 do
   redis.call('HSET', hist, ARGV[j], ARGV[j + 1])
   redis.call('ZADD', due, ARGV[j + 2], ARGV[j])
 end
-local running = redis.call('HGET', meta, 'state') == 'running'
+local state = redis.call('HGET', meta, 'state')
+local running = state == 'running' or state == 'paused'  -- a paused job still takes its links
 local admitted = tonumber(redis.call('HGET', meta, 'admitted') or '0')
 local fresh, dup, over, known = 0, 0, 0, 0
 local touched = {}
@@ -228,11 +230,14 @@ return 1
 """
 )
 
-# KEYS: meta, ready, next, busy, leases, queue(host), delays, hist, due
+# KEYS: meta, ready, next, busy, leases, queue(host), delays, hist, due, stats bucket, host stats,
+#       failures
 # ARGV: batch_id, host, pause_ms, host_delay_ms, done, crawl_delay_ms, n_requeue, n_history,
-#       [score, member]*, [url, record, due_s]*, [field, incr]*
+#       bucket_ttl_s, n_failures, [score, member]*, [url, record, due_s]*, [failure json]*,
+#       [field, incr]*
 # History records (scheduled jobs: URLs found unchanged or failed) are written with the release
-# that finishes them, so a cycle never completes before they are.
+# that finishes them, so a cycle never completes before they are. The counters also go to the
+# job's per-minute bucket and the host's totals; final failures to the job's recent failures.
 # The host's next time: a pause after the batch started, never before it ended, and later
 # still when the host asked to be left alone (host_delay_ms from now).
 _RELEASE = (
@@ -257,7 +262,8 @@ end
 if redis.call('HINCRBY', busy, host, -1) <= 0 then
   redis.call('HDEL', busy, host)
 end
-local i = 9
+local bucket_ttl, nfail = tonumber(ARGV[9]), tonumber(ARGV[10])
+local i = 11
 for _ = 1, nreq do
   redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -267,13 +273,29 @@ for _ = 1, nhist do
   redis.call('ZADD', KEYS[9], ARGV[i + 2], ARGV[i])
   i = i + 3
 end
+for _ = 1, nfail do
+  redis.call('LPUSH', KEYS[12], ARGV[i])
+  i = i + 1
+end
+if nfail > 0 then redis.call('LTRIM', KEYS[12], 0, 199) end
 redis.call('HINCRBY', meta, 'queued_now', nreq)
+local counted = false
 while i <= #ARGV do
-  redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
+  local name, incr = ARGV[i], tonumber(ARGV[i + 1])
+  redis.call('HINCRBY', meta, name, incr)
+  redis.call('HINCRBY', KEYS[10], name, incr)
+  counted = true
+  if name == 'fetched' then
+    redis.call('HINCRBY', KEYS[11], 'fetched|' .. host, incr)
+  elseif string.sub(name, 1, 7) == 'failed:' then
+    redis.call('HINCRBY', KEYS[11], 'failed|' .. host, incr)
+  end
   i = i + 2
 end
+if counted then redis.call('EXPIRE', KEYS[10], bucket_ttl) end
 redis.call('HSET', nextk, host, nxt)
-if redis.call('ZCARD', q) > 0 and redis.call('HGET', meta, 'state') == 'running' then
+local state = redis.call('HGET', meta, 'state')
+if redis.call('ZCARD', q) > 0 and (state == 'running' or state == 'paused') then
   redis.call('ZADD', ready, 'GT', nxt, host)
 end
 return settle(meta, done, now)
@@ -345,13 +367,14 @@ local now = clock_ms()
 local cycle = tonumber(redis.call('HGET', meta, 'cycle') or '0')
 local state = redis.call('HGET', meta, 'state')
 -- The same firing again (redelivered), or any firing while a start never finished: finish it.
-if redis.call('HGET', meta, 'firing') == firing or (state == 'running' and redis.call('HGET', meta, 'starting')) then
+local active = state == 'running' or state == 'paused'
+if redis.call('HGET', meta, 'firing') == firing or (active and redis.call('HGET', meta, 'starting')) then
   return {'resumed', cycle, redis.call('ZCARD', todo)}
 end
 if state and cycle == 0 then
   return {'one-off', 0, 0}
 end
-if state == 'running' then
+if active then
   if overlap == 'skip' then
     redis.call('HINCRBY', meta, 'skipped_firings', 1)
     redis.call('HSET', meta, 'last_skipped_at', now / 1000)
@@ -361,7 +384,7 @@ if state == 'running' then
   redis.call('HSET', meta, 'finished_at', now / 1000)
 end
 local carried = {spec = 1, seq = 1, batch_seq = 1, cycle = 1, created_at = 1, skipped_firings = 1,
-                 last_skipped_at = 1, firing = 1}
+                 last_skipped_at = 1, firing = 1, spec_rev = 1}
 local all = redis.call('HGETALL', meta)
 local summary = {cycle = cycle, state = state, counters = {}}
 local drop = {}
@@ -420,10 +443,40 @@ return 1
 """
 
 _CANCEL = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' and state ~= 'paused' then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'cancelled', 'finished_at', ARGV[1])
 return 1
 """
+
+# KEYS: meta   ARGV: spec_json
+_UPDATE_SPEC = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'running' and state ~= 'paused' then return false end
+redis.call('HSET', KEYS[1], 'spec', ARGV[1])
+return redis.call('HINCRBY', KEYS[1], 'spec_rev', 1)
+"""
+
+# KEYS: meta   ARGV: now_s
+# Paused: nothing is dispatched; batches not yet started are handed back unfetched, a running
+# batch stops before its next URL; links found meanwhile are still admitted (queued).
+_PAUSE = """
+if redis.call('HGET', KEYS[1], 'state') ~= 'running' then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'paused', 'paused_at', ARGV[1])
+return 1
+"""
+
+# KEYS: meta   Returns 0 (not paused), 1 (running again), 2 (nothing was left: completed).
+_RESUME = (
+    _COMMON
+    + """
+local meta = KEYS[1]
+if redis.call('HGET', meta, 'state') ~= 'paused' then return 0 end
+redis.call('HSET', meta, 'state', 'running')
+redis.call('HDEL', meta, 'paused_at')
+return 1 + settle(meta, 0, clock_ms())
+"""
+)
 
 
 @dataclass(frozen=True)
@@ -520,8 +573,9 @@ class CycleStart:
 class Frontier:
     """The scripts over a job's frontier keys; one instance per process is enough."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, stats_ttl_s: int = 3 * 86400) -> None:
         self._redis = client
+        self._stats_ttl_s = stats_ttl_s  # how long per-minute statistics are kept
         self._admit = client.register_script(_ADMIT)
         self._pump = client.register_script(_PUMP)
         self._start = client.register_script(_START)
@@ -530,6 +584,9 @@ class Frontier:
         self._cancel = client.register_script(_CANCEL)
         self._new_cycle = client.register_script(_NEW_CYCLE)
         self._finish_start = client.register_script(_FINISH_START)
+        self._pause = client.register_script(_PAUSE)
+        self._update_spec = client.register_script(_UPDATE_SPEC)
+        self._resume = client.register_script(_RESUME)
 
     def create(self, job_id: str, spec_json: str, now: float) -> bool:
         """Record a new running job; False if the id is taken."""
@@ -699,6 +756,7 @@ class Frontier:
         counters: Mapping[str, int] | None = None,
         crawl_delay_s: float | None = None,
         history: Mapping[str, UrlHistory] | None = None,
+        failures: Sequence[Mapping[str, object]] = (),
     ) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time.
 
@@ -717,13 +775,17 @@ class Frontier:
             redis_keys.job_delays(job_id),
             redis_keys.job_history(job_id),
             redis_keys.job_due(job_id),
+            redis_keys.job_stats_bucket(job_id, stats_minute(time.time())),
+            redis_keys.job_host_stats(job_id),
+            redis_keys.job_failures(job_id),
         ]
         delay_ms = int((crawl_delay_s or 0) * 1000)
         history_args = _history_args(history)
         args = [batch.batch_id, batch.host, int(pause_ms), int(host_delay_ms), done, delay_ms]
-        args.extend((len(requeue) + len(requeue_back), len(history_args) // 3))
+        args.extend((len(requeue) + len(requeue_back), len(history_args) // 3, self._stats_ttl_s, len(failures)))
         args.extend(requeue_args)
         args.extend(history_args)
+        args.extend(json.dumps(failure, separators=(",", ":")) for failure in failures)
         args.extend(_counter_args(counters))
         pipe = self._redis.pipeline(transaction=False)
         self._release(keys=keys, args=args, client=pipe)
@@ -753,6 +815,63 @@ class Frontier:
         cancelled = int(self._cancel(keys=[redis_keys.job(job_id)], args=[now])) == 1
         self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
         return cancelled
+
+    def update_spec(self, job_id: str, spec_json: str) -> int | None:
+        """Replace a running or paused job's spec; return its new revision (None: not running).
+
+        Workers pick the new spec up within ``RuntimeCache``'s recheck time.
+        """
+        return _int_or_none(self._update_spec(keys=[redis_keys.job(job_id)], args=[spec_json]))
+
+    def spec_rev(self, job_id: str) -> int:
+        """How many times the job's spec was changed while it ran."""
+        return int(self._redis.hget(redis_keys.job(job_id), "spec_rev") or 0)
+
+    def stats(self, job_id: str, minutes: int, now: float) -> list[tuple[int, dict[str, int]]]:
+        """The job's per-minute counters over the last ``minutes`` minutes, oldest first."""
+        last = int(now // 60)
+        pipe = self._redis.pipeline(transaction=False)
+        for minute in range(last - minutes + 1, last + 1):
+            pipe.hgetall(redis_keys.job_stats_bucket(job_id, minute))
+        rows = pipe.execute()
+        return [
+            (minute, {_text(k): int(v) for k, v in row.items()})
+            for minute, row in zip(range(last - minutes + 1, last + 1), rows, strict=True)
+        ]
+
+    def host_stats(self, job_id: str) -> dict[str, dict[str, int]]:
+        """Per host: pages fetched and final failures."""
+        hosts: dict[str, dict[str, int]] = {}
+        for field, value in self._redis.hgetall(redis_keys.job_host_stats(job_id)).items():
+            kind, host = _text(field).split("|", 1)
+            hosts.setdefault(host, {"fetched": 0, "failed": 0})[kind] = int(value)
+        return hosts
+
+    def failures(self, job_id: str, limit: int = 50) -> list[dict[str, object]]:
+        """The job's most recent final failures, newest first."""
+        return [json.loads(raw) for raw in self._redis.lrange(redis_keys.job_failures(job_id), 0, limit - 1)]
+
+    def jobs(self, limit: int = 100) -> list[str]:
+        """Job ids, newest first."""
+        return [_text(job) for job in self._redis.zrevrange(redis_keys.JOBS, 0, limit - 1)]
+
+    def pause(self, job_id: str, now: float) -> bool:
+        """Stop dispatching a running job until ``resume``; False if it was not running."""
+        paused = int(self._pause(keys=[redis_keys.job(job_id)], args=[now])) == 1
+        self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
+        return paused
+
+    def resume(self, job_id: str) -> str | None:
+        """Dispatch a paused job again: ``"running"``, ``"completed"`` (nothing was left), or
+        None if it was not paused."""
+        code = int(self._resume(keys=[redis_keys.job(job_id)]))
+        if code == 1:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.sadd(redis_keys.JOBS_RUNNING, job_id)
+            pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
+            pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
+            pipe.execute()
+        return {0: None, 1: "running", 2: "completed"}[code]
 
     def is_running(self, job_id: str, cycle: int = 0) -> bool:
         """True while the job (in ``cycle``, for a scheduled job) is neither cancelled nor completed."""
@@ -797,6 +916,11 @@ def _job_keys(job_id: str, *names: str) -> tuple[str, ...]:
     return tuple(makers[name](job_id) for name in names)
 
 
+def stats_minute(now_s: float) -> int:
+    """The per-minute statistics bucket of a moment (minutes since the epoch)."""
+    return int(now_s // 60)
+
+
 def _history_args(history: Mapping[str, UrlHistory] | None) -> list[str | float]:
     args: list[str | float] = []
     for url, record in (history or {}).items():
@@ -810,6 +934,10 @@ def _counter_args(counters: Mapping[str, int] | None) -> list[str | int]:
         if value:
             args.extend((name, value))
     return args
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def _text(value: bytes | str | None) -> str:

@@ -41,7 +41,10 @@ __all__ = [
     "fetch",
     "fetch_batch",
     "job_status",
+    "pause_job",
+    "reconfigure_job",
     "record_failure",
+    "resume_job",
     "start_cycle",
     "start_job",
     "status",
@@ -75,6 +78,25 @@ def job_status(job_id: str) -> dict[str, Any] | None:
 def cancel_job(job_id: str) -> bool:
     """Stop dispatching a job at once (in-flight fetches finish and are counted); False if not running."""
     return deps.frontier().cancel(job_id, time.time())
+
+
+def pause_job(job_id: str) -> bool:
+    """Stop dispatching a job until ``resume_job`` (in-flight fetches finish); False if not running."""
+    return deps.frontier().pause(job_id, time.time())
+
+
+def resume_job(job_id: str) -> str | None:
+    """Dispatch a paused job again; returns its state (``running`` or ``completed``), None if not paused."""
+    return deps.frontier().resume(job_id)
+
+
+def reconfigure_job(job_id: str, changes: Mapping[str, Any]) -> JobSpec:
+    """Change a running job's politeness, header pools or proxies; workers apply it within seconds.
+
+    Raises:
+        InvalidTask: naming the bad key, e.g. ``politeness.per_host``.
+    """
+    return _jobs.reconfigure(deps.frontier(), job_id, changes)
 
 
 def configure(settings: Settings) -> None:

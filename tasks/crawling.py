@@ -87,6 +87,7 @@ class _BatchRun:
     crawl_delay_s: float | None = None
     known: dict[str, UrlHistory] = field(default_factory=dict)  # scheduled jobs: history of the batch's URLs
     revisited: dict[str, UrlHistory] = field(default_factory=dict)  # history to write when the batch ends
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (url, reason) of final failures
 
 
 def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
@@ -127,6 +128,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         counters=run.counters,
         crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
         history=run.revisited,
+        failures=[{"url": url, "reason": reason, "at": round(env.clock(), 3)} for url, reason in run.failures],
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing
@@ -138,7 +140,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
     spec = runtime.spec
     if runtime.networks and not _in_networks(entry.url, runtime.networks):
         _remember(runtime, entry, run)
-        return _final_failure(run, "network_refused")
+        return _final_failure(run, "network_refused", entry.url)
     if spec.politeness.obey_robots:
         rules = env.robots.get(origin(entry.url))
         fetched_robots = rules is None
@@ -181,8 +183,9 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         return _retry_or_fail(env, runtime, entry, run, exc.reason, exc.retry_after_s)
     except DownloadFailed as exc:
         _remember(runtime, entry, run)
-        return _final_failure(run, exc.reason)
+        return _final_failure(run, exc.reason, entry.url)
     run.counters["fetched"] += 1
+    run.counters[f"status:{result.status}"] += 1
     if spec.warc:
         _archive(env, runtime, entry, result, run)
     stop = _handle_response(env, runtime, entry, run, result, rule)
@@ -256,7 +259,7 @@ def _handle_response(
         _remember(runtime, entry, run, result)  # a redirect or a final error: asked again when due
     if result.status in _REDIRECTS and "location" in result.headers:
         if entry.redirects_left <= 0:
-            return _final_failure(run, "too_many_redirects")
+            return _final_failure(run, "too_many_redirects", entry.url)
         target = urljoin(result.final_url, result.headers["location"].strip())
         run.counters["redirects"] += 1
         run.redirects.append({"url": entry.url, "target": target, "depth": entry.depth,
@@ -265,7 +268,7 @@ def _handle_response(
     if result.status in RETRYABLE_STATUSES:
         retry_after = parse_retry_after(result.headers.get("retry-after"))
         return _retry_or_fail(env, runtime, entry, run, f"http_{result.status}", retry_after)
-    return _final_failure(run, f"http_{result.status}")
+    return _final_failure(run, f"http_{result.status}", entry.url)
 
 
 # Signals that the host itself is down or overloaded: the whole host waits.
@@ -284,7 +287,7 @@ def _retry_or_fail(
     delay_s = runtime.retry.delay_for(entry.attempt + 1, retry_after_s)
     host_wide = retry_after_s is not None or reason in _HOST_TROUBLE
     if delay_s is None:
-        _final_failure(run, reason)
+        _final_failure(run, reason, entry.url)
         _remember(runtime, entry, run)
         # A host that asked for a long wait gets it, even though this URL gives up.
         if retry_after_s is not None:
@@ -333,8 +336,9 @@ def _remember(runtime: JobRuntime, entry: Entry, run: _BatchRun, result: FetchRe
         run.revisited[entry.url] = _visit(runtime, entry, run.known.get(entry.url), result, changed=False)
 
 
-def _final_failure(run: _BatchRun, reason: str) -> bool:
+def _final_failure(run: _BatchRun, reason: str, url: str) -> bool:
     run.counters[f"failed:{reason}"] += 1
+    run.failures.append((url, reason))
     run.done += 1
     return False
 

@@ -143,7 +143,7 @@ def session() -> requests.Session:
 
 def frontier() -> Frontier:
     """Return the crawl frontier (per-host queues and their scripts)."""
-    return _once("frontier", lambda: Frontier(redis_client()))
+    return _once("frontier", lambda: Frontier(redis_client(), stats_ttl_s=settings().stats_retention_s))
 
 
 def runtimes() -> RuntimeCache:

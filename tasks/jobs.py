@@ -40,6 +40,7 @@ __all__ = [
     "admit_links",
     "check_job",
     "job_status",
+    "reconfigure",
     "scope_of",
     "start",
 ]
@@ -63,6 +64,7 @@ class JobRuntime:
     batch_size: int
     cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job (no URL history kept)
     cycle_started_s: float = 0.0
+    spec_rev: int = 0  # changes of the spec while the job runs (live configuration)
 
     @property
     def job_id(self) -> str:
@@ -163,12 +165,26 @@ def build_runtime(
 
 
 class RuntimeCache:
-    """(job id, cycle) -> JobRuntime for this process; a spec changes only when a new cycle starts."""
+    """(job id, cycle) -> JobRuntime for this process.
 
-    def __init__(self, frontier: Frontier, settings: Settings, session: Any, client: Any, size: int = 64) -> None:
+    A spec changes when a new cycle starts, or when an operator reconfigures a running job
+    (``spec_rev``): a cached runtime is checked against the job's revision every ``recheck_s``,
+    so a change reaches every worker within that time.
+    """
+
+    def __init__(
+        self,
+        frontier: Frontier,
+        settings: Settings,
+        session: Any,
+        client: Any,
+        size: int = 64,
+        recheck_s: float = 2.0,
+        clock: Any = time.monotonic,
+    ) -> None:
         self._frontier, self._settings, self._session, self._client = frontier, settings, session, client
-        self._size = size
-        self._cache: dict[tuple[str, int], JobRuntime] = {}
+        self._size, self._recheck_s, self._clock = size, recheck_s, clock
+        self._cache: dict[tuple[str, int], tuple[JobRuntime, float]] = {}
         self._lock = threading.Lock()
 
     def get(self, job_id: str, cycle: int = 0) -> JobRuntime:
@@ -177,21 +193,27 @@ class RuntimeCache:
         Raises:
             InvalidTask: no such job.
         """
-        runtime = self._cache.get((job_id, cycle))
-        if runtime is not None:
-            return runtime
+        cached = self._cache.get((job_id, cycle))
+        if cached is not None:
+            runtime, checked = cached
+            if self._clock() - checked < self._recheck_s:
+                return runtime
+            if self._frontier.spec_rev(job_id) == runtime.spec_rev:
+                self._cache[(job_id, cycle)] = (runtime, self._clock())
+                return runtime
         state = self._frontier.raw_state(job_id)
         if not state.get("spec"):
             raise InvalidTask("job", f"no job {job_id!r}")
         spec = JobSpec.from_dict(json.loads(state["spec"]))
         started_s = float(state.get("started_at") or 0) if cycle else 0.0
         runtime = build_runtime(spec, self._settings, self._session, self._client, cycle, started_s)
+        runtime = replace(runtime, spec_rev=int(state.get("spec_rev") or 0))
         if cycle and int(state.get("cycle") or 0) != cycle:
             return runtime  # a late message of another cycle: its work is refused anyway; not cached
         with self._lock:
-            if len(self._cache) >= self._size:
+            if len(self._cache) >= self._size and (job_id, cycle) not in self._cache:
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[(job_id, cycle)] = runtime
+            self._cache[(job_id, cycle)] = (runtime, self._clock())
         return runtime
 
 
@@ -283,6 +305,46 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     return spec.id
 
 
+LIVE_KEYS = {
+    "politeness": ("min_interval_s", "jitter", "per_host"),
+    "user_agents": (),
+    "referers": (),
+    "proxies": (),
+}
+"""What may change while a job runs: workers pick it up within seconds."""
+
+
+def reconfigure(frontier: Frontier, job_id: str, changes: Mapping[str, Any]) -> JobSpec:
+    """Change a running or paused job's politeness or header and proxy pools; return the new spec.
+
+    Raises:
+        InvalidTask: a key that cannot change live, a bad value (naming its path), or no such
+            running job (``job``).
+    """
+    raw = frontier.raw_state(job_id)
+    if not raw.get("spec"):
+        raise InvalidTask("job", f"no job {job_id!r}")
+    if not isinstance(changes, Mapping) or not changes:
+        raise InvalidTask("config", "give at least one of: " + ", ".join(sorted(LIVE_KEYS)))
+    data = json.loads(raw["spec"])
+    for key, value in changes.items():
+        if key not in LIVE_KEYS:
+            raise InvalidTask(key, f"cannot change while the job runs; live keys: {', '.join(sorted(LIVE_KEYS))}")
+        if LIVE_KEYS[key]:
+            if not isinstance(value, Mapping):
+                raise InvalidTask(key, "must be a mapping")
+            for name in value:
+                if name not in LIVE_KEYS[key]:
+                    raise InvalidTask(f"{key}.{name}", f"cannot change live; live keys: {', '.join(LIVE_KEYS[key])}")
+            data[key] = {**data.get(key, {}), **value}
+        else:
+            data[key] = value
+    spec = JobSpec.from_dict(data)
+    if frontier.update_spec(job_id, spec.to_json()) is None:
+        raise InvalidTask("job", f"job {job_id!r} is not running or paused")
+    return spec
+
+
 def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
     """State and counters of a job, or None if unknown."""
     raw = frontier.raw_state(job_id)
@@ -292,6 +354,7 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
     failed = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("failed:")}
     filtered = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("filtered:")}
     analysis_failed = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith("analysis_failed:")}
+    statuses = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith("status:")}
     created = float(raw.get("created_at", "0"))
     finished = float(raw["finished_at"]) if raw.get("finished_at") else None
     spec = json.loads(raw.get("spec", "{}"))
@@ -321,6 +384,8 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
         "retries": counters["retries"],
         "robots_fetched": counters["robots_fetched"],
         "lease_expired": counters["lease_expired"],
+        "statuses": statuses,
+        "spec_rev": counters["spec_rev"],
     }
     if raw.get("cycle"):
         status.update(

@@ -23,6 +23,8 @@ __all__ = ["FrontierPump"]
 
 logger = logging.getLogger(__name__)
 
+_REDIS_TICK_S = 0.1  # Redis times out blocked clients on its serverCron tick (hz 10 by default)
+
 _RECLAIM_EVERY_S = 5.0
 _MAX_BATCHES_PER_CALL = 32
 
@@ -125,7 +127,13 @@ class FrontierPump:
                 continue
             if wait_s is not None and wait_s <= 0:
                 continue
-            timeout = self._max_sleep_s if wait_s is None else min(self._max_sleep_s, max(0.002, wait_s))
+            # Redis ends a blocking wait on its 100 ms timer tick (hz 10), up to 100 ms late; that
+            # stretched every 0.4 s host interval to 0.5 s. So the blocking wait ends a tick early
+            # and the last stretch is slept here, to the millisecond.
+            if wait_s is not None and wait_s <= _REDIS_TICK_S * 1.5:
+                self._stop.wait(wait_s)
+                continue
+            timeout = self._max_sleep_s if wait_s is None else min(self._max_sleep_s, wait_s - _REDIS_TICK_S)
             try:
                 self._frontier.wait_for_work(timeout)
             except Exception:

@@ -131,3 +131,21 @@ def job_cycles(job_id: str) -> str:
 
 SCHEDULE_PREFIX = f"{PREFIX}:schedule:"
 """Key prefix of the RedBeat schedule entries (and its lock and index keys)."""
+
+
+# Operations: what the job API and dashboard read.
+
+
+def job_stats_bucket(job_id: str, minute: int) -> str:
+    """Hash: a job's fetch counters in one minute (``minute`` since the epoch); expires."""
+    return f"{PREFIX}:job:{{{job_id}}}:stats:{minute}"
+
+
+def job_host_stats(job_id: str) -> str:
+    """Hash: ``fetched|<host>`` and ``failed|<host>`` -> totals of the job."""
+    return f"{PREFIX}:job:{{{job_id}}}:hosts"
+
+
+def job_failures(job_id: str) -> str:
+    """List: the job's most recent final failures (JSON: url, reason, at), newest first."""
+    return f"{PREFIX}:job:{{{job_id}}}:failures"

@@ -89,6 +89,7 @@ class Settings:
     task_events: bool = True
     schedules_file: str | None = None
     beat_lock_timeout_s: float = 15.0
+    stats_retention_s: int = 3 * 86400
 
     def __post_init__(self) -> None:
         _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))

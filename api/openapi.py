@@ -1,0 +1,96 @@
+"""The OpenAPI 3.1 description of the job API (served at ``/openapi.json``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["openapi_document"]
+
+_ERROR = {"type": "object", "properties": {"error": {"type": "string"}, "field": {"type": "string"}}}
+
+
+def _op(
+    summary: str,
+    ok: str = "200",
+    body: str | None = None,
+    params: list[dict[str, Any]] | None = None,
+    errors: tuple[str, ...] = ("401", "404"),
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "responses": {ok: {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}},
+    }
+    for code in errors:
+        operation["responses"][code] = {
+            "description": {
+                "401": "no or wrong bearer token",
+                "404": "no such job",
+                "409": "not in that state",
+                "422": "invalid: `field` names the bad key",
+            }[code],
+            "content": {"application/json": {"schema": _ERROR}},
+        }
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": {"type": "object", "description": body}}},
+        }
+    if params:
+        operation["parameters"] = params
+    return operation
+
+
+_JOB_ID = {"name": "job", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _query(name: str, default: int) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": {"type": "integer", "default": default}}
+
+
+def openapi_document() -> dict[str, Any]:
+    """The API's description."""
+    job = [_JOB_ID]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "vcrawl job API",
+            "version": "1",
+            "description": "Crawl jobs: start, watch, steer. Every /api/ call needs a bearer token.",
+        },
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/api/jobs": {
+                "get": _op("List jobs, newest first", params=[_query("limit", 50)], errors=("401",)),
+                "post": _op("Start a job (the same keys as a job file)", ok="201", body="a job", errors=("401", "422")),
+            },
+            "/api/jobs/{job}": {"get": _op("State and counters, as `vcrawl status --json`", params=job)},
+            "/api/jobs/{job}/cancel": {
+                "post": _op("Stop dispatching for good", params=job, errors=("401", "404", "409"))
+            },
+            "/api/jobs/{job}/pause": {
+                "post": _op("Stop dispatching until resumed", params=job, errors=("401", "404", "409"))
+            },
+            "/api/jobs/{job}/resume": {
+                "post": _op("Dispatch a paused job again", params=job, errors=("401", "404", "409"))
+            },
+            "/api/jobs/{job}/config": {
+                "patch": _op(
+                    "Change politeness, user_agents, referers or proxies of a running job",
+                    params=job,
+                    body='e.g. {"politeness": {"min_interval_s": 0.5}}',
+                    errors=("401", "404", "422"),
+                )
+            },
+            "/api/jobs/{job}/failures": {
+                "get": _op("Recent final failures with reasons", params=[_JOB_ID, _query("limit", 50)])
+            },
+            "/api/jobs/{job}/hosts": {
+                "get": _op("Pages fetched and failures per host, busiest first", params=[_JOB_ID, _query("limit", 20)])
+            },
+            "/api/jobs/{job}/stats": {
+                "get": _op("Per-minute fetch counters and pages/s", params=[_JOB_ID, _query("minutes", 60)])
+            },
+            "/api/queues": {"get": _op("Messages waiting in the download and analysis queues", errors=("401",))},
+        },
+    }

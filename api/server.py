@@ -1,0 +1,253 @@
+"""The job API and dashboard (``vcrawl serve``): JSON over HTTP, a bearer token on every ``/api/`` call.
+
+``JobApi.handle`` is a plain function of (method, path, query, headers, body) to (status,
+headers, body), so routing and auth are testable without sockets; ``serve`` wraps it in the
+standard library's threading HTTP server. The dashboard (``/``) is one static page that reads
+only this API.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from api.openapi import openapi_document
+from vcrawl.errors import InvalidTask
+
+__all__ = ["JobApi", "make_server"]
+
+logger = logging.getLogger(__name__)
+
+_MAX_BODY = 1024 * 1024
+_JOB = r"(?P<job>[A-Za-z0-9][A-Za-z0-9._:%-]{0,200})"
+
+
+@dataclass
+class JobApi:
+    """Routes and handlers; every dependency is passed in (the CLI passes the real ones)."""
+
+    token: str | None  # None: no auth (``--insecure-local``)
+    start_job: Callable[[Mapping[str, Any]], str]
+    job_status: Callable[[str], dict[str, Any] | None]
+    jobs: Callable[[int], list[str]]
+    cancel: Callable[[str], bool]
+    pause: Callable[[str], bool]
+    resume: Callable[[str], str | None]
+    reconfigure: Callable[[str, Mapping[str, Any]], Any]
+    failures: Callable[[str, int], list[dict[str, Any]]]
+    host_stats: Callable[[str], dict[str, dict[str, int]]]
+    stats: Callable[[str, int, float], list[tuple[int, dict[str, int]]]]
+    queues: Callable[[], dict[str, int]]
+    clock: Callable[[], float] = time.time
+    _routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        route = [
+            ("GET", r"/api/jobs", self._list_jobs),
+            ("POST", r"/api/jobs", self._create_job),
+            ("GET", rf"/api/jobs/{_JOB}", self._get_job),
+            ("POST", rf"/api/jobs/{_JOB}/(?P<action>cancel|pause|resume)", self._act),
+            ("PATCH", rf"/api/jobs/{_JOB}/config", self._configure),
+            ("GET", rf"/api/jobs/{_JOB}/failures", self._failures),
+            ("GET", rf"/api/jobs/{_JOB}/hosts", self._hosts),
+            ("GET", rf"/api/jobs/{_JOB}/stats", self._stats),
+            ("GET", r"/api/queues", self._queues),
+        ]
+        self._routes = [(method, re.compile(pattern + "$"), handler) for method, pattern, handler in route]
+
+    def handle(
+        self, method: str, target: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Answer one request: (status, headers, body)."""
+        parts = urlsplit(target)
+        path, query = parts.path, parse_qs(parts.query)
+        if method == "GET" and path in ("/", "/dashboard"):
+            page = resources.files("api").joinpath("dashboard.html").read_bytes()
+            return 200, {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}, page
+        if method == "GET" and path == "/openapi.json":
+            return _json(200, openapi_document())
+        if not path.startswith("/api/"):
+            return _json(404, {"error": f"no such page: {path}"})
+        if not self._authorized(headers.get("Authorization") or headers.get("authorization") or ""):
+            status, extra, payload = _json(401, {"error": "missing or wrong bearer token"})
+            return status, {**extra, "WWW-Authenticate": 'Bearer realm="vcrawl"'}, payload
+        allowed = []
+        for route_method, pattern, handler in self._routes:
+            match = pattern.match(path)
+            if match is None:
+                continue
+            allowed.append(route_method)
+            if route_method == method:
+                params = {name: unquote(value) for name, value in match.groupdict().items()}
+                try:
+                    return handler(query=query, body=body, **params)
+                except InvalidTask as exc:
+                    return _json(422, {"error": exc.problem, "field": exc.field})
+                except _Refused as exc:
+                    return _json(exc.status, {"error": exc.message})
+        if allowed:
+            status, extra, payload = _json(405, {"error": f"{method} not allowed here"})
+            return status, {**extra, "Allow": ", ".join(allowed)}, payload
+        return _json(404, {"error": f"no such endpoint: {path}"})
+
+    def _authorized(self, header: str) -> bool:
+        if self.token is None:
+            return True
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    # Handlers: each returns _json(...) or raises InvalidTask / _Refused.
+
+    def _list_jobs(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        limit = _int_param(query, "limit", 50, 1, 1000)
+        jobs = [self.job_status(job_id) for job_id in self.jobs(limit)]
+        return _json(200, {"jobs": [_summary(status) for status in jobs if status is not None]})
+
+    def _create_job(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        job_id = self.start_job(_body_mapping(body))
+        return _json(201, {"id": job_id, "status": self.job_status(job_id)})
+
+    def _get_job(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        return _json(200, self._status(job))
+
+    def _act(
+        self, query: dict[str, list[str]], body: bytes, job: str, action: str
+    ) -> tuple[int, dict[str, str], bytes]:
+        state = self._status(job)["state"]
+        if action == "cancel":
+            done = self.cancel(job)
+        elif action == "pause":
+            done = self.pause(job)
+        else:
+            done = self.resume(job) is not None
+        if not done:
+            raise _Refused(409, f"cannot {action} job {job}: it is {state}")
+        return _json(200, {"job": job, "state": self._status(job)["state"]})
+
+    def _configure(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        self._status(job)
+        spec = self.reconfigure(job, _body_mapping(body))
+        live = {"politeness": spec.to_dict()["politeness"], "user_agents": spec.user_agents,
+                "referers": spec.referers, "proxies": spec.proxies}  # fmt: skip
+        return _json(200, {"job": job, "spec_rev": self._status(job)["spec_rev"], **live})
+
+    def _failures(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        self._status(job)
+        return _json(200, {"job": job, "failures": self.failures(job, _int_param(query, "limit", 50, 1, 200))})
+
+    def _hosts(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        self._status(job)
+        limit = _int_param(query, "limit", 20, 1, 10_000)
+        rows = [{"host": host, **counts} for host, counts in self.host_stats(job).items()]
+        rows.sort(key=lambda row: (-row["fetched"], row["host"]))
+        return _json(200, {"job": job, "hosts": rows[:limit], "total_hosts": len(rows)})
+
+    def _stats(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        self._status(job)
+        minutes = _int_param(query, "minutes", 60, 1, 7 * 24 * 60)
+        now = self.clock()
+        out = []
+        for minute, counters in self.stats(job, minutes, now):
+            # The current minute is still running: its rate is over the seconds gone so far.
+            seconds = min(60.0, max(1.0, now - minute * 60)) if minute == int(now // 60) else 60.0
+            fetched = counters.get("fetched", 0)
+            statuses = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("status:")}
+            failed = sum(n for name, n in counters.items() if name.startswith("failed:"))
+            out.append({"minute": minute * 60, "fetched": fetched, "pages_per_s": round(fetched / seconds, 3),
+                        "stored": counters.get("stored", 0), "failed": failed, "statuses": statuses})  # fmt: skip
+        return _json(200, {"job": job, "minutes": out})
+
+    def _queues(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        return _json(200, {"queues": self.queues()})
+
+    def _status(self, job: str) -> dict[str, Any]:
+        status = self.job_status(job)
+        if status is None:
+            raise _Refused(404, f"no job {job!r}")
+        return status
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _summary(status: dict[str, Any]) -> dict[str, Any]:
+    keys = ("job", "state", "created_at", "finished_at", "elapsed_s", "pages_fetched", "pages_stored", "queued",
+            "pending", "analysed", "records", "hosts", "cycle")  # fmt: skip
+    summary = {key: status[key] for key in keys if key in status}
+    summary["failed"] = sum(status.get("failed", {}).values())
+    return summary
+
+
+def _body_mapping(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _Refused(400, f"the body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidTask("body", "must be a JSON object")
+    return data
+
+
+def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
+    raw = query.get(name, [str(default)])[-1]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _Refused(400, f"{name} must be an integer, got {raw!r}") from None
+    return min(max(value, low), high)
+
+
+def _json(status: int, payload: Any) -> tuple[int, dict[str, str], bytes]:
+    body = json.dumps(payload, sort_keys=True, default=list).encode()
+    return status, {"Content-Type": "application/json", "Cache-Control": "no-store"}, body
+
+
+def make_server(api: JobApi, address: str, port: int) -> ThreadingHTTPServer:
+    """A threading HTTP server answering with ``api`` (call ``serve_forever``; ``server_address`` has the port)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "vcrawl"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > _MAX_BODY:
+                status, headers, body = _json(413, {"error": f"body over {_MAX_BODY} bytes"})
+                self.close_connection = True
+            else:
+                request_body = self.rfile.read(length) if length else b""
+                try:
+                    status, headers, body = api.handle(
+                        self.command, self.path, dict(self.headers.items()), request_body
+                    )
+                except Exception:  # a bug or Redis trouble: answer 500, keep serving
+                    logger.exception("%s %s failed", self.command, self.path)
+                    status, headers, body = _json(500, {"error": "internal error; see the server log"})
+            self.send_response(status, HTTPStatus(status).phrase)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        do_GET = do_POST = do_PATCH = do_HEAD = _answer  # noqa: N815 - BaseHTTPRequestHandler's names
+
+        def log_message(self, format: str, *args: Any) -> None:
+            logger.info("%s %s", self.address_string(), format % args)
+
+    server = ThreadingHTTPServer((address, port), Handler)
+    server.daemon_threads = True
+    return server

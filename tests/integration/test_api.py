@@ -1,0 +1,164 @@
+"""The job API over real HTTP, on the session's Redis and worker: auth, jobs, steering, statistics."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from api import make_server, real_api
+from tests.site import Response, TestSite
+from vcrawl.settings import Settings
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+TOKEN = "test-token-0123456789"
+
+
+@pytest.fixture
+def api_url(vcrawl_settings: Settings) -> Iterator[str]:
+    server = make_server(real_api(TOKEN), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def call(base: str, method: str, path: str, body: Any = None, token: str | None = TOKEN) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(base + path, data=data, method=method)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def page(*links: str) -> str:
+    return "<html><body>" + "".join(f'<a href="{href}">{href}</a>' for href in links) + "</body></html>"
+
+
+def wait_for(base: str, job: str, state: str, timeout_s: float = 30.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status, body = call(base, "GET", f"/api/jobs/{job}")
+        assert status == 200
+        if body["state"] == state:
+            return body
+        time.sleep(0.05)
+    raise AssertionError(f"job {job} not {state} in {timeout_s}s: {body}")
+
+
+def test_every_api_call_needs_the_token(api_url: str) -> None:
+    for token in (None, "wrong"):
+        status, body = call(api_url, "GET", "/api/jobs", token=token)
+        assert status == 401 and "token" in body["error"]
+    request = urllib.request.Request(api_url + "/openapi.json")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        document = json.loads(response.read())
+    assert document["openapi"].startswith("3.1") and "/api/jobs/{job}/pause" in document["paths"]
+
+
+def test_a_job_is_started_watched_and_its_statistics_kept(api_url: str, site: TestSite) -> None:
+    site.add_page("/", page("/a", "/b", "/missing"))
+    site.add_page("/a", page())
+    site.add_page("/b", page())
+    status, created = call(
+        api_url, "POST", "/api/jobs", {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0}}
+    )
+    assert status == 201
+    job = created["id"]
+    done = wait_for(api_url, job, "completed")
+    assert done["pages_stored"] == 3 and done["statuses"] == {"200": 3, "404": 1}
+
+    status, listed = call(api_url, "GET", "/api/jobs")
+    assert status == 200 and job in [row["job"] for row in listed["jobs"]]
+    status, stats = call(api_url, "GET", f"/api/jobs/{job}/stats?minutes=5")
+    assert status == 200 and len(stats["minutes"]) == 5
+    assert sum(m["fetched"] for m in stats["minutes"]) == 4 and stats["minutes"][-1]["pages_per_s"] > 0
+    status, hosts = call(api_url, "GET", f"/api/jobs/{job}/hosts")
+    host = site.base.split("//")[1]
+    assert hosts["hosts"] == [{"host": host, "fetched": 4, "failed": 1}]
+    status, failures = call(api_url, "GET", f"/api/jobs/{job}/failures")
+    assert [(f["url"], f["reason"]) for f in failures["failures"]] == [(site.url("/missing"), "http_404")]
+    status, queues = call(api_url, "GET", "/api/queues")
+    assert status == 200 and set(queues["queues"]) == {"download", "download.dynamic", "analysis"}
+
+
+def test_an_invalid_job_gets_422_naming_the_field(api_url: str) -> None:
+    status, body = call(api_url, "POST", "/api/jobs", {"seeds": ["http://x.test/"], "politeness": {"per_host": 0}})
+    assert status == 422 and body["field"] == "politeness.per_host"
+    status, body = call(api_url, "POST", "/api/jobs", {"seeds": ["ftp://x.test/"]})
+    assert status == 422 and body["field"] == "seeds[0]"
+    status, body = call(api_url, "GET", "/api/jobs/no-such-job")
+    assert status == 404
+
+
+def test_pause_resume_and_cancel(api_url: str, site: TestSite) -> None:
+    paths = [f"/p{n}" for n in range(30)]
+    site.add_page("/", page(*paths))
+    for path in paths:
+        site.add_page(path, page())
+    job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0}}
+    status, created = call(api_url, "POST", "/api/jobs", job)
+    assert status == 201
+    job_id = created["id"]
+    time.sleep(0.8)
+    assert call(api_url, "POST", f"/api/jobs/{job_id}/pause")[0] == 200
+    time.sleep(0.5)  # a batch that was running finishes its current URL
+    during = len(site.seen)
+    time.sleep(1.0)
+    assert len(site.seen) == during  # nothing is fetched while paused
+    assert call(api_url, "POST", f"/api/jobs/{job_id}/pause")[0] == 409
+    assert call(api_url, "GET", f"/api/jobs/{job_id}")[1]["state"] == "paused"
+    assert call(api_url, "POST", f"/api/jobs/{job_id}/resume")[1]["state"] == "running"
+    finished = wait_for(api_url, job_id, "completed")
+    fetched = [seen.path for seen in site.seen if seen.path != "/robots.txt"]
+    assert sorted(fetched) == sorted(["/", *paths]) and finished["pages_stored"] == 31  # each once
+
+    created = call(api_url, "POST", "/api/jobs", {**job, "politeness": {"min_interval_s": 0.3}})[1]
+    assert call(api_url, "POST", f"/api/jobs/{created['id']}/cancel")[1]["state"] == "cancelled"
+    assert call(api_url, "POST", f"/api/jobs/{created['id']}/resume")[0] == 409
+
+
+def test_live_configuration_changes_the_request_rate(api_url: str, site: TestSite) -> None:
+    paths = [f"/q{n}" for n in range(80)]
+    site.add_page("/", page(*paths))
+    for path in paths:
+        site.add_response(path, Response(page().encode()))
+    job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.4, "jitter": 0}}
+    job_id = call(api_url, "POST", "/api/jobs", job)[1]["id"]
+
+    def rate(window_s: float) -> float:
+        start = time.monotonic()
+        before = len(site.seen)
+        time.sleep(window_s)
+        return (len(site.seen) - before) / (time.monotonic() - start)
+
+    time.sleep(1.0)
+    slow = rate(3.0)
+    status, body = call(api_url, "PATCH", f"/api/jobs/{job_id}/config", {"politeness": {"min_interval_s": 0.2}})
+    assert status == 200 and body["politeness"]["min_interval_s"] == 0.2 and body["spec_rev"] == 1
+    time.sleep(2.5)  # workers re-read a changed spec within 2 s
+    fast = rate(3.0)
+    call(api_url, "POST", f"/api/jobs/{job_id}/cancel")
+    assert 2.0 <= slow <= 2.6 and 1.6 <= fast / slow <= 2.4, (slow, fast)  # 1 / 0.4 s, then 1 / 0.2 s
+
+    status, body = call(api_url, "PATCH", f"/api/jobs/{job_id}/config", {"max_depth": 9})
+    assert status == 422 and body["field"] == "max_depth"
+    status, body = call(api_url, "PATCH", f"/api/jobs/{job_id}/config", {"politeness": {"min_interval_s": 0.1}})
+    assert status == 422 and "not running" in body["error"]
