@@ -233,8 +233,9 @@ return 1
 # KEYS: meta, ready, next, busy, leases, queue(host), delays, hist, due, stats bucket, host stats,
 #       failures
 # ARGV: batch_id, host, pause_ms, host_delay_ms, done, crawl_delay_ms, n_requeue, n_history,
-#       bucket_ttl_s, n_failures, [score, member]*, [url, record, due_s]*, [failure json]*,
-#       [field, incr]*
+#       bucket_ttl_s, n_failures, host_done, [score, member]*, [url, record, due_s]*,
+#       [failure json]*, [field, incr]*
+# host_done: URLs of the batch taken to an end here, incl. pages handed on to analysis.
 # History records (scheduled jobs: URLs found unchanged or failed) are written with the release
 # that finishes them, so a cycle never completes before they are. The counters also go to the
 # job's per-minute bucket and the host's totals; final failures to the job's recent failures.
@@ -262,8 +263,8 @@ end
 if redis.call('HINCRBY', busy, host, -1) <= 0 then
   redis.call('HDEL', busy, host)
 end
-local bucket_ttl, nfail = tonumber(ARGV[9]), tonumber(ARGV[10])
-local i = 11
+local bucket_ttl, nfail, host_done = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+local i = 12
 for _ = 1, nreq do
   redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -279,6 +280,8 @@ for _ = 1, nfail do
 end
 if nfail > 0 then redis.call('LTRIM', KEYS[12], 0, 199) end
 redis.call('HINCRBY', meta, 'queued_now', nreq)
+if host_done > 0 then redis.call('HINCRBY', KEYS[11], 'done|' .. host, host_done) end
+redis.call('HSET', meta, 'progress_at', now / 1000)
 local counted = false
 while i <= #ARGV do
   local name, incr = ARGV[i], tonumber(ARGV[i + 1])
@@ -757,6 +760,7 @@ class Frontier:
         crawl_delay_s: float | None = None,
         history: Mapping[str, UrlHistory] | None = None,
         failures: Sequence[Mapping[str, object]] = (),
+        host_done: int = 0,
     ) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time.
 
@@ -782,7 +786,8 @@ class Frontier:
         delay_ms = int((crawl_delay_s or 0) * 1000)
         history_args = _history_args(history)
         args = [batch.batch_id, batch.host, int(pause_ms), int(host_delay_ms), done, delay_ms]
-        args.extend((len(requeue) + len(requeue_back), len(history_args) // 3, self._stats_ttl_s, len(failures)))
+        args.extend((len(requeue) + len(requeue_back), len(history_args) // 3))
+        args.extend((self._stats_ttl_s, len(failures), host_done))
         args.extend(requeue_args)
         args.extend(history_args)
         args.extend(json.dumps(failure, separators=(",", ":")) for failure in failures)
@@ -840,12 +845,25 @@ class Frontier:
         ]
 
     def host_stats(self, job_id: str) -> dict[str, dict[str, int]]:
-        """Per host: pages fetched and final failures."""
+        """Per host: responses (``fetched``), URLs finished (``done``) and final failures (``failed``)."""
         hosts: dict[str, dict[str, int]] = {}
         for field, value in self._redis.hgetall(redis_keys.job_host_stats(job_id)).items():
             kind, host = _text(field).split("|", 1)
-            hosts.setdefault(host, {"fetched": 0, "failed": 0})[kind] = int(value)
+            hosts.setdefault(host, {"fetched": 0, "done": 0, "failed": 0})[kind] = int(value)
         return hosts
+
+    def stalled_s(self, job_id: str, now: float) -> float:
+        """Seconds a running job with work left has gone without finishing a fetch batch (0 otherwise)."""
+        fields = ["state", "pending", "progress_at", "started_at", "created_at"]
+        state, pending, *times = self._redis.hmget(redis_keys.job(job_id), fields)
+        if _text(state) != "running" or int(pending or 0) <= 0:
+            return 0.0
+        return max(0.0, now - max(float(t) for t in times if t is not None))
+
+    def host_totals(self, job_id: str, host: str) -> tuple[int, int]:
+        """(URLs finished, final failures) of one host in the job."""
+        done, failed = self._redis.hmget(redis_keys.job_host_stats(job_id), [f"done|{host}", f"failed|{host}"])
+        return int(done or 0), int(failed or 0)
 
     def failures(self, job_id: str, limit: int = 50) -> list[dict[str, object]]:
         """The job's most recent final failures, newest first."""

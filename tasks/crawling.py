@@ -70,6 +70,7 @@ class CrawlEnv:
     history: History | None = None  # URL history of scheduled jobs
     robots_retry_s: float = 600.0
     clock: Callable[[], float] = time.time
+    host_alert: tuple[float, int] = (0.5, 20)  # alert when this share of a host's URLs failed, after this many
 
 
 @dataclass
@@ -129,10 +130,45 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
         history=run.revisited,
         failures=[{"url": url, "reason": reason, "at": round(env.clock(), 3)} for url, reason in run.failures],
+        host_done=run.done + len(run.pages) + len(run.redirects),
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing
+    if run.failures:
+        _check_host(env, runtime, batch.host, run.failures)
     return {**nothing, "pages": run.pages, "redirects": run.redirects}
+
+
+def _check_host(env: CrawlEnv, runtime: JobRuntime, host: str, failures: list[tuple[str, str]]) -> None:
+    """Alert (once per window) when most of a host's URLs fail: the site is down or blocking us."""
+    rate, at_least = env.host_alert
+    done, failed = env.frontier.host_totals(runtime.job_id, host)
+    if done < at_least or failed < rate * done:
+        return
+    reasons = Counter(reason for _, reason in failures)
+    _alert(
+        env,
+        f"{runtime.job_id}:host:{host}",
+        Alert(
+            subject=f"host {host} failing in job {runtime.job_id}",
+            text=f"{failed} of {done} URLs of {host} failed for good (recent reasons: {dict(reasons)}). "
+            f"Further alerts for this host in this job are held back for the alert window.",
+            details={
+                "job": runtime.job_id,
+                "host": host,
+                "done": done,
+                "failed": failed,
+                "example": failures[-1][0],
+                "reasons": dict(reasons),
+            },
+        ),
+    )
+
+
+def _alert(env: CrawlEnv, cause: str, alert: Alert) -> None:
+    """Send ``alert`` unless one for ``cause`` went out in the alert window."""
+    if env.alert_once(cause):
+        env.alerter.send(alert)
 
 
 def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun) -> bool:
@@ -368,6 +404,17 @@ def _fetch_robots(env: CrawlEnv, runtime: JobRuntime, url: str, run: _BatchRun) 
     rules = RobotsRules.from_response(status, body)
     env.robots.put(origin(url), rules)
     run.counters["robots_fetched"] += 1
+    if rules.kind == "disallow_all":  # unreachable or 5xx: the host's URLs wait (RFC 9309)
+        _alert(
+            env,
+            f"{runtime.job_id}:robots:{origin(url)}",
+            Alert(
+                subject=f"robots.txt of {origin(url)} unreachable in job {runtime.job_id}",
+                text=f"{robots_url(url)} answered {status if status is not None else 'nothing'}: the host's URLs "
+                f"wait and robots.txt is read again every {env.robots_retry_s:g} s.",
+                details={"job": runtime.job_id, "origin": origin(url), "status": status},
+            ),
+        )
     logger.debug("robots.txt of %s: %s (status %s)", origin(url), rules.kind, status)
     return rules
 
@@ -462,15 +509,16 @@ def _analyze_page(
 
 def _alert_analysis(env: CrawlEnv, runtime: JobRuntime, page: dict[str, Any], exc: Exception) -> None:
     logger.warning("analysis of %s with %s failed: %r", page["url"], page["analyzer"], exc)
-    if env.alert_once(f"{runtime.job_id}:{page['analyzer']}"):
-        env.alerter.send(
-            Alert(
-                subject=f"analyzer {page['analyzer']} failing in job {runtime.job_id}",
-                text=f"Analyzer {page['analyzer']} failed on {page['url']}: {type(exc).__name__}: {exc}. "
-                "Later failures of this analyzer in this job are counted, not alerted.",
-                details={"job": runtime.job_id, "url": page["url"], "analyzer": page["analyzer"], "error": str(exc)},
-            )
-        )
+    _alert(
+        env,
+        f"{runtime.job_id}:{page['analyzer']}",
+        Alert(
+            subject=f"analyzer {page['analyzer']} failing in job {runtime.job_id}",
+            text=f"Analyzer {page['analyzer']} failed on {page['url']}: {type(exc).__name__}: {exc}. "
+            "Later failures of this analyzer in this job are counted; alerted again after the alert window.",
+            details={"job": runtime.job_id, "url": page["url"], "analyzer": page["analyzer"], "error": str(exc)},
+        ),
+    )
 
 
 def _is_html(content_type: str | None) -> bool:

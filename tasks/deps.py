@@ -28,7 +28,7 @@ from frontier import Frontier, History, HostGate, RobotsCache
 from storage import Storage
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
-from tasks.alerts import Alerter
+from tasks.alerts import Alert, Alerter
 from tasks.crawling import CrawlEnv
 from tasks.jobs import RuntimeCache
 from tasks.pump import FrontierPump
@@ -38,6 +38,7 @@ from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
 
 __all__ = [
+    "alert",
     "alerter",
     "analysis_retry",
     "batch_analysis_retry",
@@ -166,7 +167,9 @@ def crawl_env() -> CrawlEnv:
     """Return what crawl batches use."""
 
     def alert_once(key: str) -> bool:
-        return bool(redis_client().set(redis_keys.alert_sent(key, "job"), 1, nx=True, ex=settings().status_ttl_s))
+        # One alert per cause per window: a broken site does not send a thousand emails.
+        window_s = max(1, int(settings().alert_window_s))
+        return bool(redis_client().set(redis_keys.alert_sent(key, "job"), 1, nx=True, ex=window_s))
 
     retry_robots_s = settings().robots_error_ttl_s
     return _once(
@@ -183,6 +186,7 @@ def crawl_env() -> CrawlEnv:
             warc,
             history(),
             retry_robots_s,
+            host_alert=(settings().alert_host_failure_rate, settings().alert_host_min_fetches),
         ),
     )
 
@@ -242,7 +246,18 @@ def pump() -> FrontierPump:
 
         return app.producer_pool.acquire(block=True)
 
-    return _once("pump", lambda: FrontierPump(frontier(), runtimes(), dispatch_batch, settings(), producer))
+    return _once(
+        "pump", lambda: FrontierPump(frontier(), runtimes(), dispatch_batch, settings(), producer, alert=alert)
+    )
+
+
+def alert(cause: str, message: Alert) -> bool:
+    """Send ``message`` unless an alert for ``cause`` went out within ``VCRAWL_ALERT_WINDOW_S``."""
+    window_s = max(1, int(settings().alert_window_s))
+    if not redis_client().set(redis_keys.alert_sent(cause, "job"), 1, nx=True, ex=window_s):
+        return False
+    alerter().send(message)
+    return True
 
 
 def identities() -> IdentityPool:

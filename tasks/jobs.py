@@ -424,9 +424,8 @@ def _current_cycle(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_counter(name: str, value: str) -> bool:
-    return name not in {"spec", "state", "created_at", "finished_at", "started_at", "firing", "last_skipped_at"} and (
-        value.lstrip("-").isdigit()
-    )
+    skip = {"spec", "state", "created_at", "finished_at", "started_at", "firing", "last_skipped_at", "progress_at"}
+    return name not in skip and (value.lstrip("-").isdigit())
 
 
 def _add(a: Admission, b: Admission) -> Admission:

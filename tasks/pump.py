@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from frontier import Batch, Frontier
+from tasks.alerts import Alert
 from tasks.jobs import RuntimeCache, lease_ms
 from vcrawl.errors import VcrawlError
 from vcrawl.settings import Settings
@@ -41,6 +42,7 @@ class FrontierPump:
         producer: Callable[[], Any] | None = None,
         max_sleep_s: float = 0.25,
         clock: Callable[[], float] = time.time,
+        alert: Callable[[str, Alert], None] | None = None,
     ) -> None:
         self._frontier = frontier
         self._runtimes = runtimes
@@ -49,6 +51,7 @@ class FrontierPump:
         self._producer = producer
         self._max_sleep_s = max_sleep_s
         self._clock = clock
+        self._alert = alert  # (cause, alert): sent at most once per cause and alert window
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_reclaim = 0.0
@@ -88,6 +91,7 @@ class FrontierPump:
                 requeued, failed = self._frontier.reclaim_expired(job_id, runtime.spec.limits.retries + 1, interval_ms)
                 if requeued or failed:
                     logger.warning("job %s: leases ran out: %d URLs requeued, %d failed", job_id, requeued, failed)
+                self._check_stuck(job_id, now)
             result = self._frontier.pump(
                 job_id,
                 max_batches=_MAX_BATCHES_PER_CALL,
@@ -116,6 +120,24 @@ class FrontierPump:
             # Hosts are due but the in-flight cap is reached: a released batch wakes us.
             return self._max_sleep_s
         return next_due
+
+    def _check_stuck(self, job_id: str, now: float) -> None:
+        stalled_s = self._frontier.stalled_s(job_id, now)
+        if self._alert is None or stalled_s < self._settings.alert_stuck_s:
+            return
+        self._alert(
+            f"{job_id}:stuck",
+            Alert(
+                subject=f"job {job_id} stuck",
+                text=f"Job {job_id} has URLs left but finished no fetch batch for {stalled_s:.0f} s. Are workers "
+                "consuming the download queue? Is a host holding every URL back (Retry-After, Crawl-delay)?",
+                details={
+                    "job": job_id,
+                    "stalled_s": round(stalled_s),
+                    "in_flight_batches": self._frontier.in_flight(job_id),
+                },
+            ),
+        )
 
     def _run(self) -> None:
         while not self._stop.is_set():

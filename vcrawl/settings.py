@@ -90,6 +90,10 @@ class Settings:
     schedules_file: str | None = None
     beat_lock_timeout_s: float = 15.0
     stats_retention_s: int = 3 * 86400
+    alert_window_s: float = 3600.0
+    alert_host_failure_rate: float = 0.5
+    alert_host_min_fetches: int = 20
+    alert_stuck_s: float = 900.0
 
     def __post_init__(self) -> None:
         _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
@@ -107,6 +111,8 @@ class Settings:
             raise ConfigError(f"VCRAWL_FRONTIER_INFLIGHT must be at least 1, got {self.frontier_inflight}")
         if not 0 <= self.interval_jitter <= 10:
             raise ConfigError(f"VCRAWL_INTERVAL_JITTER must be in [0, 10], got {self.interval_jitter}")
+        if not 0 < self.alert_host_failure_rate <= 1:
+            raise ConfigError(f"VCRAWL_ALERT_HOST_FAILURE_RATE must be in (0, 1], got {self.alert_host_failure_rate}")
         if self.beat_lock_timeout_s < 5:  # beat renews its lock every tick (at most 3 s apart)
             raise ConfigError(f"VCRAWL_BEAT_LOCK_TIMEOUT_S must be at least 5, got {self.beat_lock_timeout_s:g}")
         # A task (with its longest retry wait) outliving the visibility timeout runs twice.
