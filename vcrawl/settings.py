@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -65,7 +65,7 @@ class Settings:
     smtp_host: str | None = None
     smtp_port: int = 25
     smtp_user: str | None = None
-    smtp_password: str | None = None
+    smtp_password: str | None = field(default=None, repr=False)  # secrets stay out of logs and tracebacks
     smtp_starttls: bool = False
     chromium_path: str = "/usr/bin/chromium"
     chromedriver_path: str = "/usr/bin/chromedriver"
@@ -90,6 +90,7 @@ class Settings:
     schedules_file: str | None = None
     beat_lock_timeout_s: float = 15.0
     stats_retention_s: int = 3 * 86400
+    api_token: str | None = field(default=None, repr=False)
     alert_window_s: float = 3600.0
     alert_host_failure_rate: float = 0.5
     alert_host_min_fetches: int = 20
@@ -132,19 +133,19 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for field in fields(cls):
-            name = _PREFIX + field.name.upper()
+        for spec in fields(cls):
+            name = _PREFIX + spec.name.upper()
             raw = env.get(name)
             if raw is None or raw.strip() == "":
                 continue
-            values[field.name] = _PARSERS[str(field.type)](name, raw.strip())
+            values[spec.name] = _PARSERS[str(spec.type)](name, raw.strip())
         return cls(**values)
 
     def to_env(self) -> dict[str, str]:
         """Return the ``VCRAWL_*`` variables that reproduce these settings in a child process."""
         env: dict[str, str] = {}
-        for field in fields(self):
-            value = getattr(self, field.name)
+        for spec in fields(self):
+            value = getattr(self, spec.name)
             if value is None:
                 continue
             if isinstance(value, tuple):
@@ -153,7 +154,7 @@ class Settings:
                 text = "true" if value else "false"
             else:
                 text = str(value)
-            env[_PREFIX + field.name.upper()] = text
+            env[_PREFIX + spec.name.upper()] = text
         return env
 
 
