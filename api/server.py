@@ -153,13 +153,15 @@ class JobApi:
         return _json(200, {"job": job, "hosts": rows[:limit], "total_hosts": len(rows)})
 
     def _stats(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
-        self._status(job)
+        status = self._status(job)
         minutes = _int_param(query, "minutes", 60, 1, 7 * 24 * 60)
         now = self.clock()
+        began = status.get("started_at") or status["created_at"]
+        ended = status["finished_at"] or now
         out = []
         for minute, counters in self.stats(job, minutes, now):
-            # The current minute is still running: its rate is over the seconds gone so far.
-            seconds = min(60.0, max(1.0, now - minute * 60)) if minute == int(now // 60) else 60.0
+            # A rate over the part of the minute the job ran: its first, last and current minutes are partial.
+            seconds = max(1.0, min(minute * 60 + 60, ended) - max(minute * 60, began))
             fetched = counters.get("fetched", 0)
             statuses = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("status:")}
             failed = sum(n for name, n in counters.items() if name.startswith("failed:"))
