@@ -64,13 +64,20 @@ local now = clock_ms()
 local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local token, k, nseg = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local history_mode, cycle, nhist = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local i = 11
 if cycle > 0 and tonumber(redis.call('HGET', meta, 'cycle') or '0') ~= cycle then
+  -- A late analysis of an earlier cycle: its pages are not lost, they are due in a later cycle.
+  local nhosts_at = i + 2 * tonumber(ARGV[7]) + 3 * nhist
+  local hist, due = KEYS[7 + nseg + tonumber(ARGV[nhosts_at])], KEYS[8 + nseg + tonumber(ARGV[nhosts_at])]
+  for j = i + 2 * tonumber(ARGV[7]), nhosts_at - 1, 3 do
+    redis.call('HSETNX', hist, ARGV[j], '[' .. cjson.decode(ARGV[j + 1])[1] .. ']')
+    redis.call('ZADD', due, 'LT', 0, ARGV[j])
+  end
   return {-2, 0, 0, 0, 0}
 end
 if token ~= '' and redis.call('SADD', tokens, token) == 0 then
   return {-1, 0, 0, 0, 0}
 end
-local i = 11
 for _ = 1, tonumber(ARGV[7]) do
   redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
   i = i + 2

@@ -55,6 +55,10 @@ def start_cycle(
         logger.warning("job %s: cycle %d still running; firing %s skipped", spec.id, started.cycle, firing)
         return started
     runtime = runtimes.get(spec.id, started.cycle)
+    if started.status == "resumed" and runtime.spec.to_json() != spec.to_json():
+        logger.warning("job %s: finishing the start of cycle %d with its own spec; the changed spec of firing %s "
+                       "applies from the next cycle", spec.id, started.cycle, firing)  # fmt: skip
+    spec = runtime.spec  # the cycle's spec, also when this firing only finishes a start
     redirects = spec.limits.max_redirects
     token = f"c{started.cycle}"
     seeds = [(seed, 0, redirects) for seed in spec.seeds]

@@ -211,7 +211,7 @@ def test_a_page_whose_analysis_failed_is_fetched_in_full_and_analysed_again(site
 
 
 def test_a_late_admission_from_an_earlier_cycle_changes_nothing(site: TestSite) -> None:
-    from frontier import Candidate, Entry
+    from frontier import Candidate, Entry, UrlHistory
 
     site.add_versioned("/", page(title="home"))
     spec = job(site, "cycles-late", revisit=ALWAYS_DUE)
@@ -227,10 +227,13 @@ def test_a_late_admission_from_an_earlier_cycle_changes_nothing(site: TestSite) 
         done=1,
         token="a:from-cycle-1",
         cycle=1,
+        history={site.url("/new-in-1"): UrlHistory(2, 1.0, 0.0, '"v1"', 0, "00ff")},
     )
     assert late.repeated and late.admitted == 0
     after = tasks.job_status("cycles-late")
     assert after["pending"] == second["pending"] == 0 and after["admitted"] == second["admitted"]
+    # The late page is not lost: it is due (at once) in a later cycle, with nothing known of it yet.
+    assert tasks.deps.history().load("cycles-late", [site.url("/new-in-1")]) == {site.url("/new-in-1"): UrlHistory(2)}
 
 
 def test_a_start_that_died_half_way_is_finished_by_the_next_firing(site: TestSite) -> None:
