@@ -1,4 +1,6 @@
-"""The ``vcrawl`` command line: ``demo``, ``crawl``, ``submit``, ``status``, ``cancel``, ``export``, ``schedule``."""
+"""The ``vcrawl`` command line: ``demo``, ``crawl``, ``submit``, ``status``, ``cancel``, ``export``,
+``schedule``, ``flower``, and the operator commands of ``vcrawl.cli_ops`` (``serve``, ``pause``,
+``resume``, ``config``)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from vcrawl.cli_ops import add_ops_commands
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
 from vcrawl.settings import Settings
@@ -90,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     cancel.add_argument("job")
     cancel.set_defaults(run=_cmd_cancel)
 
+    add_ops_commands(commands)  # serve, pause, resume, config
+
     schedule = commands.add_parser("schedule", help="recurring jobs run by Celery beat (stored in Redis)")
     actions = schedule.add_subparsers(required=True, metavar="ACTION")
     add = actions.add_parser("add", help="add or change a schedule; beat picks it up without a restart")
@@ -110,6 +115,13 @@ def _parser() -> argparse.ArgumentParser:
     fire = actions.add_parser("run", help="fire a schedule now (a cycle still running is handled as by beat)")
     fire.add_argument("name")
     fire.set_defaults(run=_cmd_schedule_run)
+
+    flower = commands.add_parser("flower", help="start Flower on $VCRAWL_REDIS_URL, behind $FLOWER_BASIC_AUTH")
+    flower.add_argument("--port", type=int, default=5555, help="port to listen on (default 5555)")
+    flower.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    flower.add_argument("--insecure-local", action="store_true",
+                        help="run without FLOWER_BASIC_AUTH (loopback addresses only)")  # fmt: skip
+    flower.set_defaults(run=_cmd_flower)
     return parser
 
 
@@ -265,6 +277,14 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
         return 0
     print(f"vcrawl: job {args.job!r} is not running", file=sys.stderr)
     return 1
+
+
+def _cmd_flower(args: argparse.Namespace) -> int:
+    from vcrawl import flower
+
+    options = flower.FlowerOptions(address=args.address, port=args.port, insecure_local=args.insecure_local)
+    env = flower.flower_env(os.environ, Settings.from_env(), options)
+    flower.exec_flower(flower.flower_command(options), env)
 
 
 def _run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace) -> int:

@@ -1,0 +1,138 @@
+"""The operator commands of ``vcrawl``: ``serve``, ``pause``, ``resume``, ``config``."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.settings import Settings
+
+__all__ = ["add_ops_commands", "check_serve_options"]
+
+
+def add_ops_commands(commands: Any) -> None:
+    """Register the operator subcommands on the ``vcrawl`` parser's subparsers."""
+    serve = commands.add_parser("serve", help="the job API and dashboard over HTTP (a bearer token is required)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    serve.add_argument("--address", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--insecure-local", action="store_true",
+                       help="no token: only on a loopback address, for a single-user machine")  # fmt: skip
+    serve.set_defaults(run=_cmd_serve)
+
+    pause = commands.add_parser("pause", help="stop dispatching a job until resumed (in-flight fetches finish)")
+    pause.add_argument("job")
+    pause.set_defaults(run=_cmd_pause)
+    resume = commands.add_parser("resume", help="dispatch a paused job again")
+    resume.add_argument("job")
+    resume.set_defaults(run=_cmd_resume)
+
+    config = commands.add_parser("config", help="change a running job's politeness, header pools or proxies")
+    config.add_argument("job")
+    config.add_argument("--interval", type=float, metavar="S", help="politeness.min_interval_s")
+    config.add_argument("--jitter", type=float, help="politeness.jitter")
+    config.add_argument("--per-host", type=int, help="politeness.per_host: parallel fetches per host")
+    config.add_argument("--user-agents", type=Path, metavar="FILE", help="User-Agents, one per line")
+    config.add_argument("--referers", type=Path, metavar="FILE", help="Referers, one per line (empty: none)")
+    config.add_argument("--proxies", type=Path, metavar="FILE", help="proxy URLs, one per line (empty: none)")
+    config.set_defaults(run=_cmd_config)
+
+
+def check_serve_options(token: str | None, address: str, insecure_local: bool) -> str | None:
+    """The token the server requires (None: no auth), or raise when the options are unsafe.
+
+    >>> check_serve_options("s3cret-token-123", "0.0.0.0", False)
+    's3cret-token-123'
+    >>> check_serve_options(None, "127.0.0.1", True) is None
+    True
+
+    Raises:
+        ConfigError: no token without ``--insecure-local``, or ``--insecure-local`` on a
+            non-loopback address.
+    """
+    if insecure_local:
+        try:
+            loopback = ipaddress.ip_address(address).is_loopback
+        except ValueError:
+            loopback = address == "localhost"
+        if not loopback:
+            raise ConfigError(f"--insecure-local serves without a token, so only on a loopback address, not {address}")
+        return None
+    if not token:
+        raise ConfigError("set VCRAWL_API_TOKEN (every /api/ call needs it), or pass --insecure-local")
+    if len(token) < 16:
+        raise ConfigError("VCRAWL_API_TOKEN must be at least 16 characters")
+    return token
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from api import make_server, real_api
+
+    settings = Settings.from_env()
+    token = check_serve_options(settings.api_token, args.address, args.insecure_local)
+    server = make_server(real_api(token), args.address, args.port)
+    host, port = server.server_address[:2]
+    print(f"vcrawl API and dashboard on http://{host}:{port}/ ({'no token' if token is None else 'bearer token'})",
+          file=sys.stderr, flush=True)  # fmt: skip
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def _cmd_pause(args: argparse.Namespace) -> int:
+    import tasks
+
+    if tasks.pause_job(args.job):
+        print(f"job {args.job} paused: nothing more is dispatched until `vcrawl resume {args.job}`")
+        return 0
+    print(f"vcrawl: job {args.job!r} is not running", file=sys.stderr)
+    return 1
+
+
+def _cmd_resume(args: argparse.Namespace) -> int:
+    import tasks
+
+    state = tasks.resume_job(args.job)
+    if state is None:
+        print(f"vcrawl: job {args.job!r} is not paused", file=sys.stderr)
+        return 1
+    print(f"job {args.job} {state}")
+    return 0
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    import tasks
+
+    changes: dict[str, Any] = {}
+    politeness = {key: value for key, value in (("min_interval_s", args.interval), ("jitter", args.jitter),
+                                                ("per_host", args.per_host)) if value is not None}  # fmt: skip
+    if politeness:
+        changes["politeness"] = politeness
+    for key in ("user_agents", "referers", "proxies"):
+        path = getattr(args, key)
+        if path is not None:
+            changes[key] = _lines(path, key)
+    if not changes:
+        raise InvalidTask("config", "give at least one of --interval, --jitter, --per-host, --user-agents, "
+                          "--referers, --proxies")  # fmt: skip
+    spec = tasks.reconfigure_job(args.job, changes)
+    live = {"politeness": spec.to_dict()["politeness"], "user_agents": spec.user_agents, "referers": spec.referers,
+            "proxies": spec.proxies}  # fmt: skip
+    print(json.dumps({key: live[key] for key in changes}, sort_keys=True))
+    return 0
+
+
+def _lines(path: Path, key: str) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidTask(key, f"cannot read {path}: {exc}") from None
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
