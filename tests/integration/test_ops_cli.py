@@ -42,7 +42,8 @@ def test_serve_needs_a_token_and_answers_with_it(vcrawl_settings: Settings) -> N
 
     token = "cli-test-token-0123456789"
     command = [sys.executable, "-m", "vcrawl", "serve", "--port", "0"]
-    process = subprocess.Popen(command, env={**env, "VCRAWL_API_TOKEN": token}, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    env = {**env, "VCRAWL_API_TOKEN": token}
+    process = subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stderr.readline() if process.stderr else ""
         assert "http://127.0.0.1:" in line, line
