@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message
@@ -155,3 +156,19 @@ def wait_for_state(task_id: str, state: str, timeout_s: float = 30.0) -> dict[st
             return record
         time.sleep(0.05)
     raise AssertionError(f"task {task_id} not {state} within {timeout_s}s; last status: {record}")
+
+
+@contextmanager
+def api_server(token: str | None) -> Iterator[str]:
+    """The job API and dashboard over this process's configured cluster, on a free loopback port."""
+    from api import make_server, real_api
+
+    server = make_server(real_api(token), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, name="job-api", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

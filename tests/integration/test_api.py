@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from api import make_server, real_api
+from tests.integration.conftest import api_server
 from tests.site import Response, TestSite
 from vcrawl.settings import Settings
 
@@ -23,15 +22,8 @@ TOKEN = "test-token-0123456789"
 
 @pytest.fixture
 def api_url(vcrawl_settings: Settings) -> Iterator[str]:
-    server = make_server(real_api(TOKEN), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with api_server(TOKEN) as url:
+        yield url
 
 
 def call(base: str, method: str, path: str, body: Any = None, token: str | None = TOKEN) -> tuple[int, Any]:

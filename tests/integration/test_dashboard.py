@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -20,8 +19,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 import tasks
-from api import make_server, real_api
 from fetchers.browser import _CHROMIUM_FLAGS
+from tests.integration.conftest import api_server
 from tests.site import TestSite
 from vcrawl.settings import Settings
 
@@ -41,15 +40,8 @@ def token() -> str:
 @pytest.fixture(scope="module")
 def dashboard_url(vcrawl_settings: Settings, token: str) -> Iterator[str]:
     """The API and dashboard on a free loopback port (``tasks`` is configured by ``vcrawl_settings``)."""
-    server = make_server(real_api(token), "127.0.0.1", 0)
-    thread = threading.Thread(target=server.serve_forever, name="dashboard-api", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with api_server(token) as url:
+        yield url
 
 
 @pytest.fixture
