@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages browser-packages demo test bench lint clean
+.PHONY: setup system-packages browser-packages demo test bench lint clean test-faults
 
 setup: system-packages $(STAMP)
 
@@ -43,6 +43,11 @@ browser-packages:
 test: setup browser-packages
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure here"; fi; exit $$rc
+
+# Workers SIGKILLed, Redis restarted, hosts going down, hostile sites: real processes, ~2 minutes.
+test-faults: setup
+	@$(PY) -m pytest -m faults tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-faults: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 bench: setup
 	bench/run.sh

@@ -70,6 +70,15 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "redbeat_lock_timeout": int(settings.beat_lock_timeout_s),
         "beat_max_loop_interval": 3,
         "beat_schedule": _beat_schedule(settings.schedules_file),
+        # A publish that finds Redis gone (restarting) is retried for about two minutes instead of
+        # 0.4 s: otherwise the analysis linked to a finished fetch was given up and its pages never
+        # finished (seen in tests/faults). Also holds for the pump's dispatch and for crawl.delay.
+        "task_publish_retry_policy": {
+            "max_retries": 60,
+            "interval_start": 0,
+            "interval_step": 0.5,
+            "interval_max": 2.0,
+        },
         # A killed worker's tasks are redelivered, never dropped.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,

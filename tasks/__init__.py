@@ -18,6 +18,7 @@ from tasks import jobs as _jobs
 from tasks.analyze import analyze
 from tasks.app import app
 from tasks.batches import analyze_batch, fetch_batch
+from tasks.broker_guard import guard_redis_qos
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
@@ -105,6 +106,9 @@ def configure(settings: Settings) -> None:
 
     app.conf.update(celery_settings(settings))
     deps.reset(settings)
+
+
+guard_redis_qos()  # workers must survive a Redis restart (see tasks/broker_guard.py)
 
 
 @worker_init.connect

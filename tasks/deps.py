@@ -244,7 +244,8 @@ def pump() -> FrontierPump:
     def producer() -> Any:
         from tasks.app import app
 
-        return app.producer_pool.acquire(block=True)
+        # Bounded: a pool drained by publishes waiting for a restarting Redis must not hang the pump.
+        return app.producer_pool.acquire(block=True, timeout=10)
 
     return _once(
         "pump", lambda: FrontierPump(frontier(), runtimes(), dispatch_batch, settings(), producer, alert=alert)

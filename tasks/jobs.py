@@ -218,8 +218,11 @@ class RuntimeCache:
 
 
 def lease_s(runtime: JobRuntime) -> float:
-    """How long a batch may run from its start before its URLs are handed out again."""
-    return runtime.spec.limits.total_timeout_s * runtime.batch_size + 60
+    """How long a batch may run from its start (or wait unsent, if its pump died) before its URLs
+    are handed out again: every fetch's total time, plus a margin for robots.txt and storage of
+    twice one fetch's total time, at least 10 s and at most 60 s."""
+    total_s = runtime.spec.limits.total_timeout_s
+    return total_s * runtime.batch_size + min(60.0, max(10.0, 2 * total_s))
 
 
 def lease_ms(runtime: JobRuntime) -> float:

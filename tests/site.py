@@ -77,7 +77,7 @@ class TestSite:
 
     __test__ = False
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._routes: dict[str, Callable[[], Response]] = {}
         self._versioned: dict[str, VersionedPage] = {}
         self._lock = threading.Lock()
@@ -135,7 +135,7 @@ class TestSite:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self._server = ThreadingHTTPServer((host, port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 

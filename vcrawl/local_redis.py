@@ -32,10 +32,11 @@ class LocalRedis:
     AOF is on with ``appendfsync everysec`` so a restart loses at most a second.
     """
 
-    def __init__(self, directory: str | Path | None = None, start_timeout_s: float = 10.0) -> None:
+    def __init__(self, directory: str | Path | None = None, start_timeout_s: float = 10.0, port: int = 0) -> None:
         self._owns_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="vcrawl-redis-"))
-        self.port = 0
+        self._fixed_port = port  # 0: a free port; else this one (a restart where clients reconnect)
+        self.port = port
         self._start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -55,7 +56,7 @@ class LocalRedis:
             raise ConfigError("redis-server is not installed (run `make setup`, or set VCRAWL_REDIS_URL)")
         self.directory.mkdir(parents=True, exist_ok=True)
         for _ in range(_PORT_TRIES):  # another process may take the free port before redis binds it
-            self.port = _free_port()
+            self.port = self._fixed_port or _free_port()
             if self._try_start(binary):
                 return self
         raise ConfigError(f"redis-server did not start; see {self.directory}/redis.log")

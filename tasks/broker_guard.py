@@ -1,0 +1,48 @@
+"""A guard around kombu's Redis QoS calls while the broker connection is torn down.
+
+When Redis goes away, the consumer resets its connection while pool threads are still
+finishing tasks, and while it closes the channel it restores the unacked messages. Such a
+call then fails inside kombu with an AttributeError (``self.connection.client`` is None in
+``Channel._connparams``) instead of a connection error, and Celery treats it as an
+unrecoverable error: the worker exits where it would otherwise reconnect (seen in
+``tests/faults``). Turned into a connection error, the failure is logged or ignored as
+Celery does for connection errors, and the worker reconnects. The messages stay unacked in
+Redis and come back after the visibility timeout; vcrawl's tasks are idempotent on
+redelivery (leases, admission tokens).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["guard_redis_qos"]
+
+_GUARDED = ("ack", "reject", "restore_unacked")
+
+
+def guard_redis_qos() -> None:
+    """Install the guard once per process (idempotent)."""
+    from kombu.transport import redis as transport
+
+    for name in _GUARDED:
+        method = getattr(transport.QoS, name)
+        if not getattr(method, "_vcrawl_guard", False):
+            setattr(transport.QoS, name, _guarded(method))
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    @functools.wraps(method)
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except AttributeError as exc:
+            if getattr(self.channel.connection, "client", None) is not None:
+                raise  # not a torn-down connection: a real bug, let it show
+            raise RedisConnectionError(f"broker connection closed during {method.__name__}") from exc
+
+    call._vcrawl_guard = True  # type: ignore[attr-defined]
+    return call

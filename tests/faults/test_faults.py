@@ -1,0 +1,179 @@
+"""Faults with real processes: workers SIGKILLed mid-job, Redis restarted mid-job, a host down and back.
+
+Each test runs its own redis-server (AOF on), `celery worker` subprocesses and local sites, and
+checks the job completes with exactly the pages of an undisturbed run. `make test-faults` runs
+them (marker ``faults``); `make test` leaves them out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from frontier import Frontier
+from tasks.jobs import job_status
+from tests.cluster import REPO, cluster_env, start_worker, stop_worker
+from tests.site import TestSite
+from vcrawl.local_redis import LocalRedis
+from vcrawl.settings import Settings
+
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
+
+VISIBILITY_TIMEOUT_S = 5.0
+
+
+def fault_settings(server: LocalRedis, data: Path) -> Settings:
+    """Short timeouts, so a killed worker's messages come back within seconds."""
+    return Settings(redis_url=server.url, data=str(data), total_timeout_s=2.0, read_timeout_s=1.5,
+                    connect_timeout_s=0.5, max_retry_after_s=1.0, fetch_backoff_s=0.2, fetch_backoff_max_s=1.0,
+                    visibility_timeout_s=VISIBILITY_TIMEOUT_S)  # fmt: skip
+
+
+def page(*links: str) -> str:
+    return "<html><body>" + "".join(f'<a href="{href}">{href}</a>' for href in links) + "</body></html>"
+
+
+def serve_pages(site: TestSite, count: int, prefix: str = "/p", **headers: str) -> list[str]:
+    paths = [f"{prefix}{n}" for n in range(count)]
+    site.add_page("/", page(*paths), **headers)
+    for path in paths:
+        site.add_page(path, page("/"), **headers)
+    return ["/", *paths]
+
+
+def start_job(env: dict[str, str], job: dict[str, Any]) -> str:
+    code = "import json, sys, tasks; print(tasks.start_job(json.loads(sys.argv[1])))"
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(job)], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    return done.stdout.split()[-1]
+
+
+def wait_done(frontier_of: Callable[[], Frontier], job_id: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    status: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        try:
+            status = job_status(frontier_of(), job_id)
+        except redis.ConnectionError:
+            status = None
+        if status is not None and status["state"] != "running":
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"job {job_id} not done within {timeout_s}s: {status}")
+
+
+def fetches(site: TestSite) -> Counter[str]:
+    return Counter(seen.path for seen in site.seen if seen.path != "/robots.txt")
+
+
+def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path) -> None:
+    with LocalRedis(tmp_path / "redis") as server, TestSite("127.0.0.1") as a, TestSite("127.0.0.2") as b:
+        env = cluster_env(fault_settings(server, tmp_path / "data"))
+        expected = {site.base: serve_pages(site, 40) for site in (a, b)}
+        job = {"seeds": [a.url("/"), b.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0},
+               "limits": {"total_timeout_s": 2.0, "read_timeout_s": 1.5}}  # fmt: skip
+        steady = start_worker(env, "steady", tmp_path / "steady.log")
+        victims: list[subprocess.Popen[bytes]] = []
+        kills = 0
+        try:
+            victims.append(start_worker(env, "victim-0", tmp_path / "victim-0.log"))
+            job_id = start_job(env, job)
+            frontier = Frontier(redis.Redis.from_url(server.url))
+            for round_ in range(1, 4):  # kill the victim mid-job three times, each time with work in flight
+                time.sleep(0.7)
+                os.kill(victims[-1].pid, signal.SIGKILL)
+                victims[-1].wait(10)
+                kills += 1
+                victims.append(start_worker(env, f"victim-{round_}", tmp_path / f"victim-{round_}.log"))
+            status = wait_done(lambda: frontier, job_id, VISIBILITY_TIMEOUT_S * 4 + 40)
+        finally:
+            for process in (steady, *victims):
+                stop_worker(process)
+    assert status["state"] == "completed", status
+    assert status["pages_stored"] == 82 and status["failed"] == {}
+    for site in (a, b):
+        seen = fetches(site)
+        assert set(seen) == set(expected[site.base])  # the same pages as an undisturbed run
+        duplicates = sum(seen.values()) - len(seen)
+        # Politeness 1 per host: at most one URL per host in flight when a worker dies.
+        assert duplicates <= kills, (site.base, seen.most_common(3))
+
+
+def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(tmp_path: Path) -> None:
+    with TestSite() as site:
+        paths = serve_pages(site, 60)
+        job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0},
+               "limits": {"total_timeout_s": 2.0, "read_timeout_s": 1.5}}  # fmt: skip
+        server = LocalRedis(tmp_path / "redis").start()
+        port = server.port
+        env = cluster_env(fault_settings(server, tmp_path / "data"))
+        worker = start_worker(env, "reconnecting", tmp_path / "worker.log")
+        try:
+            job_id = start_job(env, job)
+            deadline = time.monotonic() + 20
+            while len(site.seen) < 15 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            server.stop()  # SIGTERM: Redis writes its AOF and exits
+            time.sleep(1.0)
+            server = LocalRedis(tmp_path / "redis", port=port).start()  # same port, the AOF replayed
+            status = wait_done(lambda: Frontier(redis.Redis.from_url(server.url)), job_id, VISIBILITY_TIMEOUT_S + 60)
+            assert worker.poll() is None  # the worker reconnected by itself
+        finally:
+            stop_worker(worker)
+            server.stop()
+    assert status["state"] == "completed", status
+    seen = fetches(site)
+    assert set(seen) == set(paths) and status["pages_stored"] == len(paths)
+    assert sum(seen.values()) - len(seen) <= 2, seen.most_common(3)  # in flight when Redis went away
+
+
+def test_a_host_down_mid_crawl_is_retried_when_back_and_slows_no_other_host(tmp_path: Path) -> None:
+    with LocalRedis(tmp_path / "redis") as server, TestSite("127.0.0.3") as steady:
+        env = cluster_env(fault_settings(server, tmp_path / "data"))
+        flaky = TestSite("127.0.0.4").__enter__()
+        port = int(flaky.base.rsplit(":", 1)[1])
+        flaky_paths = serve_pages(flaky, 20, Connection="close")  # no kept-alive connection outlives the site
+        steady_paths = serve_pages(steady, 40)
+        job = {"seeds": [flaky.url("/"), steady.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0},
+               "limits": {"retries": 6, "connect_timeout_s": 0.5}}  # fmt: skip
+        worker = start_worker(env, "host-down", tmp_path / "worker.log", concurrency=4)
+        back: TestSite | None = None
+        try:
+            job_id = start_job(env, job)
+            deadline = time.monotonic() + 20
+            while len(flaky.seen) < 5 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            flaky.__exit__(None, None, None)  # connection refused from now on
+            down_from = time.monotonic()
+            time.sleep(2.5)
+            down_until = time.monotonic()
+            back = TestSite("127.0.0.4", port=port).__enter__()
+            serve_pages(back, 20, Connection="close")
+            frontier = Frontier(redis.Redis.from_url(server.url))
+            status = wait_done(lambda: frontier, job_id, 60)
+        finally:
+            stop_worker(worker)
+            if back is not None:
+                back.__exit__(None, None, None)
+    assert status["state"] == "completed", status
+    fetched_flaky = {s.path for s in (*flaky.seen, *back.seen)}
+    assert status["failed"] == {}, status
+    assert fetched_flaky >= set(flaky_paths)
+    assert status["retries"] >= 1  # the refused connections were retried with backoff
+    # The steady host kept its pace while the other was down: no gap much over its interval.
+    during = sorted(s.at for s in steady.seen if down_from <= s.at <= down_until)
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    assert during and max(gaps, default=0) < 0.6, gaps
+    assert set(steady_paths) <= {s.path for s in steady.seen}
