@@ -74,6 +74,8 @@ def _extractor(name: str, rule: FieldRule) -> FieldExtractor:
         raise InvalidTask(where, f"invalid CSS selector: {exc}{hint if '::' in selector else ''}") from None
     except etree.XPathError as exc:
         raise InvalidTask(where, f"invalid XPath expression: {exc}") from None
+    except ValueError as exc:  # lxml refuses control characters, NULs, lone surrogates in the string
+        raise InvalidTask(where, f"invalid selector string: {exc}") from None
 
     def extract(tree: lxml.html.HtmlElement) -> Any:
         try:

@@ -557,7 +557,7 @@ class Batch:
         try:
             entries = tuple(Entry.decode(text) for text in data["entries"])  # type: ignore[union-attr]
             return cls(str(data["id"]), str(data["host"]), entries, int(data.get("cycle", 0)))  # type: ignore[call-overload]
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise ValueError(f"malformed batch: {exc}") from None
 
 

@@ -21,7 +21,7 @@ _HASH_CHARS = 10
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 _DASHES = re.compile(r"-{2,}")
 _PAGE_SUFFIX = re.compile(r"\.html?$", re.IGNORECASE)
-_ANALYZER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+_ANALYZER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 

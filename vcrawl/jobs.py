@@ -30,8 +30,8 @@ __all__ = [
     "new_job_id",
 ]
 
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-_ROBOTS_TOKEN = re.compile(r"^[A-Za-z_-]{1,64}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+_ROBOTS_TOKEN = re.compile(r"^[A-Za-z_-]{1,64}\Z")
 
 
 def new_job_id(clock: Any = time.time) -> str:
@@ -159,7 +159,12 @@ class JobSpec:
             revisit=_revisit(data.get("revisit")),
         )
         for index, proxy in enumerate(spec.proxies or ()):
-            if urlsplit(proxy).scheme not in ("http", "https") or not urlsplit(proxy).hostname:
+            try:
+                parts = urlsplit(proxy)
+                valid = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+            except ValueError:  # a bad IPv6 literal or port
+                valid = False
+            if not valid:
                 raise InvalidTask(f"proxies[{index}]", f"must be an http(s) proxy URL, got {proxy!r}")
         return spec
 
@@ -385,7 +390,7 @@ def _regexes(value: Any, where: str) -> tuple[str, ...]:
 def _compile(pattern: str, where: str) -> None:
     try:
         re.compile(pattern)
-    except re.error as exc:
+    except (re.error, OverflowError, RecursionError) as exc:  # a huge repeat count, deep nesting
         raise InvalidTask(where, f"invalid regex {pattern!r}: {exc}") from None
 
 

@@ -22,9 +22,9 @@ __all__ = [
 PAGE_TYPES = ("static", "dynamic")
 MAX_URL_LENGTH = 4096
 # A plain identifier or dotted path (window.app.loadMore): a message must never carry script.
-_JS_FUNCTION = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*$")
-_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+_JS_FUNCTION = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*\Z")
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
@@ -133,8 +133,8 @@ class DownloadTask:
         if not isinstance(data, Mapping):
             raise InvalidTask("task", f"must be an object (dict) of task fields, got {_kind(data)}")
         known = {f.name for f in fields(cls)}
-        if unknown := sorted(set(data) - known):
-            raise InvalidTask(str(unknown[0]), f"unknown field; known fields: {', '.join(sorted(known))}")
+        if unknown := sorted(set(data) - known, key=repr):
+            raise InvalidTask(_key_name(unknown[0]), f"unknown field; known fields: {', '.join(sorted(known))}")
         if "url" not in data:
             raise InvalidTask("url", "is required")
         values = dict(data)
@@ -227,12 +227,31 @@ def _strict(cls: type, data: Any, what: str) -> Any:
     if not isinstance(data, Mapping):
         raise InvalidTask(what, f"must be an object, got {_kind(data)}")
     names = {f.name for f in fields(cls)}
-    if unknown := sorted(set(data) - names):
-        raise InvalidTask(str(unknown[0]), f"unknown field in {what}")
+    if unknown := sorted(set(data) - names, key=repr):
+        raise InvalidTask(_key_name(unknown[0]), f"unknown field in {what}")
+    for spec in fields(cls):
+        value = data.get(spec.name)
+        wanted = _SCALARS.get(str(spec.type).removesuffix(" | None"))
+        if value is None or wanted is None:
+            continue
+        if not isinstance(value, wanted[0]) or isinstance(value, bool):
+            raise InvalidTask(spec.name, f"must be {wanted[1]}, got {_kind(value)}")
     try:
         return cls(**data)
     except TypeError as exc:
         raise InvalidTask(what, str(exc)) from None
+
+
+_SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "str": (str, "a string"),
+    "int": (int, "an integer"),
+    "float": ((int, float), "a number"),
+}
+
+
+def _key_name(key: Any) -> str:
+    """An unknown key as a field name people can read ('' and non-strings shown quoted)."""
+    return key if isinstance(key, str) and key else repr(key)
 
 
 def _field_rules(value: Any) -> dict[str, FieldRule]:

@@ -41,7 +41,7 @@ __all__ = [
 
 START_CYCLE_TASK = "vcrawl.start_cycle"
 OVERLAP_POLICIES = ("skip", "cancel")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 _CRON_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
 
 
