@@ -26,6 +26,7 @@ from tasks.scheduled import start_cycle
 from tasks.trail import STATES, TERMINAL_STATES
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec
+from vcrawl.redis_check import check_redis_persistence
 from vcrawl.settings import Settings
 
 __all__ = [
@@ -118,6 +119,7 @@ def _check_configuration(**_: Any) -> None:
     try:
         deps.settings()
         load_plugins()
+        check_redis_persistence(deps.redis_client())  # warns loudly; a worker still starts
     except ConfigError as exc:
         logging.getLogger("vcrawl").critical("vcrawl cannot start: %s", exc)
         raise SystemExit(f"vcrawl: configuration error: {exc}") from exc
