@@ -183,7 +183,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         if rules is None:
             rules = _fetch_robots(env, runtime, entry.url, run)
         run.crawl_delay_s = rules.crawl_delay(spec.politeness.robots_token)
-        if rules.kind == "disallow_all" and entry.attempt < spec.limits.retries:
+        if rules.kind == "disallow_all" and entry.attempt < runtime.limits.retries:
             # RFC 9309: unreachable robots.txt means "disallow all" until it can be read. Wait
             # for the next read (the error stays cached that long), then try again.
             run.requeue.append(Entry(entry.url, entry.depth, entry.attempt + 1, entry.redirects_left))
@@ -440,7 +440,7 @@ def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:
     runtime = env.runtimes.get(job_id, fetched.get("cycle", 0))
     counters: Counter[str] = Counter()
     links: list[tuple[str, int, int]] = []
-    max_redirects = runtime.spec.limits.max_redirects
+    max_redirects = runtime.limits.max_redirects
     failed_pages: set[str] = set()
     for page in fetched["pages"]:
         found, analysed = _analyze_page(env, runtime, page, counters)

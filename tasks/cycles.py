@@ -59,7 +59,7 @@ def start_cycle(
         logger.warning("job %s: finishing the start of cycle %d with its own spec; the changed spec of firing %s "
                        "applies from the next cycle", spec.id, started.cycle, firing)  # fmt: skip
     spec = runtime.spec  # the cycle's spec, also when this firing only finishes a start
-    redirects = spec.limits.max_redirects
+    redirects = runtime.limits.max_redirects
     token = f"c{started.cycle}"
     seeds = [(seed, 0, redirects) for seed in spec.seeds]
     admit_links(runtime, frontier, seeds, done=0, token=f"{token}:seeds", counters=Counter(), seeds=True)

@@ -9,7 +9,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,7 +29,7 @@ from frontier import (
 )
 from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask, UnknownComponent
-from vcrawl.jobs import JobSpec
+from vcrawl.jobs import JobSpec, LimitsSpec
 from vcrawl.payloads import FieldRule
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -65,6 +65,7 @@ class JobRuntime:
     cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job (no URL history kept)
     cycle_started_s: float = 0.0
     spec_rev: int = 0  # changes of the spec while the job runs (live configuration)
+    limits: LimitsSpec = field(default_factory=LimitsSpec)  # the job's limits, unset ones from the cluster
 
     @property
     def job_id(self) -> str:
@@ -124,7 +125,8 @@ def build_runtime(
     spec: JobSpec, settings: Settings, session: Any, client: Any, cycle: int = 0, cycle_started_s: float = 0.0
 ) -> JobRuntime:
     """Derive a job's runtime objects from its spec and the cluster settings."""
-    limits = spec.limits
+    limits = spec.limits.resolved(cluster_limits(settings))
+    assert limits.total_timeout_s is not None and limits.retries is not None
     fetch_limits = FetchLimits(
         connect_timeout_s=limits.connect_timeout_s,
         read_timeout_s=limits.read_timeout_s,
@@ -161,6 +163,19 @@ def build_runtime(
         batch_size=settings.frontier_batch if politeness.min_interval_s <= 0 else 1,
         cycle=cycle,
         cycle_started_s=cycle_started_s,
+        limits=limits,
+    )
+
+
+def cluster_limits(settings: Settings) -> LimitsSpec:
+    """The limits of a job that sets none: the cluster's ``VCRAWL_*`` settings."""
+    return LimitsSpec(
+        connect_timeout_s=settings.connect_timeout_s,
+        read_timeout_s=settings.read_timeout_s,
+        total_timeout_s=settings.total_timeout_s,
+        max_body_bytes=settings.max_body_bytes,
+        max_redirects=settings.max_redirects,
+        retries=settings.fetch_retries,
     )
 
 
@@ -221,7 +236,7 @@ def lease_s(runtime: JobRuntime) -> float:
     """How long a batch may run from its start (or wait unsent, if its pump died) before its URLs
     are handed out again: every fetch's total time, plus a margin for robots.txt and storage of
     twice one fetch's total time, at least 10 s and at most 60 s."""
-    total_s = runtime.spec.limits.total_timeout_s
+    total_s = runtime.limits.total_timeout_s
     return total_s * runtime.batch_size + min(60.0, max(10.0, 2 * total_s))
 
 
@@ -303,7 +318,7 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     if not frontier.create(spec.id, spec.to_json(), now):
         raise InvalidTask("id", f"a job {spec.id!r} exists already")
     runtime = runtimes.get(spec.id)
-    seeds = [(seed, 0, spec.limits.max_redirects) for seed in spec.seeds]
+    seeds = [(seed, 0, runtime.limits.max_redirects) for seed in spec.seeds]
     admit_links(runtime, frontier, seeds, done=0, token="seeds", counters=Counter(), seeds=True)
     return spec.id
 

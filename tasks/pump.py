@@ -88,7 +88,7 @@ class FrontierPump:
                 continue
             interval_ms = runtime.spec.politeness.min_interval_s * 1000
             if reclaim:
-                requeued, failed = self._frontier.reclaim_expired(job_id, runtime.spec.limits.retries + 1, interval_ms)
+                requeued, failed = self._frontier.reclaim_expired(job_id, runtime.limits.retries + 1, interval_ms)
                 if requeued or failed:
                     logger.warning("job %s: leases ran out: %d URLs requeued, %d failed", job_id, requeued, failed)
                 self._check_stuck(job_id, now)

@@ -62,14 +62,26 @@ class PolitenessSpec:
 
 @dataclass(frozen=True)
 class LimitsSpec:
-    """Per-request bounds and the retry budget of a job's fetches."""
+    """Per-request bounds and the retry budget of a job's fetches; None: the cluster's setting
+    (``VCRAWL_CONNECT_TIMEOUT_S``, ..., ``VCRAWL_FETCH_RETRIES``), filled in by ``resolved``."""
 
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 15.0
-    total_timeout_s: float = 60.0
-    max_body_bytes: int = 10 * 1024 * 1024
-    max_redirects: int = 5
-    retries: int = 3
+    connect_timeout_s: float | None = None
+    read_timeout_s: float | None = None
+    total_timeout_s: float | None = None
+    max_body_bytes: int | None = None
+    max_redirects: int | None = None
+    retries: int | None = None
+
+    def resolved(self, defaults: LimitsSpec) -> LimitsSpec:
+        """These limits with every unset one taken from ``defaults``.
+
+        >>> LimitsSpec(retries=1).resolved(LimitsSpec(5.0, 15.0, 60.0, 1024, 5, 3))
+        LimitsSpec(connect_timeout_s=5.0, read_timeout_s=15.0, total_timeout_s=60.0, max_body_bytes=1024, \
+max_redirects=5, retries=1)
+        """
+        return replace(
+            self, **{f.name: getattr(defaults, f.name) for f in fields(self) if getattr(self, f.name) is None}
+        )
 
 
 @dataclass(frozen=True)
@@ -279,13 +291,16 @@ def _section(value: Any, cls: type, prefix: str) -> Any:
         if spec_field.name not in data:
             continue
         where, raw = f"{prefix}.{spec_field.name}", data[spec_field.name]
-        if spec_field.type == "bool":
+        kind = str(spec_field.type).removesuffix(" | None")
+        if raw is None and kind != spec_field.type:
+            continue  # optional: None means the default
+        if kind == "bool":
             if not isinstance(raw, bool):
                 raise InvalidTask(where, f"must be true or false, got {raw!r}")
             values[spec_field.name] = raw
-        elif spec_field.type == "int":
+        elif kind == "int":
             values[spec_field.name] = _int(raw, where, *map(int, _BOUNDS[spec_field.name]))
-        elif spec_field.type == "float":
+        elif kind == "float":
             values[spec_field.name] = _float(raw, where, *_BOUNDS[spec_field.name])
         else:
             values[spec_field.name] = raw

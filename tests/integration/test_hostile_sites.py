@@ -222,10 +222,6 @@ def test_body_over_the_cap_fails_as_too_large(site: TestSite, response: Response
         assert status["failed"] == {reason: 1} and status["pages_stored"] == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: jobs ignore VCRAWL_MAX_BODY_BYTES; a job without limits gets LimitsSpec's fixed 10 MiB",
-)
 def test_a_job_without_limits_keeps_the_clusters_body_cap(site: TestSite, vcrawl_settings: Settings) -> None:
     site.add_response("/big", Response(b"a" * (vcrawl_settings.max_body_bytes + 1)))
     serve(site, "/big")
