@@ -39,16 +39,19 @@ LINK_ATTRIBUTES: Mapping[str, str] = MappingProxyType(
 
 
 def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[str, Any]:
-    """Return ``{"url", "links": [{"url", "text", "tag", "attr", "rel"}], "count", "skipped"}``.
+    """Return ``{"url", "links": [{"url", "text", "tag", "attr", "rel"}], "count", "skipped", "skipped_by"}``.
 
     Links are made absolute against ``page.base_url``; fragments are kept. Empty values and
-    ``javascript:``/``vbscript:``/``data:``/``mailto:``/``tel:`` values are counted in ``skipped``.
-    A repeat of an already listed (url, text, tag) is dropped, not counted. ``rules`` is ignored.
+    ``javascript:``/``vbscript:``/``data:``/``mailto:``/``tel:`` values are counted in ``skipped``,
+    and per tag and reason (``scheme``, ``empty``, ``malformed``) in ``skipped_by`` as
+    ``{"a": {"scheme": 2}}``. A repeat of an already listed (url, text, tag) is dropped, not
+    counted. ``rules`` is ignored.
     """
     base = page.base_url
     links: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str]] = set()
     skipped = 0
+    skipped_by: dict[str, dict[str, int]] = {}
     for element in page.tree.iter(*LINK_ATTRIBUTES):
         attr = LINK_ATTRIBUTES[element.tag]
         value = element.get(attr)
@@ -58,13 +61,16 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
         if url is None:
             logger.debug("%s: skip <%s %s=%.200r>: %s", page.url, element.tag, attr, value, reason)
             skipped += 1
+            by_reason = skipped_by.setdefault(element.tag, {})
+            kind = reason.split(":", 1)[0] if reason in ("empty",) or reason.startswith("malformed") else "scheme"
+            by_reason[kind] = by_reason.get(kind, 0) + 1
             continue
         text = _link_text(element)
         if (url, text, element.tag) in seen:
             continue
         seen.add((url, text, element.tag))
         links.append({"url": url, "text": text, "tag": element.tag, "attr": attr, "rel": _rel(element)})
-    return {"url": page.url, "links": links, "count": len(links), "skipped": skipped}
+    return {"url": page.url, "links": links, "count": len(links), "skipped": skipped, "skipped_by": skipped_by}
 
 
 def _absolute(base: str, value: str) -> tuple[str | None, str]:

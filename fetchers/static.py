@@ -140,7 +140,11 @@ class StaticFetcher:
             raise FetchFailed(request.url, "timeout") from exc
         except requests.exceptions.ConnectionError as exc:
             raise FetchFailed(request.url, "connection_error") from exc
-        except (requests.exceptions.InvalidURL, requests.exceptions.InvalidHeader, ValueError) as exc:
+        except requests.exceptions.InvalidHeader as exc:
+            # urllib3's InvalidHeader: the response's framing (Content-Length "3, 300"); else our request's headers.
+            broken_response = bool(exc.args) and isinstance(exc.args[0], urllib3.exceptions.InvalidHeader)
+            raise DownloadFailed(request.url, "bad_response" if broken_response else "bad_request") from exc
+        except (requests.exceptions.InvalidURL, ValueError) as exc:
             raise DownloadFailed(request.url, "bad_request") from exc
         except requests.exceptions.RequestException as exc:
             raise FetchFailed(request.url, "request_error") from exc
@@ -149,8 +153,8 @@ class StaticFetcher:
         """Read the (decompressed) body in chunks, enforcing the size cap and the total time."""
         cap = self._limits.max_body_bytes
         truncate = self._limits.truncate_body
-        declared = response.headers.get("content-length", "")
-        if not truncate and declared.isdigit() and "content-encoding" not in response.headers and int(declared) > cap:
+        declared = _content_length(task_url, response)
+        if not truncate and declared is not None and "content-encoding" not in response.headers and declared > cap:
             raise DownloadFailed(task_url, "too_large", response.status_code)
         chunks: list[bytes] = []
         size = 0
@@ -177,6 +181,22 @@ class StaticFetcher:
         except (urllib3.exceptions.ProtocolError, OSError) as exc:
             raise FetchFailed(task_url, "incomplete_body", response.status_code) from exc
         return b"".join(chunks), False
+
+
+def _content_length(task_url: str, response: requests.Response) -> int | None:
+    """The declared body length; a malformed or conflicting one is a broken response.
+
+    RFC 9112 §6.3: an invalid Content-Length makes the message unreadable, so it is refused at
+    once (``bad_response``, no retry), not read until the server closes or the clock runs out.
+    Repeats of one value ("42, 42") are accepted, as the RFC allows.
+    """
+    declared = response.headers.get("content-length")
+    if declared is None:
+        return None
+    values = {value.strip() for value in declared.split(",")}
+    if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
+        raise DownloadFailed(task_url, "bad_response", response.status_code)
+    return int(value)
 
 
 def _redirect_target(task_url: str, current: str, location: str) -> str:

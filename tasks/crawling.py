@@ -477,7 +477,12 @@ def _analyze_page(
     parsed = Page(url=page["final_url"], body=body, content_type=page["content_type"])
     found: list[str] = []
     if _is_html(page["content_type"]):
-        found = [link["url"] for link in links_analyzer(parsed, None)["links"] if link["tag"] in _FOLLOWED_TAGS]
+        extracted = links_analyzer(parsed, None)
+        found = [link["url"] for link in extracted["links"] if link["tag"] in _FOLLOWED_TAGS]
+        for tag, reasons in extracted["skipped_by"].items():  # javascript:, mailto:, empty ... : counted as filtered
+            if tag in _FOLLOWED_TAGS:
+                for reason, count in reasons.items():
+                    counters[f"filtered:{reason}"] += count
     else:
         counters["not_html"] += 1
     if page["analyzer"] is not None:

@@ -349,11 +349,6 @@ def test_redirects_end_with_a_reason(
 
 # --- lying Content-Length -----------------------------------------------------------------------
 
-BAD_LENGTH_IGNORED = (
-    "bug: urllib3 ignores an invalid Content-Length and reads until the server closes: the URL waits for the "
-    "read timeout, fails as 'timeout', is retried and pauses its whole host"
-)
-
 
 @pytest.mark.parametrize(
     ("response", "failed", "attempts"),
@@ -378,23 +373,18 @@ BAD_LENGTH_IGNORED = (
             {"bad_response": 1},
             1,
             id="not-a-number",
-            marks=pytest.mark.xfail(strict=True, reason=BAD_LENGTH_IGNORED),
         ),
         pytest.param(
             Response(b"abc", headers={"Content-Length": "-3"}),
             {"bad_response": 1},
             1,
             id="negative",
-            marks=pytest.mark.xfail(strict=True, reason=BAD_LENGTH_IGNORED),
         ),
         pytest.param(
             Response(b"abc", headers={"Content-Length": "3, 300"}),
             {"bad_response": 1},
             1,
             id="two-values",
-            marks=pytest.mark.xfail(
-                strict=True, reason="bug: a malformed response is counted as bad_request (urllib3's InvalidHeader)"
-            ),
         ),
     ],
 )
@@ -765,14 +755,9 @@ def test_javascript_data_and_mailto_links_are_never_requested(site: TestSite) ->
     status = crawl_hostile(site, *NOT_FETCHABLE, "ftp://files.example.test/f")
 
     assert paths_seen(site) == {"/", *NORMAL}
-    # Only ftp: reaches admission (as "scheme"); the links analyzer drops the others unseen (see below).
-    assert status["failed"] == {} and status["filtered"] == {"scheme": 1}
+    assert status["failed"] == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the links analyzer drops javascript:, data:, mailto: and tel: links before admission, uncounted",
-)
 def test_javascript_data_and_mailto_links_are_counted_as_filtered(site: TestSite) -> None:
     status = crawl_hostile(site, *NOT_FETCHABLE, "ftp://files.example.test/f")
 

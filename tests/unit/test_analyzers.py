@@ -107,7 +107,7 @@ def test_empty_bodies_give_an_empty_document(body: bytes):
     page = Page(URL, body)
     assert page.tree.tag == "html"
     assert page.tree.findall(".//a") == []
-    assert links_analyzer.analyze(page, None) == {"url": URL, "links": [], "count": 0, "skipped": 0}
+    assert links_analyzer.analyze(page, None) == {"url": URL, "links": [], "count": 0, "skipped": 0, "skipped_by": {}}
 
 
 def test_malformed_html_is_parsed_leniently():
@@ -243,11 +243,13 @@ def test_skipped_links_are_counted(href: str):
     result = links_of(f"<a href='/kept'>k</a><a href='{href}'>skip</a>")
     assert triples(result) == [("http://example.com/kept", "k", "a")]
     assert result["skipped"] == 1
+    [(tag, reasons)] = result["skipped_by"].items()
+    assert tag == "a" and sum(reasons.values()) == 1 and set(reasons) <= {"scheme", "empty", "malformed"}
 
 
 def test_links_result_shape_and_rel():
     result = links_of("<a href='/x' rel=' NoFollow   UGC '>x</a><img src='/i'>")
-    assert set(result) == {"url", "links", "count", "skipped"}
+    assert set(result) == {"url", "links", "count", "skipped", "skipped_by"}
     assert result["url"] == URL
     assert result["links"] == [
         {"url": "http://example.com/x", "text": "x", "tag": "a", "attr": "href", "rel": "nofollow ugc"},
