@@ -5,7 +5,8 @@ from __future__ import annotations
 import http.cookiejar
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import requests
@@ -34,13 +35,24 @@ def make_session(pool_size: int = 32) -> requests.Session:
     Cookies are refused so one site's state never leaks into another task's request
     and the shared Session is safe to use from a worker's threads.
     """
-    session = requests.Session()
+    session = _NoRedirectSession()
     session.trust_env = False  # proxies come from VCRAWL_PROXIES only, never *_PROXY or .netrc
     session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
     adapter = DeadlineAdapter(DEADLINES, pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
+
+
+class _NoRedirectSession(requests.Session):
+    """A Session that never looks at Location itself: vcrawl follows redirects hop by hop.
+
+    With ``allow_redirects=False`` requests still parses the Location to prepare
+    ``Response.next``, so a malformed one (``http://[::1``) failed the whole fetch.
+    """
+
+    def resolve_redirects(self, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        return iter(())
 
 
 class StaticFetcher:
@@ -87,13 +99,13 @@ class StaticFetcher:
                         url=request.url,
                         final_url=url,
                         status=response.status_code,
-                        headers={k.lower(): v for k, v in response.headers.items()},
+                        headers=_headers(response),
                         elapsed_s=self._clock() - started,
                         reason=response.reason or "",
                         request_headers=dict(response.request.headers),
                     )
                 if is_redirect:
-                    url = _redirect_target(request.url, url, response.headers["location"])
+                    url = _redirect_target(request.url, url, _location(response.headers["location"]))
                     if url in seen:
                         raise DownloadFailed(request.url, "redirect_loop", response.status_code)
                     seen.add(url)
@@ -104,7 +116,7 @@ class StaticFetcher:
                     url=request.url,
                     final_url=url,
                     status=response.status_code,
-                    headers={k.lower(): v for k, v in response.headers.items()},
+                    headers=_headers(response),
                     body=body,
                     elapsed_s=self._clock() - started,
                     redirects=hop,
@@ -181,6 +193,28 @@ class StaticFetcher:
         except (urllib3.exceptions.ProtocolError, OSError) as exc:
             raise FetchFailed(task_url, "incomplete_body", response.status_code) from exc
         return b"".join(chunks), False
+
+
+def _headers(response: requests.Response) -> dict[str, str]:
+    headers = {name.lower(): value for name, value in response.headers.items()}
+    if "location" in headers:
+        headers["location"] = _location(headers["location"])
+    return headers
+
+
+def _location(value: str) -> str:
+    """A Location header as its sender meant it.
+
+    http.client decodes header bytes as latin-1, so a UTF-8 path (``/café``) arrives as mojibake;
+    like requests' own redirect handling, take the bytes back and read them as UTF-8 when they are.
+
+    >>> _location("/caf\u00c3\u00a9.html"), _location("/caf\u00e9.html")
+    ('/café.html', '/café.html')
+    """
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
 
 
 def _content_length(task_url: str, response: requests.Response) -> int | None:

@@ -296,7 +296,7 @@ def _handle_response(
     if result.status in _REDIRECTS and "location" in result.headers:
         if entry.redirects_left <= 0:
             return _final_failure(run, "too_many_redirects", entry.url)
-        target = urljoin(result.final_url, result.headers["location"].strip())
+        target = _join(result.final_url, result.headers["location"])  # admission filters a malformed one
         run.counters["redirects"] += 1
         run.redirects.append({"url": entry.url, "target": target, "depth": entry.depth,
                               "redirects_left": entry.redirects_left - 1})  # fmt: skip
@@ -396,8 +396,12 @@ def _fetch_robots(env: CrawlEnv, runtime: JobRuntime, url: str, run: _BatchRun) 
             status, body = result.status, result.body
             if result.status not in _REDIRECTS or "location" not in result.headers:
                 break
-            target = urljoin(result.final_url, result.headers["location"].strip())
-            if urlsplit(target).scheme not in ("http", "https"):
+            target = _join(result.final_url, result.headers["location"])
+            try:
+                if urlsplit(target).scheme not in ("http", "https"):
+                    break
+            except ValueError:  # a malformed Location: robots.txt as if unavailable
+                status, body = 404, None
                 break
     except (DownloadFailed, FetchFailed):
         status, body = None, None
@@ -417,6 +421,14 @@ def _fetch_robots(env: CrawlEnv, runtime: JobRuntime, url: str, run: _BatchRun) 
         )
     logger.debug("robots.txt of %s: %s (status %s)", origin(url), rules.kind, status)
     return rules
+
+
+def _join(base: str, location: str) -> str:
+    """The redirect target; a Location urljoin cannot parse is kept as is, for admission to refuse."""
+    try:
+        return urljoin(base, location.strip())
+    except ValueError:
+        return location.strip()
 
 
 @functools.lru_cache(maxsize=4096)

@@ -302,11 +302,6 @@ def _utf8(location: str) -> str:
             {"malformed": 1},
             {"/go": 1},
             id="to-a-malformed-url",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: requests parses the Location eagerly (Response.next); its ValueError fails /go as "
-                "bad_request instead of the target being filtered as malformed",
-            ),
         ),
         pytest.param(
             {"/go": _utf8("/café.html")},
@@ -314,11 +309,6 @@ def _utf8(location: str) -> str:
             {},
             {"/go": 1, "/caf%C3%A9.html": 1},
             id="to-a-non-ascii-path",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="bug: the Location header is read as latin-1, so a UTF-8 path becomes mojibake "
-                "(/caf%C3%83%C2%A9.html, a 404)",
-            ),
         ),
         pytest.param({"/go": None}, {"http_302": 1}, {}, {"/go": 1}, id="without-location"),
     ],
