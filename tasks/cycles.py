@@ -13,9 +13,8 @@ from collections import Counter
 from typing import Any
 
 from fetchers import FetcherRegistry
-from frontier import BloomFilter, CycleStart, Frontier, History
-from tasks.jobs import RuntimeCache, admit_links, check_job
-from vcrawl import redis_keys
+from frontier import CycleStart, Frontier, History
+from tasks.jobs import RuntimeCache, admit_links, check_job, job_bloom
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec
 
@@ -44,10 +43,10 @@ def start_cycle(
             is a one-off job's.
     """
     check_job(spec, fetchers)
-    bloom_keys = set(_bloom_keys(spec, client))
+    bloom_keys = set(job_bloom(spec, client).keys)
     previous = frontier.raw_state(spec.id).get("spec")
     if previous:  # the last cycle's filter may have had another size
-        bloom_keys.update(_bloom_keys(JobSpec.from_dict(json.loads(previous)), client))
+        bloom_keys.update(job_bloom(JobSpec.from_dict(json.loads(previous)), client).keys)
     started = frontier.new_cycle(spec.id, spec.to_json(), firing=firing, overlap=overlap, bloom_keys=sorted(bloom_keys))
     if started.status == "one-off":
         raise InvalidTask("id", f"{spec.id!r} is a one-off job's id; a schedule needs a name of its own")
@@ -71,14 +70,3 @@ def start_cycle(
     frontier.finish_start(spec.id, started.cycle)
     logger.info("job %s: cycle %d %s, %d known URLs due", spec.id, started.cycle, started.status, started.due)
     return started
-
-
-def _bloom_keys(spec: JobSpec, client: Any) -> tuple[str, ...]:
-    bloom = BloomFilter(
-        client,
-        spec.id,
-        spec.dedup.expected_urls,
-        spec.dedup.error_rate,
-        segment_key=lambda index: redis_keys.job_bloom_segment(spec.id, index),
-    )
-    return bloom.keys

@@ -152,18 +152,23 @@ def build_runtime(
         retry=RetryPolicy(
             limits.retries, settings.fetch_backoff_s, settings.fetch_backoff_max_s, settings.max_retry_after_s
         ),
-        bloom=BloomFilter(
-            client,
-            spec.id,
-            spec.dedup.expected_urls,
-            spec.dedup.error_rate,
-            segment_key=lambda index: redis_keys.job_bloom_segment(spec.id, index),
-        ),
+        bloom=job_bloom(spec, client),
         networks=tuple(ipaddress.ip_network(n) for n in spec.allowed_networks),
         batch_size=settings.frontier_batch if politeness.min_interval_s <= 0 else 1,
         cycle=cycle,
         cycle_started_s=cycle_started_s,
         limits=limits,
+    )
+
+
+def job_bloom(spec: JobSpec, client: Any) -> BloomFilter:
+    """The job's Bloom filter; its segments share the job's hash tag (admission is one script)."""
+    return BloomFilter(
+        client,
+        spec.id,
+        spec.dedup.expected_urls,
+        spec.dedup.error_rate,
+        segment_key=lambda index: redis_keys.job_bloom_segment(spec.id, index),
     )
 
 
