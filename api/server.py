@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from api.openapi import openapi_document
 from vcrawl.errors import InvalidTask
+from vcrawl.jobs import masked_url
 
 __all__ = ["JobApi", "make_server"]
 
@@ -137,8 +138,9 @@ class JobApi:
     def _configure(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
         spec = self.reconfigure(job, _body_mapping(body))
+        proxies = [masked_url(proxy) for proxy in spec.proxies] if spec.proxies is not None else None
         live = {"politeness": spec.to_dict()["politeness"], "user_agents": spec.user_agents,
-                "referers": spec.referers, "proxies": spec.proxies}  # fmt: skip
+                "referers": spec.referers, "proxies": proxies}  # fmt: skip
         return _json(200, {"job": job, "spec_rev": self._status(job)["spec_rev"], **live})
 
     def _failures(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:

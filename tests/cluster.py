@@ -23,12 +23,14 @@ def cluster_env(settings: Settings) -> dict[str, str]:
     return {**os.environ, **settings.to_env(), "PYTHONPATH": str(REPO)}
 
 
-def start_worker(env: dict[str, str], name: str, log: Path, concurrency: int = 2) -> subprocess.Popen[bytes]:
+def start_worker(
+    env: dict[str, str], name: str, log: Path, concurrency: int = 2, loglevel: str = "INFO"
+) -> subprocess.Popen[bytes]:
     """Start ``celery -A tasks worker`` on both queues (threads pool); wait until it answers a ping."""
     command = [
         sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,download.dynamic,analysis",
         "-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h", "--without-mingle", "--without-gossip",
-        "-l", "INFO",
+        "-l", loglevel,
     ]  # fmt: skip
     with open(log, "ab") as out:
         process = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)

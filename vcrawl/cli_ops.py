@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.jobs import masked_url
 from vcrawl.settings import Settings
 
 __all__ = ["add_ops_commands", "check_serve_options"]
@@ -124,8 +125,9 @@ def _cmd_config(args: argparse.Namespace) -> int:
         raise InvalidTask("config", "give at least one of --interval, --jitter, --per-host, --user-agents, "
                           "--referers, --proxies")  # fmt: skip
     spec = tasks.reconfigure_job(args.job, changes)
+    proxies = [masked_url(proxy) for proxy in spec.proxies] if spec.proxies is not None else None
     live = {"politeness": spec.to_dict()["politeness"], "user_agents": spec.user_agents, "referers": spec.referers,
-            "proxies": spec.proxies}  # fmt: skip
+            "proxies": proxies}  # fmt: skip
     print(json.dumps({key: live[key] for key in changes}, sort_keys=True))
     return 0
 

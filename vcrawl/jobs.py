@@ -27,6 +27,7 @@ __all__ = [
     "Rule",
     "ScopeSpec",
     "load_job_file",
+    "masked_url",
     "new_job_id",
 ]
 
@@ -206,6 +207,19 @@ class JobSpec:
 
 
 _DEFAULT_RULE = Rule(pattern="")
+
+
+def masked_url(url: str) -> str:
+    """A URL with its password hidden, for anything people or logs see.
+
+    >>> masked_url("http://user:s3cret@proxy.internal:3128/"), masked_url("http://proxy.internal:3128")
+    ('http://user:***@proxy.internal:3128/', 'http://proxy.internal:3128')
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.netloc.rsplit('@', 1)[1]}"
+    return parts._replace(netloc=netloc).geturl()
 
 
 def load_job_file(path: str | Path) -> JobSpec:

@@ -147,6 +147,8 @@ def test_live_configuration_changes_the_request_rate(api_url: str, site: TestSit
     assert status == 200 and body["politeness"]["min_interval_s"] == 0.2 and body["spec_rev"] == 1
     time.sleep(2.5)  # workers re-read a changed spec within 2 s
     fast = rate(3.0)
+    status, body = call(api_url, "PATCH", f"/api/jobs/{job_id}/config", {"proxies": ["http://u:s3cret@127.0.0.1:9/"]})
+    assert status == 200 and body["proxies"] == ["http://u:***@127.0.0.1:9/"]  # credentials never echoed
     call(api_url, "POST", f"/api/jobs/{job_id}/cancel")
     assert 2.0 <= slow <= 2.6 and 1.6 <= fast / slow <= 2.4, (slow, fast)  # 1 / 0.4 s, then 1 / 0.2 s
 
