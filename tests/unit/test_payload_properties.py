@@ -47,9 +47,12 @@ if "HYPOTHESIS_STORAGE_DIRECTORY" not in os.environ:
     set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "vcrawl-hypothesis")
 
 # No example database (nothing written into the repository); deadline=None: lxml and realpath vary.
-_BASE = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-MANY = settings(_BASE, max_examples=250)
-SOME = settings(_BASE, max_examples=100)
+# Derandomized: the same examples on every run, so CI never fails on a new draw. Set
+# VCRAWL_HYPOTHESIS_EXPLORE=1 to draw fresh examples (and more of them) when looking for bugs.
+_EXPLORE = os.environ.get("VCRAWL_HYPOTHESIS_EXPLORE") == "1"
+_BASE = settings(deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow], derandomize=not _EXPLORE)
+MANY = settings(_BASE, max_examples=2500 if _EXPLORE else 250)
+SOME = settings(_BASE, max_examples=1000 if _EXPLORE else 100)
 
 TASK_FIELDS = ("url", "page_type", "save_path", "js_function", "analyzer", "result_path", "job", "fields", "wait_for")
 U = "http://127.0.0.1/page.html"
@@ -640,7 +643,8 @@ _JOB_MUTATIONS: list[tuple[str, Callable[[dict[str, Any], Any], None], st.Search
     ("rules[0].js_function", _rule(key="js_function", pattern="x", page_type="dynamic"), _bad_js),
     ("politeness.per_host", _set("politeness", "per_host"), st.sampled_from([0, 257, "1", 1.5, True, None])),
     ("politeness.robots_token", _set("politeness", "robots_token"), st.sampled_from(["", "a b", "x/1", 3, None])),
-    ("limits.retries", _set("limits", "retries"), st.sampled_from([-1, 21, "3", 2.0, None])),
+    # null is not here: a limit left null takes the cluster's setting.
+    ("limits.retries", _set("limits", "retries"), st.sampled_from([-1, 21, "3", 2.0])),
     ("revisit.grow", _set("revisit", "grow"), st.floats().filter(lambda x: not 0 <= x <= 10)),
     (
         "scope.hosts[0]",
