@@ -46,6 +46,7 @@ __all__ = [
     "crawl_env",
     "fetch_retry",
     "fetchers",
+    "first_in_window",
     "flush_records",
     "frontier",
     "history",
@@ -166,11 +167,6 @@ def robots() -> RobotsCache:
 def crawl_env() -> CrawlEnv:
     """Return what crawl batches use."""
 
-    def alert_once(key: str) -> bool:
-        # One alert per cause per window: a broken site does not send a thousand emails.
-        window_s = max(1, int(settings().alert_window_s))
-        return bool(redis_client().set(redis_keys.alert_sent(key, "job"), 1, nx=True, ex=window_s))
-
     retry_robots_s = settings().robots_error_ttl_s
     return _once(
         "crawl_env",
@@ -180,7 +176,7 @@ def crawl_env() -> CrawlEnv:
             robots(),
             storage(),
             alerter(),
-            alert_once,
+            first_in_window,
             fetchers(),
             records,
             warc,
@@ -252,10 +248,15 @@ def pump() -> FrontierPump:
     )
 
 
-def alert(cause: str, message: Alert) -> bool:
-    """Send ``message`` unless an alert for ``cause`` went out within ``VCRAWL_ALERT_WINDOW_S``."""
+def first_in_window(cause: str) -> bool:
+    """True once per ``cause`` per ``VCRAWL_ALERT_WINDOW_S``: a broken site does not send a thousand emails."""
     window_s = max(1, int(settings().alert_window_s))
-    if not redis_client().set(redis_keys.alert_sent(cause, "job"), 1, nx=True, ex=window_s):
+    return bool(redis_client().set(redis_keys.alert_sent(cause, "job"), 1, nx=True, ex=window_s))
+
+
+def alert(cause: str, message: Alert) -> bool:
+    """Send ``message`` unless an alert for ``cause`` went out within the alert window."""
+    if not first_in_window(cause):
         return False
     alerter().send(message)
     return True
