@@ -4,11 +4,17 @@ Lines are collected in a local spool file and a part is shipped into the store w
 (through ``Storage.open_write``, so it works the same on local disk and on HDFS), when it
 passes ``max_part_bytes``, when it is older than ``max_part_age_s``, and when the worker
 shuts down. A part file therefore only ever holds whole lines, from one writer.
+
+With a ``spool_dir``, each line reaches the spool file (unbuffered) before ``append`` returns,
+so before the analysis task is acknowledged: a worker killed with records not yet shipped
+leaves its spool behind, locked no more, and `recover_spools` (run when a worker starts)
+ships it under the part name it would have had. Shipping twice writes the same part again.
 """
 
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import logging
@@ -18,11 +24,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from storage.registry import Storage
 
-__all__ = ["RecordWriter", "export_records", "read_records"]
+__all__ = ["RecordWriter", "export_records", "read_records", "recover_spools"]
+
+_SPOOL_SUFFIX = ".jsonl"
+_PREFIX_END = "@"  # spool name: quote(prefix) @ part name (quote leaves no "@")
 
 logger = logging.getLogger(__name__)
 
@@ -39,14 +50,19 @@ class RecordWriter:
         max_part_age_s: float = 60.0,
         writer_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        spool_dir: str | None = None,
     ) -> None:
         self._store = store
         self._prefix = prefix.rstrip("/")
         self._max_bytes, self._max_age_s = max_part_bytes, max_part_age_s
         self._writer_id = writer_id or f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
         self._clock = clock
+        self._spool_dir = spool_dir
+        if spool_dir is not None:
+            os.makedirs(spool_dir, exist_ok=True)
         self._lock = threading.Lock()
         self._spool: Any = None
+        self._spool_path = ""
         self._opened_at = 0.0
         self._size = 0
         self._seq = 0
@@ -58,7 +74,7 @@ class RecordWriter:
         line = (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             if self._spool is None:
-                self._spool = tempfile.TemporaryFile(prefix="vcrawl-records-")
+                self._spool = self._open_spool()
                 self._opened_at, self._size = self._clock(), 0
                 self._timer = threading.Timer(self._max_age_s, self._flush_when_old)
                 self._timer.daemon = True
@@ -77,6 +93,21 @@ class RecordWriter:
         """Ship what is left; the writer may be used again afterwards."""
         self.flush()
 
+    def _part_name(self) -> str:
+        return f"{self._writer_id}-{self._seq + 1:05d}{_SPOOL_SUFFIX}"
+
+    def _open_spool(self) -> Any:
+        if self._spool_dir is None:
+            return tempfile.TemporaryFile(prefix="vcrawl-records-")
+        path = os.path.join(self._spool_dir, quote(self._prefix, safe="") + _PREFIX_END + self._part_name())
+        spool = open(path + ".new", "w+b", buffering=0)  # closed in _ship
+        # Held while this process lives: a spool that can be locked belongs to a dead writer.
+        # Locked before it gets the name recovery looks for.
+        fcntl.flock(spool.fileno(), fcntl.LOCK_EX)
+        os.rename(path + ".new", path)
+        self._spool_path = path
+        return spool
+
     def _ship(self) -> None:
         """Copy the part into the store; if that fails, keep it (nothing is lost) and raise."""
         if self._timer is not None:
@@ -89,7 +120,7 @@ class RecordWriter:
             self._spool = None
             spool.close()
             return
-        location = f"{self._prefix}/{self._writer_id}-{self._seq + 1:05d}.jsonl"
+        location = f"{self._prefix}/{self._part_name()}"
         spool.seek(0)
         try:
             with self._store.open_write(location) as out:
@@ -99,6 +130,8 @@ class RecordWriter:
             spool.seek(0, os.SEEK_END)  # on failure the spool stays whole, for the next try
         self._seq += 1
         self._spool = None
+        if self._spool_dir is not None:
+            os.unlink(self._spool_path)  # while still locked, so no recovery ships it again
         spool.close()
         self.parts.append(location)
 
@@ -108,6 +141,52 @@ class RecordWriter:
             self.flush()
         except Exception as exc:  # kept for the next try; the worker goes on
             logger.warning("records part of %s not shipped yet: %r", self._prefix, exc)
+
+
+def recover_spools(store: Storage, spool_dir: str) -> list[str]:
+    """Ship the spools that dead writers left in ``spool_dir``; return the parts written.
+
+    A spool still locked belongs to a live writer and is left alone. A line cut short by the
+    kill is dropped: its analysis was not acknowledged, so it runs again.
+    """
+    shipped: list[str] = []
+    directory = Path(spool_dir)
+    if not directory.is_dir():
+        return shipped
+    for path in directory.glob(f"*{_PREFIX_END}*{_SPOOL_SUFFIX}.new"):  # died before naming its spool: empty
+        _remove_if_unlocked(path)
+    for path in sorted(directory.glob(f"*{_PREFIX_END}*{_SPOOL_SUFFIX}")):
+        quoted_prefix, _, part = path.name.partition(_PREFIX_END)
+        try:
+            spool = open(path, "r+b")  # closed below
+        except FileNotFoundError:  # shipped by its writer meanwhile
+            continue
+        with spool:
+            try:
+                fcntl.flock(spool.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            if not os.path.exists(path):  # unlinked by its writer before we got the lock
+                continue
+            data = spool.read()
+            whole = data[: data.rfind(b"\n") + 1]
+            if whole:
+                location = f"{unquote(quoted_prefix)}/{part}"
+                with store.open_write(location) as out:
+                    out.write(whole)
+                shipped.append(location)
+                logger.warning("shipped %d bytes of records a stopped worker left in %s", len(whole), path)
+            os.unlink(path)
+    return shipped
+
+
+def _remove_if_unlocked(path: Path) -> None:
+    try:
+        with open(path, "rb") as spool:
+            fcntl.flock(spool.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+    except (FileNotFoundError, BlockingIOError):
+        pass
 
 
 def read_records(store: Storage, prefix: str) -> Iterator[dict[str, Any]]:
@@ -134,7 +213,7 @@ def export_records(store: Storage, prefix: str, out: io.TextIOBase, fmt: str) ->
     """
     if fmt not in ("jsonl", "csv"):
         raise ValueError(f"format must be jsonl or csv, got {fmt!r}")
-    records = list(read_records(store, prefix))
+    records = list(_once_each(read_records(store, prefix)))
     if fmt == "jsonl":
         for record in records:
             out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
@@ -147,6 +226,22 @@ def export_records(store: Storage, prefix: str, out: io.TextIOBase, fmt: str) ->
     writer.writeheader()
     writer.writerows(rows)
     return len(rows)
+
+
+def _once_each(records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Drop repeats of one analysis (same URL, fetch time and analyzer).
+
+    An analysis redelivered after its worker died writes its records again (records are
+    at-least-once on disk); the export shows each once.
+    """
+    seen: set[tuple[Any, Any, Any]] = set()
+    for record in records:
+        key = (record.get("url"), record.get("fetched_at"), record.get("analyzer"))
+        if None not in key:
+            if key in seen:
+                continue
+            seen.add(key)
+        yield record
 
 
 def _flat(record: Mapping[str, Any]) -> dict[str, Any]:

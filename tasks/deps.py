@@ -6,7 +6,9 @@ Nothing here connects at import time. A pool child gets fresh clients after fork
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +28,7 @@ from fetchers import (
 )
 from frontier import Frontier, History, HostGate, RobotsCache
 from storage import Storage
-from storage.records import RecordWriter
+from storage.records import RecordWriter, recover_spools
 from storage.warc import WarcWriter
 from tasks.alerts import Alert, Alerter
 from tasks.crawling import CrawlEnv
@@ -206,8 +208,28 @@ def records(job_id: str) -> RecordWriter:
             f"jobs/{job_id}/records",
             max_part_bytes=current.records_part_bytes,
             max_part_age_s=current.records_flush_s,
+            spool_dir=records_spool_dir(current),
         ),
     )
+
+
+def records_spool_dir(current: Settings) -> str:
+    """Where record writers spool: ``VCRAWL_RECORDS_SPOOL_DIR``, else one directory per store.
+
+    Per store, because a worker that finds a dead writer's spool ships it into its own store.
+    """
+    if current.records_spool_dir:
+        return current.records_spool_dir
+    data = current.data
+    if "://" not in data or data.startswith("file://"):
+        return os.path.join(data.removeprefix("file://"), ".spool", "records")
+    tag = hashlib.sha1(data.encode(), usedforsecurity=False).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), f"vcrawl-spool-{os.getuid()}", tag, "records")
+
+
+def recover_records() -> list[str]:
+    """Ship record spools left by killed workers of this store (at worker start)."""
+    return recover_spools(storage(), records_spool_dir(settings()))
 
 
 def warc(job_id: str) -> WarcWriter:

@@ -24,11 +24,16 @@ def cluster_env(settings: Settings) -> dict[str, str]:
 
 
 def start_worker(
-    env: dict[str, str], name: str, log: Path, concurrency: int = 2, loglevel: str = "INFO"
+    env: dict[str, str],
+    name: str,
+    log: Path,
+    concurrency: int = 2,
+    loglevel: str = "INFO",
+    queues: str = "download,download.dynamic,analysis",
 ) -> subprocess.Popen[bytes]:
-    """Start ``celery -A tasks worker`` on both queues (threads pool); wait until it answers a ping."""
+    """Start ``celery -A tasks worker`` on ``queues`` (threads pool); wait until it answers a ping."""
     command = [
-        sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,download.dynamic,analysis",
+        sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", queues,
         "-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h", "--without-mingle", "--without-gossip",
         "-l", loglevel,
     ]  # fmt: skip

@@ -79,6 +79,7 @@ class Settings:
     warc_spool_dir: str | None = None
     records_part_bytes: int = 64 * 1024 * 1024
     records_flush_s: float = 60.0
+    records_spool_dir: str | None = None
     pump: bool = True
     frontier_batch: int = 8
     frontier_inflight: int = 64

@@ -1,4 +1,5 @@
-"""Faults with real processes: workers SIGKILLed mid-job, Redis restarted mid-job, a host down and back.
+"""Faults with real processes: download and analysis workers SIGKILLed mid-job, the pump's process
+killed, Redis restarted mid-job, a host down and back.
 
 Each test runs its own redis-server (AOF on), `celery worker` subprocesses and local sites, and
 checks the job completes with exactly the pages of an undisturbed run. `make test-faults` runs
@@ -18,13 +19,17 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 
 from frontier import Frontier
+from storage import Storage
+from storage.records import read_records
 from tasks.jobs import job_status
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
+from tests.conftest import PLUGIN_SITE
 from tests.site import TestSite
 from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
@@ -177,3 +182,87 @@ def test_a_host_down_mid_crawl_is_retried_when_back_and_slows_no_other_host(tmp_
     gaps = [b - a for a, b in itertools.pairwise(during)]
     assert during and max(gaps, default=0) < 0.6, gaps
     assert set(steady_paths) <= {s.path for s in steady.seen}
+
+
+def stop_gracefully(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (warm shutdown: ships records), then SIGKILL if it takes too long."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            stop_worker(process)
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path) -> None:
+    started_log = tmp_path / "analyses-started.log"
+    with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
+        data = tmp_path / "data"
+        env = {**cluster_env(fault_settings(server, data)), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
+               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.4"}  # fmt: skip
+        paths = serve_pages(site, 20)
+        job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.02, "jitter": 0},
+               "rules": [{"pattern": "", "analyzer": "slow_words"}]}  # fmt: skip
+        fetcher = start_worker(env, "fetcher", tmp_path / "fetcher.log", queues="download,download.dynamic")
+        analysts = [start_worker(env, "analyst-0", tmp_path / "analyst-0.log", queues="analysis")]
+        try:
+            job_id = start_job(env, job)
+            deadline = time.monotonic() + 30
+            while len(lines(started_log)) < 4 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.1)  # inside the 0.4 s analysis of the page whose start was logged last
+            os.kill(analysts[0].pid, signal.SIGKILL)
+            analysts[0].wait(10)
+            interrupted = lines(started_log)[-1]
+            analysts.append(start_worker(env, "analyst-1", tmp_path / "analyst-1.log", queues="analysis"))
+            frontier = Frontier(redis.Redis.from_url(server.url))
+            status = wait_done(lambda: frontier, job_id, VISIBILITY_TIMEOUT_S * 4 + 40)
+        finally:
+            stop_worker(fetcher)
+            for analyst in analysts:
+                stop_gracefully(analyst)
+    assert status["state"] == "completed", status
+    assert status["pages_stored"] == len(paths) and status["failed"] == {}
+    started = Counter(lines(started_log))
+    assert started[interrupted] >= 2  # the killed analysis ran again
+    records = list(read_records(Storage(str(data)), f"jobs/{job_id}/records"))
+    # Records the killed worker had spooled were shipped by the next worker (nothing lost).
+    assert {urlsplit(r["url"]).path for r in records} == set(paths)
+    assert len(records) - len({r["url"] for r in records}) <= 8  # repeats: the redelivered batch only
+    assert not any((data / ".spool" / "records").iterdir())
+
+
+def test_the_pump_process_dies_and_another_one_resumes_dispatch(tmp_path: Path) -> None:
+    with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
+        env = cluster_env(fault_settings(server, tmp_path / "data"))
+        paths = serve_pages(site, 60)
+        job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0}}
+        # The fetching worker runs no pump: only the pump workers dispatch.
+        fetcher = start_worker({**env, "VCRAWL_PUMP": "false"}, "fetcher", tmp_path / "fetcher.log")
+        pumps = [start_worker(env, "pump-0", tmp_path / "pump-0.log", queues="vcrawl.faults.idle")]
+        try:
+            job_id = start_job(env, job)
+            deadline = time.monotonic() + 20
+            while len(site.seen) < 15 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.kill(pumps[0].pid, signal.SIGKILL)
+            pumps[0].wait(10)
+            time.sleep(1.5)  # what was dispatched before the kill is fetched by now
+            stalled_at = len(site.seen)
+            time.sleep(1.5)
+            assert len(site.seen) == stalled_at < len(paths)  # no pump, no dispatch
+            pumps.append(start_worker(env, "pump-1", tmp_path / "pump-1.log", queues="vcrawl.faults.idle"))
+            frontier = Frontier(redis.Redis.from_url(server.url))
+            status = wait_done(lambda: frontier, job_id, 60)
+        finally:
+            for process in (fetcher, *pumps):
+                stop_worker(process)
+    assert status["state"] == "completed", status
+    assert status["pages_stored"] == len(paths) and status["failed"] == {}
+    seen = fetches(site)
+    assert set(seen) == set(paths)
+    assert sum(seen.values()) - len(seen) <= 1, seen.most_common(3)  # one batch in flight per host

@@ -5,6 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from storage import Storage
-from storage.records import RecordWriter, export_records, read_records
+from storage.records import RecordWriter, export_records, read_records, recover_spools
 
 
 def record(n: int, writer: str = "w") -> dict:
@@ -119,3 +123,67 @@ def test_an_idle_writer_ships_its_part_after_the_age_limit(tmp_path: Path) -> No
     while not store.list_files("r") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(store.list_files("r")) == 1
+
+
+_KILLED_WRITER = """
+import json, sys, time
+from storage import Storage
+from storage.records import RecordWriter
+store, spool, count = Storage(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+writer = RecordWriter(store, "jobs/j/records", max_part_bytes=2000, max_part_age_s=3600, writer_id="dead",
+                      spool_dir=spool)
+for n in range(count):
+    writer.append({"url": f"http://a.test/{n}", "fetched_at": "t", "analyzer": "fields", "data": {"fields": {"n": n}}})
+print("appended", flush=True)
+time.sleep(60)
+"""
+
+
+def test_records_of_a_sigkilled_writer_are_recovered_from_its_spool(tmp_path: Path) -> None:
+    store, spool = Storage(str(tmp_path / "data")), str(tmp_path / "spool")
+    repo = Path(__file__).resolve().parents[2]
+    writer = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(tmp_path / "data"), spool, "50"], cwd=repo,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "appended"
+        assert recover_spools(store, spool) == []  # the writer lives: its spool is its own
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait(10)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(10)
+    shipped_before = store.list_files("jobs/j/records")  # parts rolled at 2000 bytes before the kill
+    assert shipped_before  # some parts went out as usual; the last one was only spooled
+    recovered = recover_spools(store, spool)
+    assert len(recovered) == 1 and recovered[0] not in shipped_before
+    assert sorted(r["data"]["fields"]["n"] for r in read_records(store, "jobs/j/records")) == list(range(50))
+    assert not os.listdir(spool) and recover_spools(store, spool) == []
+
+
+def test_a_line_cut_short_by_the_kill_is_dropped(tmp_path: Path) -> None:
+    store, spool = Storage(str(tmp_path / "data")), tmp_path / "spool"
+    spool.mkdir()
+    (spool / "jobs%2Fj%2Frecords@w9-00001.jsonl").write_bytes(b'{"n":1}\n{"n":2}\n{"n":')
+    assert recover_spools(store, str(spool)) == ["jobs/j/records/w9-00001.jsonl"]
+    assert [r["n"] for r in read_records(store, "jobs/j/records")] == [1, 2]
+
+
+def test_a_live_writer_ships_and_removes_its_own_spool(tmp_path: Path) -> None:
+    store, spool = Storage(str(tmp_path / "data")), str(tmp_path / "spool")
+    writer = RecordWriter(store, "jobs/j/records", writer_id="live", spool_dir=spool)
+    writer.append(record(1))
+    assert len(os.listdir(spool)) == 1 and recover_spools(store, spool) == []
+    writer.close()
+    assert os.listdir(spool) == [] and len(list(read_records(store, "jobs/j/records"))) == 1
+
+
+def test_export_shows_a_repeated_analysis_once(tmp_path: Path) -> None:
+    store = Storage(str(tmp_path))
+    for writer_id in ("killed", "redelivered"):  # the same analysis written by two workers
+        writer = RecordWriter(store, "jobs/j/records", writer_id=writer_id)
+        for n in range(3):
+            writer.append(record(n))
+        writer.close()
+    out = io.StringIO()
+    assert export_records(store, "jobs/j/records", out, "jsonl") == 3

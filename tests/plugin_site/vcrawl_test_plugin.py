@@ -19,3 +19,19 @@ def always_fails(page: Any, rules: Any) -> dict:
 def word_count(page: Any, rules: Any) -> dict:
     """A working plugin analyzer: counts the words of the page text."""
     return {"url": page.url, "words": len(page.tree.text_content().split())}
+
+
+def slow_words(page: Any, rules: Any) -> dict:
+    """A slow analyzer for fault tests: notes each start in $VCRAWL_TEST_ANALYSIS_LOG, then sleeps.
+
+    The log shows which analyses began, so a test can kill the worker while one runs.
+    """
+    import os
+    import time
+
+    log = os.environ.get("VCRAWL_TEST_ANALYSIS_LOG")
+    if log:
+        with _lock, open(log, "a", encoding="utf-8") as out:
+            out.write(page.url + "\n")
+    time.sleep(float(os.environ.get("VCRAWL_TEST_ANALYSIS_SLEEP_S", "0.5")))
+    return {"url": page.url, "words": len(page.tree.text_content().split())}
