@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import html.parser
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -52,25 +53,81 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
     seen: set[tuple[str, str, str]] = set()
     skipped = 0
     skipped_by: dict[str, dict[str, int]] = {}
-    for element in page.tree.iter(*LINK_ATTRIBUTES):
-        attr = LINK_ATTRIBUTES[element.tag]
-        value = element.get(attr)
-        if value is None:
-            continue
+    # Past libxml2's depth limit the tree ends where parsing stopped; a tokenizer still sees every tag.
+    candidates = _streamed(page.text) if page.truncated else _from_tree(page.tree)
+    for tag, attr, value, text, rel in candidates:
         url, reason = _absolute(base, value)
         if url is None:
-            logger.debug("%s: skip <%s %s=%.200r>: %s", page.url, element.tag, attr, value, reason)
+            logger.debug("%s: skip <%s %s=%.200r>: %s", page.url, tag, attr, value, reason)
             skipped += 1
-            by_reason = skipped_by.setdefault(element.tag, {})
+            by_reason = skipped_by.setdefault(tag, {})
             kind = reason.split(":", 1)[0] if reason in ("empty",) or reason.startswith("malformed") else "scheme"
             by_reason[kind] = by_reason.get(kind, 0) + 1
             continue
-        text = _link_text(element)
-        if (url, text, element.tag) in seen:
+        if (url, text, tag) in seen:
             continue
-        seen.add((url, text, element.tag))
-        links.append({"url": url, "text": text, "tag": element.tag, "attr": attr, "rel": _rel(element)})
+        seen.add((url, text, tag))
+        links.append({"url": url, "text": text, "tag": tag, "attr": attr, "rel": rel})
     return {"url": page.url, "links": links, "count": len(links), "skipped": skipped, "skipped_by": skipped_by}
+
+
+_Candidate = tuple[str, str, str, str, "str | None"]  # tag, attribute, value, text, rel
+
+
+def _from_tree(tree: lxml.html.HtmlElement) -> Iterator[_Candidate]:
+    for element in tree.iter(*LINK_ATTRIBUTES):
+        attr = LINK_ATTRIBUTES[element.tag]
+        value = element.get(attr)
+        if value is not None:
+            yield element.tag, attr, value, _link_text(element), _rel(element)
+
+
+def _streamed(text: str) -> list[_Candidate]:
+    """The links of ``text`` read tag by tag, without building a tree (so without a depth limit)."""
+    collector = _LinkCollector()
+    collector.feed(text)
+    collector.close()
+    collector.finish_anchor()
+    return collector.found
+
+
+class _LinkCollector(html.parser.HTMLParser):
+    """Collects link attributes in document order; an <a>'s text runs to its end tag or the next <a>."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.found: list[_Candidate] = []
+        self._anchor: tuple[int, list[str], str] | None = None  # index in found, text parts, first img alt
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.finish_anchor()
+        attr = LINK_ATTRIBUTES.get(tag)
+        values = dict(attrs)
+        if tag == "img" and self._anchor is not None and not self._anchor[2]:
+            self._anchor = (self._anchor[0], self._anchor[1], _normalize(values.get("alt")))
+        if attr is None or values.get(attr) is None:
+            return
+        fallback = _normalize(values.get("alt")) or _normalize(values.get("title"))
+        self.found.append((tag, attr, values[attr] or "", fallback, _normalize(values.get("rel")).lower() or None))
+        if tag == "a":
+            self._anchor = (len(self.found) - 1, [], "")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a":
+            self.finish_anchor()
+
+    def handle_data(self, data: str) -> None:
+        if self._anchor is not None:
+            self._anchor[1].append(data)
+
+    def finish_anchor(self) -> None:
+        if self._anchor is None:
+            return
+        index, parts, alt = self._anchor
+        self._anchor = None
+        tag, attr, value, fallback, rel = self.found[index]
+        self.found[index] = (tag, attr, value, _normalize("".join(parts)) or alt or fallback, rel)
 
 
 def _absolute(base: str, value: str) -> tuple[str | None, str]:

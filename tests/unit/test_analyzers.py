@@ -504,3 +504,21 @@ def test_default_registry_serves_the_builtins():
     assert triples(result) == [("http://example.com/dir/x", "x", "a")]
     with pytest.raises(UnknownComponent):
         run_analysis(Page(URL, b""), "no-such-analyzer", None)
+
+
+def test_links_past_the_parsers_depth_limit_are_read_tag_by_tag() -> None:
+    body = (
+        b'<html><body><a href="/before.html">before</a>' + b"<b>" * 5000
+        + b'<a href="/deep.html" rel="NoFollow">deep <i>link</i></a><a href="/pic.html"><img alt="a picture"></a>'
+        + b'<a href="mailto:x@y.test">mail</a><img src="/i.png" title="icon"><a href="">empty</a>'
+    )  # fmt: skip
+    page = Page("http://h.test/dir/x", body, "text/html")
+    assert page.truncated
+    result = links_analyzer.analyze(page)
+    assert [(link["url"], link["text"], link["tag"], link["rel"]) for link in result["links"]] == [
+        ("http://h.test/before.html", "before", "a", None),
+        ("http://h.test/deep.html", "deep link", "a", "nofollow"),
+        ("http://h.test/pic.html", "a picture", "a", None),
+        ("http://h.test/i.png", "icon", "img", None),
+    ]
+    assert result["skipped_by"] == {"a": {"scheme": 1, "empty": 1}}
