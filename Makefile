@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages browser-packages demo test bench lint clean test-faults
+.PHONY: setup system-packages browser-packages demo test bench lint clean test-faults faults-report
 
 setup: system-packages $(STAMP)
 
@@ -48,6 +48,10 @@ test: setup browser-packages
 test-faults: setup
 	@$(PY) -m pytest -m faults tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-faults: pytest collected no tests; that is a failure here"; fi; exit $$rc
+
+# The fault suite again, printing what happened in each fault (pages, refetches, recovery time).
+faults-report: setup
+	@$(PY) tests/faults/report.py
 
 bench: setup
 	bench/run.sh

@@ -37,6 +37,7 @@ from vcrawl.settings import Settings
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 VISIBILITY_TIMEOUT_S = 5.0
+Note = Callable[..., None]  # the fault_report fixture (tests/faults/conftest.py)
 
 
 def fault_settings(server: LocalRedis, data: Path) -> Settings:
@@ -83,7 +84,7 @@ def fetches(site: TestSite) -> Counter[str]:
     return Counter(seen.path for seen in site.seen if seen.path != "/robots.txt")
 
 
-def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path) -> None:
+def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path, fault_report: Note) -> None:
     with LocalRedis(tmp_path / "redis") as server, TestSite("127.0.0.1") as a, TestSite("127.0.0.2") as b:
         env = cluster_env(fault_settings(server, tmp_path / "data"))
         expected = {site.base: serve_pages(site, 40) for site in (a, b)}
@@ -102,10 +103,16 @@ def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path)
                 victims[-1].wait(10)
                 kills += 1
                 victims.append(start_worker(env, f"victim-{round_}", tmp_path / f"victim-{round_}.log"))
+            killed_at = time.monotonic()
             status = wait_done(lambda: frontier, job_id, VISIBILITY_TIMEOUT_S * 4 + 40)
+            fault_report(fault="download worker SIGKILLed 3 times mid-job", kills=kills,
+                         completed_s_after_last_kill=round(time.monotonic() - killed_at, 1))  # fmt: skip
         finally:
             for process in (steady, *victims):
                 stop_worker(process)
+    seen_all = [fetches(site) for site in (a, b)]
+    fault_report(state=status["state"], pages_expected=82, pages_stored=status["pages_stored"],
+                 refetched=sum(sum(seen.values()) - len(seen) for seen in seen_all))  # fmt: skip
     assert status["state"] == "completed", status
     assert status["pages_stored"] == 82 and status["failed"] == {}
     for site in (a, b):
@@ -116,7 +123,7 @@ def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path)
         assert duplicates <= kills, (site.base, seen.most_common(3))
 
 
-def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(tmp_path: Path) -> None:
+def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(tmp_path: Path, fault_report: Note) -> None:
     with TestSite() as site:
         paths = serve_pages(site, 60)
         job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0},
@@ -133,18 +140,23 @@ def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(tmp_path:
             server.stop()  # SIGTERM: Redis writes its AOF and exits
             time.sleep(1.0)
             server = LocalRedis(tmp_path / "redis", port=port).start()  # same port, the AOF replayed
+            back_at = time.monotonic()
             status = wait_done(lambda: Frontier(redis.Redis.from_url(server.url)), job_id, VISIBILITY_TIMEOUT_S + 60)
+            fault_report(fault="Redis stopped (SIGTERM) mid-job, restarted 1 s later on the same port (AOF)",
+                         completed_s_after_restart=round(time.monotonic() - back_at, 1))  # fmt: skip
             assert worker.poll() is None  # the worker reconnected by itself
         finally:
             stop_worker(worker)
             server.stop()
-    assert status["state"] == "completed", status
     seen = fetches(site)
+    fault_report(state=status["state"], pages_expected=len(paths), pages_stored=status["pages_stored"],
+                 refetched=sum(seen.values()) - len(seen))  # fmt: skip
+    assert status["state"] == "completed", status
     assert set(seen) == set(paths) and status["pages_stored"] == len(paths)
     assert sum(seen.values()) - len(seen) <= 2, seen.most_common(3)  # in flight when Redis went away
 
 
-def test_a_host_down_mid_crawl_is_retried_when_back_and_slows_no_other_host(tmp_path: Path) -> None:
+def test_a_host_down_mid_crawl_is_retried_when_back_and_slows_no_other_host(tmp_path: Path, fault_report: Note) -> None:
     with LocalRedis(tmp_path / "redis") as server, TestSite("127.0.0.3") as steady:
         env = cluster_env(fault_settings(server, tmp_path / "data"))
         flaky = TestSite("127.0.0.4").__enter__()
@@ -172,14 +184,17 @@ def test_a_host_down_mid_crawl_is_retried_when_back_and_slows_no_other_host(tmp_
             stop_worker(worker)
             if back is not None:
                 back.__exit__(None, None, None)
+    during = sorted(s.at for s in steady.seen if down_from <= s.at <= down_until)
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    fault_report(fault="a host refuses connections for 2.5 s mid-crawl, then comes back", state=status["state"],
+                 pages_expected=len(flaky_paths) + len(steady_paths), pages_stored=status["pages_stored"],
+                 retries=status["retries"], other_host_max_gap_s=round(max(gaps, default=0), 3))  # fmt: skip
     assert status["state"] == "completed", status
     fetched_flaky = {s.path for s in (*flaky.seen, *back.seen)}
     assert status["failed"] == {}, status
     assert fetched_flaky >= set(flaky_paths)
     assert status["retries"] >= 1  # the refused connections were retried with backoff
     # The steady host kept its pace while the other was down: no gap much over its interval.
-    during = sorted(s.at for s in steady.seen if down_from <= s.at <= down_until)
-    gaps = [b - a for a, b in itertools.pairwise(during)]
     assert during and max(gaps, default=0) < 0.6, gaps
     assert set(steady_paths) <= {s.path for s in steady.seen}
 
@@ -198,7 +213,7 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path) -> None:
+def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fault_report: Note) -> None:
     started_log = tmp_path / "analyses-started.log"
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
         data = tmp_path / "data"
@@ -225,18 +240,22 @@ def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path) ->
             stop_worker(fetcher)
             for analyst in analysts:
                 stop_gracefully(analyst)
+    started = Counter(lines(started_log))
+    records = list(read_records(Storage(str(data)), f"jobs/{job_id}/records"))
+    fault_report(fault="analysis worker SIGKILLed during an analysis", state=status["state"],
+                 pages_expected=len(paths), pages_stored=status["pages_stored"],
+                 interrupted_analysis_runs=started[interrupted], records=len(records),
+                 records_distinct=len({r["url"] for r in records}))  # fmt: skip
     assert status["state"] == "completed", status
     assert status["pages_stored"] == len(paths) and status["failed"] == {}
-    started = Counter(lines(started_log))
     assert started[interrupted] >= 2  # the killed analysis ran again
-    records = list(read_records(Storage(str(data)), f"jobs/{job_id}/records"))
     # Records the killed worker had spooled were shipped by the next worker (nothing lost).
     assert {urlsplit(r["url"]).path for r in records} == set(paths)
     assert len(records) - len({r["url"] for r in records}) <= 8  # repeats: the redelivered batch only
     assert not any((data / ".spool" / "records").iterdir())
 
 
-def test_the_pump_process_dies_and_another_one_resumes_dispatch(tmp_path: Path) -> None:
+def test_the_pump_process_dies_and_another_one_resumes_dispatch(tmp_path: Path, fault_report: Note) -> None:
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
         env = cluster_env(fault_settings(server, tmp_path / "data"))
         paths = serve_pages(site, 60)
@@ -254,15 +273,21 @@ def test_the_pump_process_dies_and_another_one_resumes_dispatch(tmp_path: Path) 
             time.sleep(1.5)  # what was dispatched before the kill is fetched by now
             stalled_at = len(site.seen)
             time.sleep(1.5)
-            assert len(site.seen) == stalled_at < len(paths)  # no pump, no dispatch
+            fetched_without_pump = len(site.seen) - stalled_at
+            assert fetched_without_pump == 0 and stalled_at < len(paths)  # no pump, no dispatch
             pumps.append(start_worker(env, "pump-1", tmp_path / "pump-1.log", queues="vcrawl.faults.idle"))
+            resumed_at = time.monotonic()
             frontier = Frontier(redis.Redis.from_url(server.url))
             status = wait_done(lambda: frontier, job_id, 60)
+            fault_report(completed_s_after_new_pump=round(time.monotonic() - resumed_at, 1))
         finally:
             for process in (fetcher, *pumps):
                 stop_worker(process)
+    seen = fetches(site)
+    fault_report(fault="the only pump's process SIGKILLed; a new pump process started 3 s later",
+                 state=status["state"], pages_expected=len(paths), pages_stored=status["pages_stored"],
+                 fetched_without_pump=fetched_without_pump, refetched=sum(seen.values()) - len(seen))  # fmt: skip
     assert status["state"] == "completed", status
     assert status["pages_stored"] == len(paths) and status["failed"] == {}
-    seen = fetches(site)
     assert set(seen) == set(paths)
     assert sum(seen.values()) - len(seen) <= 1, seen.most_common(3)  # one batch in flight per host
