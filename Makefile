@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages browser-packages demo test bench lint clean test-faults faults-report
+.PHONY: setup system-packages browser-packages demo test bench lint clean test-faults soak faults-report
 
 setup: system-packages $(STAMP)
 
@@ -55,6 +55,12 @@ faults-report: setup
 
 bench: setup
 	bench/run.sh
+
+# 20 concurrent jobs for 10 minutes: pages/s, worker RSS and Redis memory over time, full recall per
+# job (bench/soak.py). About 12 minutes; SOAK_ARGS="--duration 90" for a short run.
+SOAK_ARGS ?=
+soak: setup
+	bench/run.sh soak $(SOAK_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check .

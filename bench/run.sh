@@ -15,6 +15,13 @@ if [ ! -x "$BENCH_PY" ]; then
 fi
 command -v nginx >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light; }
 
+# `bench/run.sh soak [bench/soak.py options]` (make soak): the long soak alone, not the matrix below.
+if [ "${1:-}" = soak ]; then
+  shift
+  echo ">>> soak: 20 concurrent jobs over the universe for 10 minutes (bench/soak.py $*)" >&2
+  exec .venv/bin/python bench/soak.py "$@"
+fi
+
 : > "$OUT"
 echo ">>> crawl: 20 hosts x 6000 pages, politeness off, 2 worker processes" >&2
 .venv/bin/python bench/crawl_universe.py --hosts 20 --pages 6000 --workers 2 --label a-vcrawl | tee -a "$OUT"
