@@ -98,7 +98,7 @@ class FrontierPump:
                 batch_size=runtime.batch_size,
                 per_host=runtime.spec.politeness.per_host,
                 interval_ms=interval_ms,
-                lease_ms=lease_ms(runtime) * 1000,
+                lease_ms=lease_ms(runtime),
                 cap=self._settings.frontier_inflight,
             )
             if result.stopped:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -13,10 +14,11 @@ import redis
 import tasks
 from frontier import Frontier
 from tasks.alerts import Alert
-from tasks.jobs import RuntimeCache, start
+from tasks.jobs import RuntimeCache, lease_s, start
 from tasks.pump import FrontierPump
 from tests.integration.conftest import AlertSinks
 from tests.site import Response, TestSite
+from vcrawl import redis_keys
 from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
@@ -114,3 +116,22 @@ def test_a_job_without_progress_is_reported_stuck_once(tmp_path: Path, vcrawl_se
             pump.pump_once()
     assert [cause for cause, _ in sent] == [f"{job_id}:stuck"]
     assert sent[0][1].details["job"] == job_id and sent[0][1].details["stalled_s"] >= 1
+
+
+def test_a_batch_whose_message_is_lost_comes_back_after_one_lease(tmp_path: Path, vcrawl_settings: Settings) -> None:
+    # The pump leases a batch and its message never arrives (Redis lost it, or the pump died before
+    # sending it): the lease, not an operator, must bring the URLs back, within lease_s.
+    with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
+        client = redis.Redis.from_url(server.url)
+        frontier = Frontier(client)
+        settings = replace(vcrawl_settings, redis_url=server.url)
+        runtimes = RuntimeCache(frontier, settings, tasks.deps.session(), client)
+        job = tasks.JobSpec.from_dict({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0}})
+        job_id = start(job, frontier, runtimes, tasks.deps.fetchers())
+        lost: list[Any] = []
+        FrontierPump(frontier, runtimes, lambda _job, batch, _producer: lost.append(batch), settings).pump_once()
+        seconds, micros = client.time()
+        leases = client.hgetall(redis_keys.job_leases(job_id))
+    assert len(lost) == 1 and len(leases) == 1
+    expires_in_s = json.loads(next(iter(leases.values())))["t"] / 1000 - (seconds + micros / 1e6)
+    assert expires_in_s == pytest.approx(lease_s(runtimes.get(job_id, 0)), abs=2.0)
