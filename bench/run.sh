@@ -18,7 +18,7 @@ command -v nginx >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=nonintera
 # `bench/run.sh soak [bench/soak.py options]` (make soak): the long soak alone, not the matrix below.
 if [ "${1:-}" = soak ]; then
   shift
-  echo ">>> soak: 20 concurrent jobs over the universe for 10 minutes (bench/soak.py $*)" >&2
+  echo ">>> soak: bench/soak.py $* (default: 20 concurrent jobs for 10 minutes)" >&2
   exec .venv/bin/python bench/soak.py "$@"
 fi
 
