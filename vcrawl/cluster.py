@@ -57,9 +57,12 @@ class LocalWorkers:
                 "-l", "WARNING",
             ]  # fmt: skip
             with open(log, "ab") as out:
+                # A session of its own: a terminal's Ctrl-C reaches the vcrawl process only, which
+                # pauses the job first and then stops the workers itself (warm, then by force).
                 process = subprocess.Popen(
-                    command, env=self._env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-                )
+                    command, env=self._env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                )  # fmt: skip
             self._processes.append(process)
         deadline = time.monotonic() + self._start_timeout_s
         waiting = set(self.names)
@@ -80,19 +83,25 @@ class LocalWorkers:
         """PIDs of the worker processes."""
         return [process.pid for process in self._processes]
 
-    def stop(self, grace_s: float = 10.0) -> None:
-        """Warm shutdown (SIGTERM); SIGKILL whatever still runs after ``grace_s``."""
+    def stop(self, grace_s: float = 10.0, hurry: Callable[[], bool] = lambda: False) -> None:
+        """Warm shutdown (SIGTERM); SIGKILL whatever still runs after ``grace_s``, or once ``hurry()``.
+
+        A warm shutdown lets running tasks finish; messages a worker took but did not start go
+        back to the broker. A killed worker's running tasks are redelivered (``acks_late``).
+        """
         for process in self._processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and not hurry():
+            if all(process.poll() is not None for process in self._processes):
+                break
+            time.sleep(0.05)
         for process in self._processes:
-            try:
-                process.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                logger.warning("worker %s did not stop in %ss; killing it", process.pid, grace_s)
+            if process.poll() is None:
+                logger.warning("worker %s did not stop in time; killing it", process.pid)
                 process.kill()
-                process.wait(5)
+            process.wait(5)
         self._processes = []
 
     def __enter__(self) -> LocalWorkers:

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -32,12 +33,21 @@ class LocalRedis:
     AOF is on with ``appendfsync everysec`` so a restart loses at most a second.
     """
 
-    def __init__(self, directory: str | Path | None = None, start_timeout_s: float = 10.0, port: int = 0) -> None:
+    def __init__(
+        self,
+        directory: str | Path | None = None,
+        start_timeout_s: float = 10.0,
+        port: int = 0,
+        pass_fds: Sequence[int] = (),
+        stop_timeout_s: float = 5.0,
+    ) -> None:
         self._owns_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="vcrawl-redis-"))
         self._fixed_port = port  # 0: a free port; else this one (a restart where clients reconnect)
         self.port = port
         self._start_timeout_s = start_timeout_s
+        self._stop_timeout_s = stop_timeout_s
+        self._pass_fds = tuple(pass_fds)  # e.g. a lock the server holds for as long as it runs
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -68,7 +78,12 @@ class LocalRedis:
             "--appendfsync", "everysec", "--daemonize", "no", "--loglevel", "warning",
         ]  # fmt: skip
         with open(self.directory / "redis.log", "ab") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # A session of its own: a terminal's Ctrl-C reaches our process only, which then
+            # stops the server after the workers, not before.
+            self._process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                pass_fds=self._pass_fds, start_new_session=True,
+            )  # fmt: skip
         deadline = time.monotonic() + self._start_timeout_s
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
@@ -90,13 +105,19 @@ class LocalRedis:
         return self._process.pid if self._process is not None else None
 
     def stop(self) -> None:
-        """Stop the server we started (SIGTERM, then SIGKILL after 5 s) and remove a temp dir."""
+        """Stop the server we started and remove a temp dir.
+
+        SIGTERM is Redis's clean shutdown: it writes and fsyncs the AOF, then exits. A server
+        still running after ``stop_timeout_s`` (say, a full disk) is killed, with a warning.
+        """
         if self._process is not None:
             if self._process.poll() is None:
                 self._process.terminate()
                 try:
-                    self._process.wait(5)
+                    self._process.wait(self._stop_timeout_s)
                 except subprocess.TimeoutExpired:
+                    logger.warning("redis-server %s did not stop in %ss; killing it (see %s/redis.log)",
+                                   self._process.pid, self._stop_timeout_s, self.directory)  # fmt: skip
                     self._process.kill()
                     self._process.wait(5)
             self._process = None
