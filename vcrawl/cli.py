@@ -8,16 +8,14 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
-import tempfile
-import time
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vcrawl.cli_ops import add_ops_commands
+from vcrawl.cli_run import add_run_options, run_job_locally, summary_of
+from vcrawl.cli_run import ping as _ping  # noqa: F401 - bench/recrawl.py starts workers with it
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
 from vcrawl.settings import Settings
@@ -25,13 +23,6 @@ from vcrawl.settings import Settings
 __all__ = ["main", "summary_of"]
 
 logger = logging.getLogger("vcrawl")
-
-_EXIT_INTERRUPTED = 130
-_INTERRUPT_GRACE_S = 3.0  # then running fetches are cut; with acks_late they are not lost
-_SUMMARY_KEYS = (
-    "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
-    "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted", "hosts",
-)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="crawl the bundled demo site on the embedded default")
-    _add_run_options(demo)
+    add_run_options(demo)
     demo.set_defaults(run=_cmd_demo)
 
     crawl = commands.add_parser("crawl", help="run a crawl job on the embedded default (private Redis, local workers)")
@@ -69,7 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     crawl.add_argument("--analyzer", help="analyzer writing a result per page (default: none, links only)")
     crawl.add_argument("--allow-network", action="append", metavar="CIDR", help="only fetch addresses in CIDR")
     crawl.add_argument("--warc", action="store_true", help="also write every response to WARC files")
-    _add_run_options(crawl)
+    add_run_options(crawl)
     crawl.set_defaults(run=_cmd_crawl)
 
     submit = commands.add_parser("submit", help="submit a job file to a running cluster ($VCRAWL_REDIS_URL)")
@@ -125,21 +116,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_run_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", help="storage root (default: $VCRAWL_DATA or ./crawl-data)")
-    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (one per core)")
-    parser.add_argument("--threads", type=int, default=16, help="threads per worker process (default 16)")
-    parser.add_argument("--timeout", type=float, help="cancel the job after S seconds (default: no limit)")
-    parser.add_argument("--log-dir", type=Path, help="worker logs (default: DATA/logs)")
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from vcrawl.demo import DemoSite, demo_job
 
     with DemoSite() as site:
         print(f"demo site at {site.url}", file=sys.stderr)
-        return _run_job_locally(demo_job(site.url), Settings.from_env(), args)
+        return run_job_locally(demo_job(site.url), Settings.from_env(), args)
 
 
 def _cmd_crawl(args: argparse.Namespace) -> int:
@@ -165,7 +147,7 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         data["warc"] = True
     if args.allow_network:
         data["allowed_networks"] = [*data.get("allowed_networks", []), *args.allow_network]
-    return _run_job_locally(JobSpec.from_dict(data), Settings.from_env(), args)
+    return run_job_locally(JobSpec.from_dict(data), Settings.from_env(), args)
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
@@ -285,116 +267,6 @@ def _cmd_flower(args: argparse.Namespace) -> int:
     options = flower.FlowerOptions(address=args.address, port=args.port, insecure_local=args.insecure_local)
     env = flower.flower_env(os.environ, Settings.from_env(), options)
     flower.exec_flower(flower.flower_command(options), env)
-
-
-def _run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace) -> int:
-    """Private Redis (unless VCRAWL_REDIS_URL is set), N worker processes, run the job, report."""
-    import tasks
-    from vcrawl.cluster import LocalWorkers
-    from vcrawl.local_redis import LocalRedis
-
-    data = args.data if args.data is not None else settings.data
-    remote = "://" in data and not data.startswith("file://")
-    data_dir = data.rstrip("/") if remote else str(Path(data).resolve())  # hdfs://... stays a URL
-    settings = replace(settings, data=data_dir)
-    started = time.monotonic()
-    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops as cleanly as Ctrl-C
-    with ExitStack() as stack:
-        if not os.environ.get("VCRAWL_REDIS_URL"):
-            local = stack.enter_context(LocalRedis())
-            settings = replace(settings, redis_url=local.url)
-            print(f"started a private redis-server (pid {local.pid})", file=sys.stderr)
-        tasks.configure(settings)
-        env = {**os.environ, **settings.to_env()}
-        if args.log_dir is not None:
-            log_dir = args.log_dir
-        elif remote:
-            log_dir = Path(tempfile.mkdtemp(prefix="vcrawl-logs-"))
-        else:
-            log_dir = Path(data_dir) / "logs"
-        workers = LocalWorkers(args.workers, args.threads, env, log_dir, _ping)
-        stack.enter_context(workers)
-        print(f"started {args.workers} worker processes (pids {workers.pids})", file=sys.stderr)
-        job_id = tasks.start_job(spec)
-        print(f"job {job_id}: {len(spec.seeds)} seed(s), depth {spec.max_depth}", file=sys.stderr)
-        try:
-            status = _follow(job_id, args.timeout)
-        except KeyboardInterrupt:
-            tasks.cancel_job(job_id)
-            print(f"\ninterrupted: job {job_id} cancelled; stopping the workers", file=sys.stderr)
-            workers.stop(grace_s=_INTERRUPT_GRACE_S)
-            return _EXIT_INTERRUPTED
-    summary = summary_of(status, time.monotonic() - started, data_dir)
-    _report(summary, as_json=args.json)
-    return 0 if summary["state"] == "completed" else 1
-
-
-def _ping(names: list[str]) -> set[str]:
-    import tasks
-
-    replies = tasks.app.control.ping(destination=names, timeout=0.5)
-    return {name for reply in replies for name in reply}
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-def _follow(job_id: str, timeout_s: float | None) -> dict[str, Any]:
-    """Show progress until the job ends; cancel it after ``timeout_s`` (None: never)."""
-    import tasks
-
-    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
-    tty = sys.stderr.isatty()
-    last_print, last = 0.0, ""
-    while True:
-        status = tasks.job_status(job_id) or {}
-        if status.get("state") != "running":
-            if tty:
-                print(file=sys.stderr)
-            return status
-        elapsed = max(status["elapsed_s"], 0.001)
-        line = (
-            f"pages {status['pages_stored']} ({status['pages_stored'] / elapsed:.1f}/s), "
-            f"queued {status['queued']}, in flight {status['in_flight_batches']}, "
-            f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}, "
-            f"hosts {status['hosts']}"
-        )
-        now = time.monotonic()
-        if tty:
-            print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
-        elif line != last and now - last_print >= 2.0:
-            print(line, file=sys.stderr)
-            last_print, last = now, line
-        if now > deadline:
-            tasks.cancel_job(job_id)
-            print(f"\ntimeout: job {job_id} cancelled after {timeout_s}s", file=sys.stderr)
-        time.sleep(0.25)
-
-
-def summary_of(status: dict[str, Any], elapsed_s: float, data_dir: str) -> dict[str, Any]:
-    """The run summary: the job's counters plus elapsed time and where the output went."""
-    summary = {key: status.get(key) for key in _SUMMARY_KEYS}
-    summary["pages_failed"] = sum(status.get("failed", {}).values())
-    summary["elapsed_s"] = round(elapsed_s, 3)
-    summary["data_dir"] = data_dir
-    summary["job_dir"] = f"{data_dir.rstrip('/')}/jobs/{status.get('job')}"
-    return summary
-
-
-def _report(summary: dict[str, Any], as_json: bool) -> None:
-    failed = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["failed"].items())) or "none"
-    filtered = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["filtered"].items())) or "none"
-    print(
-        f"job {summary['job']} {summary['state']}: {summary['pages_stored']} pages stored of "
-        f"{summary['pages_fetched']} fetched, {summary['analysed']} analysed, {summary['records']} records, "
-        f"{summary['bytes']} bytes in {summary['elapsed_s']} s\n"
-        f"failed: {failed}; robots-blocked {summary['robots_blocked']}; duplicates {summary['duplicates']}\n"
-        f"filtered links: {filtered}\n"
-        f"pages and results are under {summary['job_dir']}"
-    )
-    if as_json:
-        print(json.dumps(summary, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vcrawl.cli_run import add_run_options, resume_job_locally, uses_private_redis
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import masked_url
 from vcrawl.settings import Settings
@@ -28,8 +29,15 @@ def add_ops_commands(commands: Any) -> None:
     pause = commands.add_parser("pause", help="stop dispatching a job until resumed (in-flight fetches finish)")
     pause.add_argument("job")
     pause.set_defaults(run=_cmd_pause)
-    resume = commands.add_parser("resume", help="dispatch a paused job again")
+    resume = commands.add_parser(
+        "resume",
+        help="go on with a paused job: on the cluster ($VCRAWL_REDIS_URL), or with the saved state of --data",
+        description="With VCRAWL_REDIS_URL set, dispatch a paused job again on the cluster and return. Otherwise "
+        "restart the private Redis of DATA (as `vcrawl crawl` left it after Ctrl-C) and local workers, "
+        "and run the job to its end with the same progress and summary as `vcrawl crawl`.",
+    )
     resume.add_argument("job")
+    add_run_options(resume)
     resume.set_defaults(run=_cmd_resume)
 
     config = commands.add_parser("config", help="change a running job's politeness, header pools or proxies")
@@ -100,6 +108,9 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 
 def _cmd_resume(args: argparse.Namespace) -> int:
     import tasks
+
+    if uses_private_redis():
+        return resume_job_locally(args.job, Settings.from_env(), args)
 
     state = tasks.resume_job(args.job)
     if state is None:

@@ -1,0 +1,417 @@
+"""The embedded runner behind ``vcrawl crawl``, ``vcrawl demo`` and ``vcrawl resume``.
+
+A private redis-server (unless ``VCRAWL_REDIS_URL`` is set) and N local ``celery worker``
+processes run one job, with a progress line and a summary at the end. With a local storage
+root the private Redis keeps its data in ``DATA/.vcrawl-redis/`` (AOF, fsync every second),
+so Ctrl-C or SIGTERM *pauses* the job: nothing more is dispatched, work in flight gets a
+grace time to finish (what does not is redelivered later, ``acks_late``), the workers and then
+Redis stop cleanly, and ``vcrawl resume JOB --data DATA`` goes on where it stopped. A second
+Ctrl-C stops at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from vcrawl.errors import ConfigError
+from vcrawl.jobs import JobSpec
+from vcrawl.saved_state import RedisHome
+from vcrawl.settings import Settings
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "add_run_options",
+    "follow",
+    "ping",
+    "report",
+    "resume_job_locally",
+    "run_job_locally",
+    "summary_of",
+    "uses_private_redis",
+]
+
+logger = logging.getLogger("vcrawl")
+
+EXIT_INTERRUPTED = 130
+_DEFAULT_GRACE_S = 4.0  # in-flight work may finish; then workers are stopped, by force if need be
+_MIN_STOP_S = 2.0  # a warm shutdown of idle workers still takes a moment
+_WORKER_STOP_S = 10.0  # at the end of a run: workers ship their records and WARC files
+_REDIS_STOP_S = 60.0  # a clean Redis shutdown writes the AOF; never cut it short lightly
+_SUMMARY_KEYS = (
+    "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
+    "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted", "hosts",
+)  # fmt: skip
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a local run (``crawl``, ``demo``, ``resume``)."""
+    parser.add_argument("--data", help="storage root (default: $VCRAWL_DATA or ./crawl-data)")
+    parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (one per core)")
+    parser.add_argument("--threads", type=int, default=16, help="threads per worker process (default 16)")
+    parser.add_argument("--timeout", type=float, help="cancel the job after S seconds (default: no limit)")
+    parser.add_argument("--grace", type=float, default=_DEFAULT_GRACE_S, metavar="S",
+                        help=f"on Ctrl-C, seconds left to work in flight (default {_DEFAULT_GRACE_S:g})")  # fmt: skip
+    parser.add_argument("--log-dir", type=Path, help="worker logs (default: DATA/logs)")
+
+
+def uses_private_redis() -> bool:
+    """True unless ``VCRAWL_REDIS_URL`` names a cluster's Redis."""
+    return not os.environ.get("VCRAWL_REDIS_URL")
+
+
+def run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace) -> int:
+    """Run a new job to its end on the embedded default; return the exit code."""
+    import tasks
+
+    run = _LocalRun(settings, args)
+    try:
+        with run.stack:
+            code = run.open_redis(resuming=False)
+            if code is not None:
+                return code
+            run.park_earlier_jobs()
+            run.start_workers()
+
+            def begin() -> str:
+                job_id = tasks.start_job(spec)
+                print(f"job {job_id}: {len(spec.seeds)} seed(s), depth {spec.max_depth}{run.resume_hint(job_id)}",
+                      file=sys.stderr)  # fmt: skip
+                return job_id
+
+            return run.follow_to_end(begin)
+    except KeyboardInterrupt:  # a signal while starting up; everything started is stopped again
+        print("\ninterrupted before the job started", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def resume_job_locally(job_id: str, settings: Settings, args: argparse.Namespace) -> int:
+    """Restart the private Redis of ``--data`` from its saved state and run a job there to its end."""
+    run = _LocalRun(settings, args)
+    if run.home is None:
+        print(f"vcrawl: nothing to resume: a remote data root ({run.data_dir}) keeps no saved state", file=sys.stderr)
+        return 1
+    if not run.home.has_saved_state():
+        print(f"vcrawl: no saved crawl state in {run.data_dir} (no {run.home.directory}/appendonlydir): "
+              f"nothing to resume; give the --data of the interrupted run", file=sys.stderr)  # fmt: skip
+        return 1
+    try:
+        with run.stack:
+            code = run.open_redis(resuming=True)
+            if code is not None:
+                return code
+            return _resume(run, job_id)
+    except KeyboardInterrupt:
+        print("\ninterrupted before the job was resumed (it is still paused)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _resume(run: _LocalRun, job_id: str) -> int:
+    import tasks
+    from tasks.redelivery import requeue_unacked
+
+    status = tasks.job_status(job_id)
+    if status is None:
+        known = ", ".join(tasks.deps.frontier().jobs(limit=10)) or "none"
+        print(f"vcrawl: no job {job_id!r} in the saved state of {run.data_dir} (jobs there: {known})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    if status["state"] == "cancelled":
+        print(f"vcrawl: job {job_id} was cancelled; it cannot be resumed", file=sys.stderr)
+        return 1
+    if status["state"] == "completed":
+        print(f"job {job_id} had already completed; nothing to resume", file=sys.stderr)
+        return run.finish(status)
+    restored = requeue_unacked(tasks.app)  # before any worker runs: every such message is an orphan
+    if restored:
+        print(f"{restored} message(s) of workers stopped by force put back on their queues", file=sys.stderr)
+    site = _demo_site_of(job_id, status)
+    if site is not None:
+        run.stack.enter_context(site)
+        print(f"demo site at {site.url} again", file=sys.stderr)
+    run.start_workers()
+
+    def begin() -> str:
+        state = tasks.resume_job(job_id) if status["state"] == "paused" else status["state"]
+        print(f"job {job_id} resumed ({state}): {status['pages_stored']} pages stored before, "
+              f"{status['pending']} URLs to go{run.resume_hint(job_id)}", file=sys.stderr)  # fmt: skip
+        return job_id
+
+    return run.follow_to_end(begin)
+
+
+class _Signals:
+    """SIGINT and SIGTERM: one exception while starting up; once the job runs, only counted."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._raise = True
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        self.count += 1
+        if self._raise:
+            self._raise = False
+            raise KeyboardInterrupt
+
+    def count_only(self) -> None:
+        """From now on, signals are counted; the loops act on them (never mid-way through a Redis call)."""
+        self._raise = False
+
+
+class _LocalRun:
+    """One local run: its data root, private Redis, workers, and how it stops."""
+
+    def __init__(self, settings: Settings, args: argparse.Namespace) -> None:
+        data = args.data if args.data is not None else settings.data
+        self.remote = "://" in data and not data.startswith("file://")
+        self.data_dir = data.rstrip("/") if self.remote else str(Path(data).resolve())  # hdfs://... stays a URL
+        self.settings = replace(settings, data=self.data_dir)
+        self.args = args
+        self.private = uses_private_redis()
+        self.home = RedisHome(self.data_dir) if self.private and not self.remote else None
+        self.stack = ExitStack()
+        self.signals = _Signals()
+        self.started = time.monotonic()
+        self._discard_state = False
+        self._workers: Any = None
+
+    def open_redis(self, resuming: bool) -> int | None:
+        """Start the private Redis (from the saved state, if any) and point ``tasks`` at it.
+
+        Returns an exit code when the data root's Redis is in use by another run, else None.
+        """
+        import tasks
+        from vcrawl.local_redis import LocalRedis
+
+        if self.private:
+            if self.home is None:  # a remote data root: a temporary Redis, as nothing is kept
+                local = LocalRedis()
+            else:
+                if not self.home.try_lock():
+                    print(f"vcrawl: {self.data_dir} is in use by another vcrawl run ({self.home.holder()}); "
+                          f"wait for it to end, or stop it, or give another --data", file=sys.stderr)  # fmt: skip
+                    return 1
+                self.stack.callback(self.home.unlock)
+                self.stack.callback(self._discard_if_done)
+                local = LocalRedis(self.home.directory, pass_fds=[self.home.lock_fd], stop_timeout_s=_REDIS_STOP_S)
+            self.stack.callback(local.stop)  # before start: an interrupt while it starts must stop it too
+            local.start()
+            if self.home is not None:
+                self.home.record(pid=os.getpid(), redis_pid=local.pid or 0, port=local.port)
+            self.settings = replace(self.settings, redis_url=local.url)
+            where = f", data in {self.home.directory}" if self.home is not None else ""
+            verb = "restarted the" if resuming else "started a"
+            print(f"{verb} private redis-server (pid {local.pid}){where}", file=sys.stderr)
+        tasks.configure(self.settings)
+        return None
+
+    def park_earlier_jobs(self) -> None:
+        """Leave the saved state's jobs to ``vcrawl resume``, and say so.
+
+        A job still ``running`` there belongs to a run that was killed (this one holds the lock):
+        it is paused, so the new job's workers do not take it up unasked.
+        """
+        import tasks
+
+        for job_id in self._resumable_jobs():
+            tasks.pause_job(job_id)
+            print(f"note: job {job_id} of an earlier run is paused here; it goes on with"
+                  f"{self.resume_hint(job_id, note=False)}", file=sys.stderr)  # fmt: skip
+
+    def start_workers(self) -> None:
+        """Start the local worker processes; they stop when the run ends."""
+        from vcrawl.cluster import LocalWorkers
+
+        env = {**os.environ, **self.settings.to_env()}
+        if self.args.log_dir is not None:
+            log_dir = self.args.log_dir
+        elif self.remote:
+            log_dir = Path(tempfile.mkdtemp(prefix="vcrawl-logs-"))
+        else:
+            log_dir = Path(self.data_dir) / "logs"
+        self._workers = LocalWorkers(self.args.workers, self.args.threads, env, log_dir, ping)
+        self.stack.callback(self._workers.stop, grace_s=_WORKER_STOP_S, hurry=lambda: self.signals.count > 1)
+        self._workers.start()
+        print(f"started {self.args.workers} worker processes (pids {self._workers.pids})", file=sys.stderr)
+
+    def resume_hint(self, job_id: str, note: bool = True) -> str:
+        """How to go on with ``job_id`` after an interrupt, for the messages."""
+        if self.home is None:
+            return ""
+        command = f"vcrawl resume {shlex.quote(job_id)} --data {shlex.quote(self.data_dir)}"
+        return f" (Ctrl-C pauses it; {command} goes on)" if note else f" {command}"
+
+    def follow_to_end(self, begin: Callable[[], str]) -> int:
+        """Start or resume the job, follow it, and report; on a signal, pause and stop cleanly."""
+        self.signals.count_only()
+        if self.signals.count:  # came just before: nothing was started yet
+            raise KeyboardInterrupt
+        job_id = begin()
+        status = follow(job_id, self.args.timeout, interrupted=lambda: self.signals.count > 0)
+        if status is None:
+            return self._interrupt(job_id)
+        return self.finish(status)
+
+    def finish(self, status: dict[str, Any]) -> int:
+        """Report the run; the saved state goes too once no job in it can be resumed."""
+        summary = summary_of(status, time.monotonic() - self.started, self.data_dir)
+        report(summary, as_json=self.args.json)
+        self._discard_state = self.home is not None and not self._resumable_jobs()
+        return 0 if summary["state"] == "completed" else 1
+
+    def _interrupt(self, job_id: str) -> int:
+        import tasks
+
+        if self.private and self.home is None:  # a temporary Redis: there is nothing to come back to
+            tasks.cancel_job(job_id)
+            print(f"\ninterrupted: job {job_id} cancelled (a remote --data root keeps no saved state, "
+                  f"so it cannot be resumed); stopping the workers", file=sys.stderr)  # fmt: skip
+            self._workers.stop(grace_s=self.args.grace, hurry=lambda: self.signals.count > 1)
+            return EXIT_INTERRUPTED
+        if not tasks.pause_job(job_id):
+            status = tasks.job_status(job_id) or {}
+            if status.get("state") in ("completed", "cancelled"):  # it ended as the signal came
+                return self.finish(status)
+        print(f"\ninterrupted: job {job_id} paused; in-flight work may finish for up to {self.args.grace:g}s "
+              f"(Ctrl-C again to stop at once)", file=sys.stderr)  # fmt: skip
+        deadline = time.monotonic() + self.args.grace
+        drained = _drain(job_id, deadline, hurry=lambda: self.signals.count > 1)
+        self._workers.stop(grace_s=max(_MIN_STOP_S, deadline - time.monotonic()),
+                           hurry=lambda: self.signals.count > 1)  # fmt: skip
+        status = tasks.job_status(job_id) or {}
+        left = "nothing was in flight" if drained else "work still in flight is redelivered when resumed"
+        print(f"job {job_id} paused: {status.get('pages_stored', 0)} pages stored, "
+              f"{status.get('pending', 0)} URLs to go; {left}", file=sys.stderr)  # fmt: skip
+        if self.home is not None:
+            print(f"resume it with: vcrawl resume {shlex.quote(job_id)} --data {shlex.quote(self.data_dir)}",
+                  file=sys.stderr)  # fmt: skip
+        else:
+            print(f"resume it with: vcrawl resume {shlex.quote(job_id)} (on the cluster's workers)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+    def _resumable_jobs(self) -> list[str]:
+        import tasks
+
+        frontier = tasks.deps.frontier()
+        return [job for job in frontier.jobs(limit=1000)
+                if frontier.raw_state(job).get("state") in ("paused", "running")]  # fmt: skip
+
+    def _discard_if_done(self) -> None:
+        if self._discard_state and self.home is not None:
+            self.home.discard_state()
+
+
+def _drain(job_id: str, deadline: float, hurry: Callable[[], bool]) -> bool:
+    """Wait until the paused job has nothing in flight: every unfinished URL is back in its queue."""
+    import tasks
+
+    while time.monotonic() < deadline and not hurry():
+        status = tasks.job_status(job_id) or {}
+        if status.get("state") != "paused":
+            return True
+        if status["in_flight_batches"] == 0 and status["pending"] <= status["queued"]:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _demo_site_of(job_id: str, status: dict[str, Any]) -> Any:
+    """The bundled demo site again on its old port, for a job ``vcrawl demo`` started (else None)."""
+    from vcrawl.demo import DemoSite
+
+    seeds = status.get("seeds", [])
+    if not job_id.startswith("demo-") or len(seeds) != 1:
+        return None
+    parts = urlsplit(seeds[0])
+    if parts.hostname != "127.0.0.1" or parts.port is None or parts.path != "/":
+        return None
+    try:
+        return DemoSite(port=parts.port)
+    except OSError as exc:
+        raise ConfigError(f"the demo site cannot listen on port {parts.port} again: {exc}") from None
+
+
+def ping(names: list[str]) -> set[str]:
+    """Names of the workers among ``names`` that answer a ping."""
+    import tasks
+
+    replies = tasks.app.control.ping(destination=names, timeout=0.5)
+    return {name for reply in replies for name in reply}
+
+
+def follow(
+    job_id: str, timeout_s: float | None, interrupted: Callable[[], bool] = lambda: False
+) -> dict[str, Any] | None:
+    """Show progress until the job ends (its status) or ``interrupted()`` (None); cancel it after ``timeout_s``."""
+    import tasks
+
+    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
+    tty = sys.stderr.isatty()
+    last_print, last = 0.0, ""
+    while not interrupted():
+        status = tasks.job_status(job_id) or {}
+        if status.get("state") != "running":
+            if tty:
+                print(file=sys.stderr)
+            return status
+        elapsed = max(status["elapsed_s"], 0.001)
+        line = (
+            f"pages {status['pages_stored']} ({status['pages_stored'] / elapsed:.1f}/s), "
+            f"queued {status['queued']}, in flight {status['in_flight_batches']}, "
+            f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}, "
+            f"hosts {status['hosts']}"
+        )
+        now = time.monotonic()
+        if tty:
+            print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
+        elif line != last and now - last_print >= 2.0:
+            print(line, file=sys.stderr)
+            last_print, last = now, line
+        if now > deadline:
+            tasks.cancel_job(job_id)
+            print(f"\ntimeout: job {job_id} cancelled after {timeout_s}s", file=sys.stderr)
+            deadline = float("inf")
+        time.sleep(0.25)
+    return None
+
+
+def summary_of(status: dict[str, Any], elapsed_s: float, data_dir: str) -> dict[str, Any]:
+    """The run summary: the job's counters plus elapsed time and where the output went."""
+    summary = {key: status.get(key) for key in _SUMMARY_KEYS}
+    summary["pages_failed"] = sum(status.get("failed", {}).values())
+    summary["elapsed_s"] = round(elapsed_s, 3)
+    summary["data_dir"] = data_dir
+    summary["job_dir"] = f"{data_dir.rstrip('/')}/jobs/{status.get('job')}"
+    return summary
+
+
+def report(summary: dict[str, Any], as_json: bool) -> None:
+    """Print the summary (and, with ``as_json``, the JSON object as the last stdout line)."""
+    failed = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["failed"].items())) or "none"
+    filtered = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["filtered"].items())) or "none"
+    print(
+        f"job {summary['job']} {summary['state']}: {summary['pages_stored']} pages stored of "
+        f"{summary['pages_fetched']} fetched, {summary['analysed']} analysed, {summary['records']} records, "
+        f"{summary['bytes']} bytes in {summary['elapsed_s']} s\n"
+        f"failed: {failed}; robots-blocked {summary['robots_blocked']}; duplicates {summary['duplicates']}\n"
+        f"filtered links: {filtered}\n"
+        f"pages and results are under {summary['job_dir']}"
+    )
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
