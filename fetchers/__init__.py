@@ -13,6 +13,7 @@ from fetchers.base import (
 )
 from fetchers.browser import BrowserConfig, BrowserFetcher, chromium_processes
 from fetchers.identity import IdentityPool
+from fetchers.netguard import NetworkPolicy
 from fetchers.registry import FetcherRegistry
 from fetchers.static import StaticFetcher, make_session
 
@@ -26,6 +27,7 @@ __all__ = [
     "Fetcher",
     "FetcherRegistry",
     "IdentityPool",
+    "NetworkPolicy",
     "StaticFetcher",
     "check_status",
     "chromium_processes",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,6 +51,8 @@ class FetchRequest:
     js_function: str | None = None
     wait_for: str | None = None  # dynamic pages without js_function: a CSS selector to wait for
     conditional: Mapping[str, str] = field(default_factory=dict)  # If-None-Match / If-Modified-Since (static)
+    # A job's allowed_networks: narrows the fetcher's network policy (None: the cluster's policy as it is).
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,11 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 __all__ = ["DeadlineAdapter", "DeadlineWatch"]
@@ -108,20 +107,26 @@ class _Watched:
         return super().getresponse(*args, **kwargs)  # type: ignore[misc]
 
 
-def _watched_classes(watch: DeadlineWatch) -> dict[str, type]:
-    http = type("WatchedHTTPConnection", (_Watched, HTTPConnection), {"watch": watch})
-    https = type("WatchedHTTPSConnection", (_Watched, HTTPSConnection), {"watch": watch})
-    return {
-        "http": type("WatchedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": http}),
-        "https": type("WatchedHTTPSPool", (HTTPSConnectionPool,), {"ConnectionCls": https}),
-    }
+_POOLS: dict[str, type] = {"http": HTTPConnectionPool, "https": HTTPSConnectionPool}
+
+
+def _watched_classes(watch: DeadlineWatch, pools: Mapping[str, type]) -> dict[str, type]:
+    """Subclasses of ``pools`` (scheme -> pool class) whose connections are watched."""
+    watched = {}
+    for scheme, pool in pools.items():
+        connection = type(f"Watched{pool.ConnectionCls.__name__}", (_Watched, pool.ConnectionCls), {"watch": watch})
+        watched[scheme] = type(f"Watched{pool.__name__}", (pool,), {"ConnectionCls": connection})
+    return watched
 
 
 class DeadlineAdapter(HTTPAdapter):
-    """An HTTPAdapter whose connections (direct or through proxies) obey a DeadlineWatch."""
+    """An HTTPAdapter whose connections (direct or through proxies) obey a DeadlineWatch.
 
-    def __init__(self, watch: DeadlineWatch, **kwargs: Any) -> None:
-        self._pools = _watched_classes(watch)
+    ``pools`` (scheme -> urllib3 pool class) are the classes to watch; default: urllib3's own.
+    """
+
+    def __init__(self, watch: DeadlineWatch, pools: Mapping[str, type] | None = None, **kwargs: Any) -> None:
+        self._pools = _watched_classes(watch, pools if pools is not None else _POOLS)
         super().__init__(**kwargs)
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.cookiejar
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,7 +14,8 @@ import requests
 import urllib3.exceptions
 
 from fetchers.base import FetchLimits, FetchRequest, FetchResult
-from fetchers.deadline import DeadlineAdapter, DeadlineWatch
+from fetchers.deadline import DeadlineWatch
+from fetchers.netguard import PUBLIC_ONLY, BlockedAddress, GuardedAdapter, NetworkPolicy, Resolver, applying
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["DEADLINES", "StaticFetcher", "make_session"]
@@ -29,16 +31,19 @@ _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 DEADLINES = DeadlineWatch()
 
 
-def make_session(pool_size: int = 32) -> requests.Session:
+def make_session(pool_size: int = 32, resolver: Resolver = socket.getaddrinfo) -> requests.Session:
     """Return a pooled Session that ignores the environment, keeps no cookies and obeys deadlines.
 
     Cookies are refused so one site's state never leaks into another task's request
-    and the shared Session is safe to use from a worker's threads.
+    and the shared Session is safe to use from a worker's threads. Its connections obey the
+    network policy of the fetch using them (``fetchers.netguard``) and resolve with ``resolver``.
     """
     session = _NoRedirectSession()
     session.trust_env = False  # proxies come from VCRAWL_PROXIES only, never *_PROXY or .netrc
     session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    adapter = DeadlineAdapter(DEADLINES, pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0)
+    adapter = GuardedAdapter(
+        DEADLINES, resolver=resolver, pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0
+    )
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
@@ -56,7 +61,11 @@ class _NoRedirectSession(requests.Session):
 
 
 class StaticFetcher:
-    """Fetches with requests; follows redirects itself so every hop is bounded."""
+    """Fetches with requests; follows redirects itself so every hop is bounded.
+
+    Every connection, redirect hops included, obeys ``policy`` (default: public addresses
+    only) narrowed by the request's ``networks``.
+    """
 
     def __init__(
         self,
@@ -64,11 +73,13 @@ class StaticFetcher:
         limits: FetchLimits,
         clock: Callable[[], float] = time.monotonic,
         deadlines: DeadlineWatch = DEADLINES,
+        policy: NetworkPolicy = PUBLIC_ONLY,
     ) -> None:
         self._session = session
         self._limits = limits
         self._clock = clock
         self._deadlines = deadlines
+        self._policy = policy
 
     def fetch(self, request: FetchRequest) -> FetchResult:
         """Download ``request.url``, following at most ``max_redirects`` redirects.
@@ -76,9 +87,11 @@ class StaticFetcher:
         Raises:
             FetchFailed: timeout, connection trouble, a body cut short.
             DownloadFailed: ``too_large``, ``redirect_loop``, ``too_many_redirects``,
-                ``bad_redirect``, ``bad_response``.
+                ``bad_redirect``, ``bad_response``, ``blocked_address`` (the network policy
+                refuses the address of the URL or of a redirect's target; nothing was sent there).
         """
-        with self._deadlines.limit(self._limits.total_timeout_s):
+        policy = self._policy.narrowed(request.networks)
+        with applying(policy), self._deadlines.limit(self._limits.total_timeout_s):
             try:
                 return self._fetch(request)
             except FetchFailed as exc:
@@ -144,6 +157,9 @@ class StaticFetcher:
                 allow_redirects=False,
                 stream=True,
             )
+        except BlockedAddress as exc:
+            logger.info("refused %s (for %s): %s", url, request.url, exc)
+            raise DownloadFailed(request.url, "blocked_address") from exc
         except requests.exceptions.ProxyError as exc:
             raise FetchFailed(request.url, "proxy_error") from exc
         except requests.exceptions.SSLError as exc:

@@ -8,10 +8,7 @@ links and records and admits the links through one atomic admission call.
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import logging
-import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -174,14 +171,14 @@ def _alert(env: CrawlEnv, cause: str, alert: Alert) -> None:
 def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRun) -> bool:
     """Fetch one URL of the batch; return True to stop the batch (the host needs a pause)."""
     spec = runtime.spec
-    if runtime.networks and not _in_networks(entry.url, runtime.networks):
-        _remember(runtime, entry, run)
-        return _final_failure(run, "network_refused", entry.url)
     if spec.politeness.obey_robots:
         rules = env.robots.get(origin(entry.url))
         fetched_robots = rules is None
         if rules is None:
             rules = _fetch_robots(env, runtime, entry.url, run)
+        if rules is None:  # the network policy refuses the host itself: its URLs cannot be fetched either
+            _remember(runtime, entry, run)
+            return _final_failure(run, "blocked_address", entry.url)
         run.crawl_delay_s = rules.crawl_delay(spec.politeness.robots_token)
         if rules.kind == "disallow_all" and entry.attempt < runtime.limits.retries:
             # RFC 9309: unreachable robots.txt means "disallow all" until it can be read. Wait
@@ -207,6 +204,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         js_function=rule.js_function,
         wait_for=rule.wait_for,
         conditional=run.known[entry.url].conditional_headers() if entry.url in run.known else {},
+        networks=runtime.networks or None,
     )
     try:
         if rule.page_type == "static":
@@ -379,20 +377,32 @@ def _final_failure(run: _BatchRun, reason: str, url: str) -> bool:
     return False
 
 
-def _fetch_robots(env: CrawlEnv, runtime: JobRuntime, url: str, run: _BatchRun) -> RobotsRules:
+def _fetch_robots(env: CrawlEnv, runtime: JobRuntime, url: str, run: _BatchRun) -> RobotsRules | None:
     """Fetch robots.txt of the URL's origin (RFC 9309: 5 redirects, 500 KiB) and cache it.
 
-    Redirects are followed here, hop by hop, so the job's network limits hold for each hop.
+    Redirects are followed here, hop by hop, and every hop obeys the network policy. Returns
+    None (nothing cached) when the policy refuses the origin's own address. A redirect to a
+    refused address leaves robots.txt unavailable (RFC 9309 §2.3.1.3: allow all), like a
+    malformed one.
     """
     run.last_start = env.clock()
     target, status, body = robots_url(url), None, None
     try:
-        for _ in range(_ROBOTS_REDIRECTS + 1):
-            if runtime.networks and not _in_networks(target, runtime.networks):
-                status = None
+        for hop in range(_ROBOTS_REDIRECTS + 1):
+            request = FetchRequest(
+                url=target, user_agent=runtime.identities.user_agent(), networks=runtime.networks or None
+            )
+            try:
+                result = runtime.robots_fetcher.fetch(request)
+            except DownloadFailed as exc:
+                if exc.reason != "blocked_address":
+                    raise
+                if hop == 0:
+                    logger.info("job %s: %s refused by the network policy", runtime.job_id, origin(url))
+                    return None
+                logger.debug("robots.txt of %s redirects to a refused address (%s)", origin(url), target)
+                status, body = 404, None
                 break
-            request = FetchRequest(url=target, user_agent=runtime.identities.user_agent())
-            result = runtime.robots_fetcher.fetch(request)
             status, body = result.status, result.body
             if result.status not in _REDIRECTS or "location" not in result.headers:
                 break
@@ -429,21 +439,6 @@ def _join(base: str, location: str) -> str:
         return urljoin(base, location.strip())
     except ValueError:
         return location.strip()
-
-
-@functools.lru_cache(maxsize=4096)
-def _resolve(host: str) -> tuple[str, ...]:
-    try:
-        return tuple({info[4][0] for info in socket.getaddrinfo(host, None)})
-    except OSError:
-        return ()
-
-
-def _in_networks(url: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]) -> bool:
-    addresses = _resolve(urlsplit(url).hostname or "")
-    return bool(addresses) and all(
-        any(ipaddress.ip_address(address.split("%", 1)[0]) in network for network in networks) for address in addresses
-    )
 
 
 def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:

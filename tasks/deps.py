@@ -23,6 +23,7 @@ from fetchers import (
     FetcherRegistry,
     FetchLimits,
     IdentityPool,
+    NetworkPolicy,
     StaticFetcher,
     make_session,
 )
@@ -129,7 +130,10 @@ def fetchers() -> FetcherRegistry:
             max_pages=current.browser_max_pages,
             max_body_bytes=current.max_body_bytes,
         )
-        factories: dict[str, Callable[[], Fetcher]] = {"static": lambda: StaticFetcher(session(), limits)}
+        policy = NetworkPolicy.from_settings(current)  # public addresses, plus VCRAWL_ALLOWED_NETWORKS
+        factories: dict[str, Callable[[], Fetcher]] = {
+            "static": lambda: StaticFetcher(session(), limits, policy=policy)
+        }
         unavailable = {}
         if os.access(browser.chromium_path, os.X_OK) and os.access(browser.chromedriver_path, os.X_OK):
             factories["dynamic"] = lambda: BrowserFetcher(browser)

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from analyzers import check_rules, get_analyzer
-from fetchers import FetcherRegistry, FetchLimits, IdentityPool, StaticFetcher
+from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher
 from frontier import (
     Admission,
     BloomFilter,
@@ -60,7 +60,7 @@ class JobRuntime:
     politeness: PolitenessPolicy
     retry: RetryPolicy
     bloom: BloomFilter
-    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]  # the job's narrowing; () for none
     batch_size: int
     cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job (no URL history kept)
     cycle_started_s: float = 0.0
@@ -138,11 +138,13 @@ def build_runtime(
     # robots.txt: the first 500 KiB are parsed (RFC 9309); redirects are followed hop by hop by the caller.
     robots_limits = replace(fetch_limits, max_body_bytes=500 * 1024, truncate_body=True)
     politeness = PolitenessPolicy(spec.politeness.min_interval_s, spec.politeness.jitter)
+    # The cluster's policy; the job's allowed_networks narrow it request by request (FetchRequest.networks).
+    policy = NetworkPolicy.from_settings(settings)
     return JobRuntime(
         spec=spec,
         scope=scope_of(spec),
-        fetcher=StaticFetcher(session, fetch_limits),
-        robots_fetcher=StaticFetcher(session, robots_limits),
+        fetcher=StaticFetcher(session, fetch_limits, policy=policy),
+        robots_fetcher=StaticFetcher(session, robots_limits, policy=policy),
         identities=IdentityPool(
             spec.user_agents if spec.user_agents is not None else settings.user_agents,
             spec.referers if spec.referers is not None else settings.referers,

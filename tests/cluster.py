@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +14,20 @@ import redis
 from celery import Celery
 
 from tasks.trail import StatusTrail
+from tests.conftest import TEST_ALLOWED_NETWORKS
 from vcrawl.settings import Settings, celery_redis_url
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def cluster_env(settings: Settings) -> dict[str, str]:
-    """The environment that gives subprocesses exactly ``settings``."""
+    """The environment that gives subprocesses exactly ``settings``.
+
+    Settings that allow no network get the session's loopback networks (tests/conftest.py):
+    the test sites are on loopback, which vcrawl refuses by default.
+    """
+    if not settings.allowed_networks:
+        settings = replace(settings, allowed_networks=TEST_ALLOWED_NETWORKS)
     return {**os.environ, **settings.to_env(), "PYTHONPATH": str(REPO)}
 
 

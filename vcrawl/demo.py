@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import logging
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import urlsplit
 
 from vcrawl.jobs import JobSpec, new_job_id
 
@@ -47,6 +49,11 @@ class DemoSite:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/"
 
+    @property
+    def network(self) -> str:
+        """The site's address as a one-address network (``127.0.0.1/32``): all the demo may fetch."""
+        return _network_of(self.url)
+
     def __enter__(self) -> DemoSite:
         self._thread.start()
         return self
@@ -68,6 +75,15 @@ def demo_job(base_url: str) -> JobSpec:
             "max_depth": 3,
             "politeness": {"min_interval_s": 0.05, "jitter": 0.5},  # our own loopback site
             "rules": [{"pattern": r"/products/", "analyzer": "fields", "fields": _PRODUCT_FIELDS}],
-            "allowed_networks": ["127.0.0.0/8"],
+            "allowed_networks": [_network_of(base_url)],
         }
     )
+
+
+def _network_of(url: str) -> str:
+    """The one-address network of a URL's literal IP host.
+
+    >>> _network_of("http://127.0.0.1:8000/")
+    '127.0.0.1/32'
+    """
+    return str(ipaddress.ip_network(urlsplit(url).hostname or ""))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -96,8 +97,12 @@ class Settings:
     alert_host_failure_rate: float = 0.5
     alert_host_min_fetches: int = 20
     alert_stuck_s: float = 900.0
+    # Non-public networks workers may fetch from (CIDRs); empty: public addresses only (SSRF guard).
+    allowed_networks: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for network in self.allowed_networks:
+            _check_network("VCRAWL_ALLOWED_NETWORKS", network)
         _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
         if not self.user_agents:
             raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
@@ -139,7 +144,8 @@ class Settings:
             raw = env.get(name)
             if raw is None or raw.strip() == "":
                 continue
-            values[spec.name] = _PARSERS[str(spec.type)](name, raw.strip())
+            parse = _FIELD_PARSERS.get(spec.name) or _PARSERS[str(spec.type)]
+            values[spec.name] = parse(name, raw.strip())
         return cls(**values)
 
     def to_env(self) -> dict[str, str]:
@@ -226,6 +232,28 @@ def _parse_list(name: str, raw: str) -> tuple[str, ...]:
         items = raw.splitlines()
     return tuple(item.strip() for item in items if item.strip())
 
+
+def _parse_networks(name: str, raw: str) -> tuple[str, ...]:
+    """CIDRs separated by commas (or whitespace), or a JSON array as ``to_env`` writes it.
+
+    >>> _parse_networks("VCRAWL_ALLOWED_NETWORKS", "127.0.0.0/8, ::1/128")
+    ('127.0.0.0/8', '::1/128')
+    """
+    items = _parse_list(name, raw) if raw.startswith("[") else tuple(raw.replace(",", " ").split())
+    for item in items:
+        _check_network(name, item)
+    return items
+
+
+def _check_network(name: str, value: str) -> None:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ConfigError(f"{name} must list CIDR networks (like 10.0.0.0/8), got {value!r}") from None
+
+
+# Fields whose variables read differently from other fields of their type.
+_FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {"allowed_networks": _parse_networks}
 
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "str": _parse_str,

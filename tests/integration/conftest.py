@@ -19,6 +19,7 @@ from aiosmtpd.controller import Controller
 
 import tasks
 from tasks.embedded import EmbeddedWorker
+from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.site import TestSite
 from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
@@ -115,6 +116,7 @@ def vcrawl_settings(
         robots_error_ttl_s=1.0,
         browser_page_timeout_s=5.0,
         browser_lazy_timeout_s=5.0,
+        allowed_networks=TEST_ALLOWED_NETWORKS,  # the test sites are on loopback
     )
     tasks.configure(settings)
     return settings

@@ -15,6 +15,7 @@ import pytest
 import tasks
 from fetchers import BrowserConfig, BrowserFetcher, FetchRequest, StaticFetcher, chromium_processes, make_session
 from fetchers.base import FetchLimits
+from tests.conftest import LOOPBACK_POLICY
 from tests.integration.conftest import TEST_REFERERS, TEST_USER_AGENTS, wait_for_end
 from tests.site import Response, TestSite
 from vcrawl.errors import DownloadFailed, FetchFailed
@@ -72,7 +73,7 @@ def request(url: str, **kwargs: str) -> FetchRequest:
 def test_the_browser_gets_what_the_static_fetcher_cannot(site: TestSite, browser: BrowserFetcher) -> None:
     url = lazy_site(site)
 
-    static = StaticFetcher(make_session(), FetchLimits()).fetch(request(url))
+    static = StaticFetcher(make_session(), FetchLimits(), policy=LOOPBACK_POLICY).fetch(request(url))
     dynamic = browser.fetch(request(url, js_function="loadMore"))
 
     assert b'<div id="content"></div>' in static.body and b"dyn-7f3a" not in static.body

@@ -36,7 +36,8 @@ def test_crawl_command_runs_a_job_itself_and_prints_a_json_summary(site: TestSit
     good = site.add_page("/good.html", "<a href='/x'>x</a> <a href='/good.html#again'>again</a>")
     missing = site.url("/missing.html")
 
-    done = _vcrawl("crawl", good, missing, "--delay", "0", "--workers", "1", "--data", str(tmp_path / "data"), "--json")
+    done = _vcrawl("crawl", good, missing, "--delay", "0", "--workers", "1", "--data", str(tmp_path / "data"), "--json",
+                   "--allow-network", "127.0.0.1/32")  # fmt: skip
 
     assert done.returncode == 0, done.stderr
     assert "private redis-server" in done.stderr
@@ -108,7 +109,8 @@ def test_interrupt_stops_promptly_and_leaves_no_redis_behind(site: TestSite, tmp
     url = site.add_response("/stuck", Response(b"late", delay_s=20))
     base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "vcrawl.cli", "crawl", url, "--workers", "1", "--data", str(tmp_path / "data")],
+        [sys.executable, "-m", "vcrawl.cli", "crawl", url, "--workers", "1", "--data", str(tmp_path / "data"),
+         "--allow-network", "127.0.0.1/32"],
         env={**base, "PYTHONPATH": str(REPO)}, cwd=REPO, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -140,13 +142,13 @@ def test_crawl_to_hdfs_moves_every_output_there(site: TestSite) -> None:
     with WebHdfsTestServer() as hdfs:
         done = _vcrawl(
             "crawl", site.url("/"), "--delay", "0", "--workers", "1", "--warc", "--analyzer", "fields",
-            "--data", f"hdfs://{hdfs.namenode}/crawl", "--json",
+            "--data", f"hdfs://{hdfs.namenode}/crawl", "--json", "--allow-network", "127.0.0.1/32",
             env={"VCRAWL_HDFS_USER": "vcrawl"},
         )  # fmt: skip
         assert done.returncode == 2  # the fields analyzer needs rules: refused before anything runs
         done = _vcrawl(
             "crawl", site.url("/"), "--delay", "0", "--workers", "1", "--warc", "--analyzer", "links",
-            "--data", f"hdfs://{hdfs.namenode}/crawl", "--json",
+            "--data", f"hdfs://{hdfs.namenode}/crawl", "--json", "--allow-network", "127.0.0.1/32",
             env={"VCRAWL_HDFS_USER": "vcrawl"},
         )  # fmt: skip
         assert done.returncode == 0, done.stderr

@@ -300,7 +300,7 @@ def test_allowed_networks_hold_before_robots_txt(site: TestSite) -> None:
 
     assert status["state"] == "completed"
     assert site.seen == []  # not even robots.txt
-    assert status["failed"] == {"network_refused": 1}
+    assert status["failed"] == {"blocked_address": 1}
 
 
 def test_seeds_are_not_held_to_the_allow_patterns(site: TestSite) -> None:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from fetchers import FetchLimits, FetchRequest, StaticFetcher, check_status, make_session
+from tests.conftest import LOOPBACK_POLICY
 from tests.site import Response, TestSite
 from vcrawl.errors import DownloadFailed, FetchFailed
 
@@ -17,7 +18,7 @@ LIMITS = FetchLimits(connect_timeout_s=2, read_timeout_s=1.0, total_timeout_s=3.
 
 @pytest.fixture
 def fetcher() -> StaticFetcher:
-    return StaticFetcher(make_session(), LIMITS)
+    return StaticFetcher(make_session(), LIMITS, policy=LOOPBACK_POLICY)
 
 
 def _get(fetcher: StaticFetcher, url: str, **kwargs: str) -> object:
