@@ -51,6 +51,7 @@ _DEFAULT_GRACE_S = 4.0  # in-flight work may finish; then workers are stopped, b
 _MIN_STOP_S = 2.0  # a warm shutdown of idle workers still takes a moment
 _WORKER_STOP_S = 10.0  # at the end of a run: workers ship their records and WARC files
 _REDIS_STOP_S = 60.0  # a clean Redis shutdown writes the AOF; never cut it short lightly
+_REDIS_START_S = 300.0  # a big saved state takes a while to load (Redis answers LOADING meanwhile)
 _SUMMARY_KEYS = (
     "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
     "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted", "hosts",
@@ -209,7 +210,8 @@ class _LocalRun:
                     return 1
                 self.stack.callback(self.home.unlock)
                 self.stack.callback(self._discard_if_done)
-                local = LocalRedis(self.home.directory, pass_fds=[self.home.lock_fd], stop_timeout_s=_REDIS_STOP_S)
+                local = LocalRedis(self.home.directory, start_timeout_s=_REDIS_START_S, pass_fds=[self.home.lock_fd],
+                                   stop_timeout_s=_REDIS_STOP_S)  # fmt: skip
             self.stack.callback(local.stop)  # before start: an interrupt while it starts must stop it too
             local.start()
             if self.home is not None:
