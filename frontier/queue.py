@@ -452,6 +452,15 @@ end
 return 1
 """
 
+# KEYS: meta, then the job's Bloom filter segments. A finished job's filter goes (megabytes
+# each); a paused or restarted one keeps it, checked here so a new cycle's filter is safe.
+_DROP_FILTER = """
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'completed' and state ~= 'cancelled' then return 0 end
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+return 1
+"""
+
 _CANCEL = """
 local state = redis.call('HGET', KEYS[1], 'state')
 if state ~= 'running' and state ~= 'paused' then return 0 end
@@ -592,6 +601,7 @@ class Frontier:
         self._release = client.register_script(_RELEASE)
         self._reclaim = client.register_script(_RECLAIM)
         self._cancel = client.register_script(_CANCEL)
+        self._drop_filter = client.register_script(_DROP_FILTER)
         self._new_cycle = client.register_script(_NEW_CYCLE)
         self._finish_start = client.register_script(_FINISH_START)
         self._pause = client.register_script(_PAUSE)
@@ -714,8 +724,7 @@ class Frontier:
             pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
             pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
         completed, fresh, duplicates, over, known = (int(x) for x in pipe.execute()[0])
-        if completed == 1:
-            self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
+        # A completed job leaves the running set on the next pump round (forget_if_stopped).
         return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)  # -2: another cycle
 
     def pump(
@@ -805,9 +814,7 @@ class Frontier:
         pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
         pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
         result = int(pipe.execute()[0])
-        if result == 1:
-            self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
-        return None if result < 0 else result == 1
+        return None if result < 0 else result == 1  # completed: the pump forgets it next round
 
     def reclaim_expired(self, job_id: str, max_attempts: int, interval_ms: float) -> tuple[int, int]:
         """Requeue the URLs of batches whose lease ran out; fail those out of attempts.
@@ -818,15 +825,13 @@ class Frontier:
             keys=list(_job_keys(job_id, "meta", "ready", "next", "busy", "leases")),
             args=[redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms],
         )
-        if int(failed):
-            self.forget_if_stopped(job_id)
         return int(requeued), int(failed)
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Stop dispatching a running job at once (``now`` in seconds); False if it was not running."""
-        cancelled = int(self._cancel(keys=[redis_keys.job(job_id)], args=[now])) == 1
-        self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
-        return cancelled
+        # It stays in the running set: the next pump round sees it stopped and forgets it,
+        # dropping its Bloom filter, which only the pump knows the keys of.
+        return int(self._cancel(keys=[redis_keys.job(job_id)], args=[now])) == 1
 
     def update_spec(self, job_id: str, spec_json: str) -> int | None:
         """Replace a running or paused job's spec; return its new revision (None: not running).
@@ -907,10 +912,13 @@ class Frontier:
         """Ids of the jobs the pumps should look at."""
         return sorted(_text(job) for job in self._redis.smembers(redis_keys.JOBS_RUNNING))
 
-    def forget_if_stopped(self, job_id: str) -> None:
-        """Drop a job from the running set once its state says it is not running."""
+    def forget_if_stopped(self, job_id: str, filter_keys: Sequence[str] = ()) -> None:
+        """Drop a job from the running set once its state says it is not running; once it has
+        finished, drop its Bloom filter (``filter_keys``) too."""
         if _text(self._redis.hget(redis_keys.job(job_id), "state")) != "running":
             self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
+            if filter_keys:
+                self._drop_filter(keys=[redis_keys.job(job_id), *filter_keys])
 
     def raw_state(self, job_id: str) -> dict[str, str]:
         """The job hash as strings (spec, state, timestamps, counters)."""

@@ -102,7 +102,7 @@ class FrontierPump:
                 cap=self._settings.frontier_inflight,
             )
             if result.stopped:
-                self._frontier.forget_if_stopped(job_id)
+                self._frontier.forget_if_stopped(job_id, runtime.bloom.keys)
                 continue
             producer = self._producer() if (self._producer and result.batches) else None
             try:

@@ -208,6 +208,40 @@ def test_cancel_stops_dispatch_at_once(site: TestSite) -> None:
     assert sum(fetches(site).values()) <= requests_at_cancel + 1  # at most the one in flight
     assert status["pages_fetched"] == sum(fetches(site).values())  # in-flight fetches are counted
     assert not tasks.cancel_job(job_id)
+    assert wait_for_no_filter(job_id)  # a cancelled job's Bloom filter is dropped too
+
+
+def filter_keys(job_id: str) -> list[str]:
+    return list(tasks.deps.redis_client().scan_iter(match=f"vcrawl:job:{{{job_id}}}:bloom:*", count=1000))
+
+
+def wait_for_no_filter(job_id: str, timeout_s: float = 5.0) -> bool:
+    """The pumps drop a finished job's Bloom filter on their next round."""
+    deadline = time.monotonic() + timeout_s
+    while filter_keys(job_id) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not filter_keys(job_id)
+
+
+def test_a_finished_job_leaves_no_bloom_filter_and_a_paused_one_keeps_it(site: TestSite) -> None:
+    site.add_page("/", page(*[f"/p{n}.html" for n in range(20)]))
+    for n in range(20):
+        site.add_page(f"/p{n}.html", page())
+    job_id = tasks.start_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0}})
+    deadline = time.monotonic() + 10
+    while sum(fetches(site).values()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert tasks.pause_job(job_id)
+    time.sleep(1.0)  # several pump rounds see it stopped
+    assert filter_keys(job_id)  # still needed: resuming must not admit the same URLs again
+    assert tasks.resume_job(job_id) == "running"
+    deadline = time.monotonic() + 30
+    while tasks.job_status(job_id)["state"] == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    status = tasks.job_status(job_id)
+    assert status["state"] == "completed" and status["pages_stored"] == 21
+    assert sum(fetches(site).values()) == 21  # nothing fetched twice across the pause
+    assert wait_for_no_filter(job_id)
 
 
 @pytest.mark.parametrize(
