@@ -2,7 +2,9 @@
 
 One browser per worker process, reused across tasks, one page at a time. A browser is
 started with the proxy of the request that started it and keeps it for its lifetime (a
-proxy pool rotates as browsers are replaced). The browser is
+proxy pool rotates as browsers are replaced). Chromium reaches the network only through the
+browser's egress guard (``fetchers.egress``), which applies the network policy to every
+request the page makes. The browser is
 replaced after ``max_pages`` pages, after a crash, or when it stops answering, and quit when
 the process shuts down; its processes run in their own process group, so a browser that
 will not quit is killed as a whole. The page's HTTP status and the status of the requests a
@@ -15,6 +17,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +31,8 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
 from fetchers.base import FetchRequest, FetchResult
+from fetchers.egress import EgressGuard
+from fetchers.netguard import PUBLIC_ONLY, NetworkPolicy, Resolver
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["BrowserConfig", "BrowserFetcher", "chromium_processes"]
@@ -43,6 +48,8 @@ _CHROMIUM_FLAGS = (
     "--disable-features=BackForwardCache,site-per-process,IsolateOrigins,NetworkTimeServiceQuerying",
     "--disable-site-isolation-trials",
     "--renderer-process-limit=1", "--in-process-gpu",
+    # Everything goes through the egress guard: loopback too, no QUIC, no WebRTC UDP around it.
+    "--proxy-bypass-list=<-loopback>", "--disable-quic", "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
 )  # fmt: skip
 _LAZY_TYPES = frozenset({"XHR", "Fetch"})
 _POLL_S = 0.02
@@ -62,11 +69,24 @@ class BrowserConfig:
 
 
 class BrowserFetcher:
-    """Loads a page in headless Chromium, runs its lazy-load function, returns the rendered DOM."""
+    """Loads a page in headless Chromium, runs its lazy-load function, returns the rendered DOM.
 
-    def __init__(self, config: BrowserConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    Every request of the page obeys ``policy`` (default: public addresses only) narrowed by the
+    request's ``networks``; names resolve with ``resolver``.
+    """
+
+    def __init__(
+        self,
+        config: BrowserConfig,
+        clock: Callable[[], float] = time.monotonic,
+        policy: NetworkPolicy = PUBLIC_ONLY,
+        resolver: Resolver = socket.getaddrinfo,
+    ) -> None:
         self._config = config
         self._clock = clock
+        self._policy = policy
+        self._resolver = resolver
+        self._guard: EgressGuard | None = None
         self._lock = threading.Lock()  # one browser, one page at a time
         self._driver: webdriver.Chrome | None = None
         self._proxy: str | None = None
@@ -79,7 +99,8 @@ class BrowserFetcher:
         Raises:
             FetchFailed: timeouts, a crashed browser (replaced for the retry), a lazy request
                 that failed on the network.
-            DownloadFailed: ``js_function_missing``, ``lazy_http_<status>``, ``too_large``.
+            DownloadFailed: ``js_function_missing``, ``lazy_http_<status>``, ``too_large``,
+                ``blocked_address`` (the page, or a redirect of it, is at a refused address).
         """
         with self._lock:
             started = self._clock()
@@ -132,7 +153,10 @@ class BrowserFetcher:
     def close(self, force: bool = False) -> None:
         """Quit the browser and kill its process group; ``force`` kills first (a browser that hangs)."""
         driver, self._driver = self._driver, None
+        guard, self._guard = self._guard, None
         self._pages = 0
+        if guard is not None:  # Chromium loses its only way out at once
+            guard.close()
         if driver is None:
             return
         group = _process_group(driver)
@@ -153,9 +177,10 @@ class BrowserFetcher:
         options.binary_location = self._config.chromium_path
         for flag in _CHROMIUM_FLAGS:
             options.add_argument(flag)
-        if proxy is not None:
-            # Chromium takes its proxy at start: a browser keeps the one it was given.
-            options.add_argument(f"--proxy-server={proxy}")
+        # Chromium takes its proxy at start: a browser keeps the guard, and the guard the proxy it was given.
+        guard = EgressGuard(self._policy, proxy, self._resolver, connect_timeout_s=self._config.page_timeout_s)
+        self._guard = guard.start()
+        options.add_argument(f"--proxy-server={guard.url}")
         options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
         # chromedriver must not wait for page loads itself: this fetcher waits, with its own limits.
         options.page_load_strategy = "none"
@@ -174,6 +199,8 @@ class BrowserFetcher:
 
     def _render(self, request: FetchRequest, started: float) -> FetchResult:
         driver = self._ensure(request.proxy)
+        assert self._guard is not None, "a running browser has its egress guard"
+        self._guard.begin(self._policy.narrowed(request.networks))
         driver.get_log("performance")  # drop what earlier pages left
         driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
         driver.execute_cdp_cmd("Network.setUserAgentOverride", {"userAgent": request.user_agent})
@@ -187,6 +214,8 @@ class BrowserFetcher:
         events = _network_events(driver)
         status = _document_status(events)
         if status is None:  # no HTTP response for the page at all: nothing real to store
+            if self._guard is not None and self._guard.was_refused(_document_url(events) or request.url):
+                raise DownloadFailed(request.url, "blocked_address")
             raise FetchFailed(request.url, "no_response")
         if status != 200:
             return FetchResult(url=request.url, final_url=driver.current_url, status=status,
@@ -247,6 +276,10 @@ class BrowserFetcher:
         if failure:
             raise failure[0]
         if answer and answer[0].get("errorText"):
+            # The guard refused the page or the redirect it ended at: nothing reached that address.
+            target = _document_url(_network_events(driver)) or url
+            if self._guard is not None and self._guard.was_refused(target):
+                raise DownloadFailed(url, "blocked_address")
             # Connection refused, no such host, TLS failure...: Chromium would show its own error page.
             raise FetchFailed(url, "navigation_failed")
 
@@ -348,6 +381,15 @@ def _track(requests: dict[str, dict[str, Any]], event: dict[str, Any]) -> None:
             requests[request_id]["done"] = True
         elif method == "Network.loadingFailed":
             requests[request_id].update(done=True, failed=True)
+
+
+def _document_url(events: list[dict[str, Any]]) -> str | None:
+    """The URL of the page's last document request (a redirect's target comes after its source)."""
+    url = None
+    for event in events:
+        if event["method"] == "Network.requestWillBeSent" and event["params"].get("type") == "Document":
+            url = event["params"]["request"]["url"]
+    return url
 
 
 def _document_status(events: list[dict[str, Any]]) -> int | None:

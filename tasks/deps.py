@@ -136,7 +136,7 @@ def fetchers() -> FetcherRegistry:
         }
         unavailable = {}
         if os.access(browser.chromium_path, os.X_OK) and os.access(browser.chromedriver_path, os.X_OK):
-            factories["dynamic"] = lambda: BrowserFetcher(browser)
+            factories["dynamic"] = lambda: BrowserFetcher(browser, policy=policy)
         else:
             unavailable["dynamic"] = f"{browser.chromium_path} or {browser.chromedriver_path} is missing"
         return FetcherRegistry(factories, unavailable)

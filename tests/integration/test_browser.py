@@ -53,7 +53,7 @@ def browser_installed() -> None:
 
 @pytest.fixture(scope="module")
 def browser(browser_installed: None) -> Iterator[BrowserFetcher]:
-    fetcher = BrowserFetcher(CONFIG)
+    fetcher = BrowserFetcher(CONFIG, policy=LOOPBACK_POLICY)
     yield fetcher
     fetcher.close()
 
@@ -155,7 +155,8 @@ def test_user_agent_and_referer_hold_for_the_page_and_its_xhr(site: TestSite, br
 def test_after_many_pages_one_browser_remains_and_none_leak(site: TestSite, browser_installed: None) -> None:
     url = lazy_site(site)
     before = set(chromium_processes())
-    fetcher = BrowserFetcher(BrowserConfig(page_timeout_s=3.0, lazy_timeout_s=3.0, idle_s=0.1, max_pages=3))
+    config = BrowserConfig(page_timeout_s=3.0, lazy_timeout_s=3.0, idle_s=0.1, max_pages=3)
+    fetcher = BrowserFetcher(config, policy=LOOPBACK_POLICY)
     try:
         for _ in range(7):
             assert b"dyn-7f3a" in fetcher.fetch(request(url, js_function="loadMore")).body
@@ -243,7 +244,7 @@ def test_the_browser_goes_through_the_proxy(site: TestSite, browser_installed: N
     site.add_response(
         "http://shop.test/api/page/1.json", Response(API.encode(), headers={"Content-Type": "application/json"})
     )
-    fetcher = BrowserFetcher(CONFIG)
+    fetcher = BrowserFetcher(CONFIG, policy=LOOPBACK_POLICY)
     try:
         result = fetcher.fetch(request("http://shop.test/app.html", js_function="loadMore", proxy=site.base))
     finally:
