@@ -14,10 +14,12 @@ from fetchers.base import (
 from fetchers.browser import BrowserConfig, BrowserFetcher, chromium_processes
 from fetchers.identity import IdentityPool
 from fetchers.netguard import NetworkPolicy
+from fetchers.proxies import PROXY_FAULTS, ProxyHealth, fetch_through, is_proxy_fault, proxy_counter, proxy_stats
 from fetchers.registry import FetcherRegistry
 from fetchers.static import StaticFetcher, make_session
 
 __all__ = [
+    "PROXY_FAULTS",
     "RETRYABLE_STATUSES",
     "BrowserConfig",
     "BrowserFetcher",
@@ -28,9 +30,14 @@ __all__ = [
     "FetcherRegistry",
     "IdentityPool",
     "NetworkPolicy",
+    "ProxyHealth",
     "StaticFetcher",
     "check_status",
     "chromium_processes",
+    "fetch_through",
+    "is_proxy_fault",
     "make_session",
     "parse_retry_after",
+    "proxy_counter",
+    "proxy_stats",
 ]

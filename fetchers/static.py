@@ -16,6 +16,7 @@ import urllib3.exceptions
 from fetchers.base import FetchLimits, FetchRequest, FetchResult
 from fetchers.deadline import DeadlineWatch
 from fetchers.netguard import PUBLIC_ONLY, BlockedAddress, GuardedAdapter, NetworkPolicy, Resolver, applying
+from fetchers.proxies import proxy_error_reason
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["DEADLINES", "StaticFetcher", "make_session"]
@@ -161,7 +162,8 @@ class StaticFetcher:
             logger.info("refused %s (for %s): %s", url, request.url, exc)
             raise DownloadFailed(request.url, "blocked_address") from exc
         except requests.exceptions.ProxyError as exc:
-            raise FetchFailed(request.url, "proxy_error") from exc
+            reason, status = proxy_error_reason(exc)  # refused, timed out, 407, tunnel refused
+            raise FetchFailed(request.url, reason, status) from exc
         except requests.exceptions.SSLError as exc:
             raise DownloadFailed(request.url, "tls_error") from exc
         except requests.exceptions.Timeout as exc:

@@ -149,3 +149,11 @@ def job_host_stats(job_id: str) -> str:
 def job_failures(job_id: str) -> str:
     """List: the job's most recent final failures (JSON: url, reason, at), newest first."""
     return f"{PREFIX}:job:{{{job_id}}}:failures"
+
+
+# Proxies: their health is the cluster's, not a job's.
+
+
+def proxy_health() -> str:
+    """Hash: masked proxy URL -> ``<until ms>:<strikes>`` of its cool-off after failing (Redis clock)."""
+    return f"{PREFIX}:proxies:health"

@@ -47,6 +47,8 @@ class Settings:
     user_agents: tuple[str, ...] = DEFAULT_USER_AGENTS
     referers: tuple[str, ...] = DEFAULT_REFERERS
     proxies: tuple[str, ...] = ()
+    proxy_cooloff_s: float = 60.0  # a failing proxy is benched this long; doubled if it fails again at once
+    proxy_cooloff_max_s: float = 900.0
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 15.0
     total_timeout_s: float = 60.0
@@ -108,6 +110,11 @@ class Settings:
             raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
         for proxy in self.proxies:
             _check_url("VCRAWL_PROXIES", proxy, ("http", "https"))
+        if self.proxy_cooloff_max_s < self.proxy_cooloff_s:
+            raise ConfigError(
+                f"VCRAWL_PROXY_COOLOFF_MAX_S={self.proxy_cooloff_max_s:g} must be at least "
+                f"VCRAWL_PROXY_COOLOFF_S={self.proxy_cooloff_s:g}"
+            )
         if self.alert_webhook_url is not None:
             _check_url("VCRAWL_ALERT_WEBHOOK_URL", self.alert_webhook_url, ("http", "https"))
         if self.alert_email_to and self.smtp_host is None:
