@@ -14,6 +14,7 @@ SURT, so ``lookup`` takes the URL as it was written (the crawler writes canonica
 
 from __future__ import annotations
 
+import fcntl
 import io
 import ipaddress
 import json
@@ -32,9 +33,10 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from importlib.metadata import version
 from io import BytesIO
+from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from warcio.archiveiterator import ArchiveIterator
 from warcio.exceptions import ArchiveLoadFailed
@@ -44,13 +46,14 @@ from warcio.warcwriter import WARCWriter
 
 from storage.registry import Storage
 
-__all__ = ["REVISIT_MIME", "CdxEntry", "WarcWriter", "lookup", "read_response"]
+__all__ = ["REVISIT_MIME", "CdxEntry", "WarcWriter", "lookup", "read_response", "recover_spools"]
 
 logger = logging.getLogger(__name__)
 
 REVISIT_MIME = "warc/revisit"  # the CDX mime of a revisit record, as pywb and cdxj-indexer write it
 _CONFORMS_TO = "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 _CHUNK = 1024 * 1024
+_INDEX_PART = ".cdxj.part"  # a spool's index so far: '<file size after the capture> <CDXJ line>'
 _TIMESTAMP = re.compile(r"^\d{14}$")
 _WARC_DATE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 _DIGEST = re.compile(r"^(?:sha1:)?([A-Z2-7]{32})$")
@@ -133,11 +136,24 @@ _RecordWrite = Callable[["_Spool"], tuple[Any, int, int]]
 
 
 class _Spool:
-    """One WARC file being written to local disk, and the index entries of its captures."""
+    """One WARC file being written to local disk, and the index entries of its captures.
+
+    In a spool directory the file is named after its storage location and locked while its
+    writer lives, and each capture's index line goes to ``<file>.cdxj.part`` with the file's
+    size after the capture: `recover_spools` ships what a killed writer left, whole captures only.
+    """
 
     def __init__(self, location: str, spool_dir: str | None) -> None:
-        fd, self.path = tempfile.mkstemp(prefix="vcrawl-warc-", suffix=".warc.gz", dir=spool_dir)
-        self.file = os.fdopen(fd, "w+b")
+        self._index: Any = None
+        if spool_dir is None:
+            fd, self.path = tempfile.mkstemp(prefix="vcrawl-warc-", suffix=".warc.gz", dir=spool_dir)
+            self.file = os.fdopen(fd, "w+b")
+        else:
+            self.path = os.path.join(spool_dir, quote(location, safe=""))
+            self.file = open(self.path + ".new", "w+b")  # closed in discard
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX)  # a spool that can be locked is a dead writer's
+            self._index = open(self.path + _INDEX_PART, "wb", buffering=0)  # closed in discard
+            os.rename(self.path + ".new", self.path)
         # Records are serialized plain and gzipped here, one member each: warcio's own gzip
         # uses level 9, which costs about three times level 6 for a few percent of size.
         self._plain = io.BytesIO()
@@ -160,10 +176,20 @@ class _Spool:
         """Return the bytes written so far."""
         return self.file.tell()
 
+    def note(self, entry: CdxEntry) -> None:
+        """Keep `entry`; in a spool directory, put the capture on disk before the fetch is acknowledged."""
+        self.entries.append(entry)
+        if self._index is not None:
+            self.file.flush()
+            self._index.write(f"{self.file.tell()} {entry.to_line()}\n".encode())
+
     def discard(self) -> None:
-        """Close and delete the local file."""
+        """Close and delete the local file (and its index part)."""
+        if self._index is not None:
+            os.unlink(self.path + _INDEX_PART)
+            self._index.close()
+        os.unlink(self.path)  # before closing: still locked, so no recovery ships it
         self.file.close()
-        os.unlink(self.path)
 
 
 class WarcWriter:
@@ -378,7 +404,7 @@ class WarcWriter:
                 offset=offset,
                 length=length,
             )
-            spool.entries.append(entry)
+            spool.note(entry)
             full = spool.size() >= self._max_file_bytes
             if full:
                 logger.debug("WARC %s reached %d bytes; rolling", spool.location, spool.size())
@@ -444,6 +470,62 @@ class WarcWriter:
 
     def _location(self, seq: int) -> str:
         return f"{self._prefix}/{self.writer_id}-{seq:05d}.warc.gz"
+
+
+def recover_spools(store: Storage, spool_dir: str) -> list[str]:
+    """Ship the WARC files that killed writers left in `spool_dir`, with their indexes; return them.
+
+    Only whole captures are kept: the file is cut after the last capture its index part names.
+    Each file goes to the location its writer would have shipped it to, so doing this twice
+    writes the same file again.
+    """
+    shipped: list[str] = []
+    directory = Path(spool_dir)
+    if not directory.is_dir():
+        return shipped
+    for path in sorted(directory.glob("*.warc.gz")):
+        try:
+            spool = open(path, "rb")  # closed by the with below
+        except FileNotFoundError:
+            continue
+        with spool:
+            try:
+                fcntl.flock(spool.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # its writer is alive
+            if not path.exists():
+                continue
+            location = unquote(path.name)
+            index_part = Path(str(path) + _INDEX_PART)
+            end, lines = _whole_captures(index_part, os.fstat(spool.fileno()).st_size)
+            if lines:
+                with store.open_write(location) as out:
+                    left = end
+                    while left and (chunk := spool.read(min(_CHUNK, left))):
+                        out.write(chunk)
+                        left -= len(chunk)
+                store.write_bytes(f"{location}.cdxj", ("\n".join(sorted(lines)) + "\n").encode("utf-8"))
+                shipped.append(location)
+                logger.warning("shipped WARC %s (%d captures) a stopped worker left in %s", location, len(lines), path)
+            index_part.unlink(missing_ok=True)
+            path.unlink()
+    return shipped
+
+
+def _whole_captures(index_part: Path, size: int) -> tuple[int, list[str]]:
+    """(bytes of whole captures, their index lines) from an index part; a cut last line is dropped."""
+    end, lines = 0, []
+    try:
+        data = index_part.read_bytes()
+    except FileNotFoundError:
+        return 0, []
+    for raw in data.split(b"\n")[:-1]:  # the part after the last newline is cut short
+        offset_text, _, line = raw.decode("utf-8", "replace").partition(" ")
+        if not offset_text.isdigit() or int(offset_text) > size:
+            break
+        end = int(offset_text)
+        lines.append(line)
+    return end, lines
 
 
 def read_response(store: Storage, entry: CdxEntry) -> tuple[int, dict[str, str], bytes]:

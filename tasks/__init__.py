@@ -136,10 +136,10 @@ def _start_pump(**_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
         deps.pump().start()
-    try:  # records a killed worker on this machine spooled but never shipped
-        deps.recover_records()
+    try:  # records and WARC files a killed worker on this machine spooled but never shipped
+        deps.recover_spools()
     except Exception:
-        logging.getLogger("vcrawl").exception("could not ship the record spools of stopped workers")
+        logging.getLogger("vcrawl").exception("could not ship the spools of stopped workers")
 
 
 @worker_shutdown.connect

@@ -29,8 +29,10 @@ from fetchers import (
 )
 from frontier import Frontier, History, HostGate, RobotsCache
 from storage import Storage
-from storage.records import RecordWriter, recover_spools
+from storage.records import RecordWriter
+from storage.records import recover_spools as recover_record_spools
 from storage.warc import WarcWriter
+from storage.warc import recover_spools as recover_warc_spools
 from tasks.alerts import Alert, Alerter
 from tasks.crawling import CrawlEnv
 from tasks.jobs import RuntimeCache
@@ -212,28 +214,34 @@ def records(job_id: str) -> RecordWriter:
             f"jobs/{job_id}/records",
             max_part_bytes=current.records_part_bytes,
             max_part_age_s=current.records_flush_s,
-            spool_dir=records_spool_dir(current),
+            spool_dir=spool_dir(current, "records"),
         ),
     )
 
 
-def records_spool_dir(current: Settings) -> str:
-    """Where record writers spool: ``VCRAWL_RECORDS_SPOOL_DIR``, else one directory per store.
+def spool_dir(current: Settings, kind: str) -> str:
+    """Where ``kind`` (records, warc) writers spool: ``VCRAWL_<KIND>_SPOOL_DIR``, else one directory
+    per store.
 
     Per store, because a worker that finds a dead writer's spool ships it into its own store.
     """
-    if current.records_spool_dir:
-        return current.records_spool_dir
+    configured = current.records_spool_dir if kind == "records" else current.warc_spool_dir
+    if configured:
+        return configured
     data = current.data
     if "://" not in data or data.startswith("file://"):
-        return os.path.join(data.removeprefix("file://"), ".spool", "records")
+        return os.path.join(data.removeprefix("file://"), ".spool", kind)
     tag = hashlib.sha1(data.encode(), usedforsecurity=False).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), f"vcrawl-spool-{os.getuid()}", tag, "records")
+    return os.path.join(tempfile.gettempdir(), f"vcrawl-spool-{os.getuid()}", tag, kind)
 
 
-def recover_records() -> list[str]:
-    """Ship record spools left by killed workers of this store (at worker start)."""
-    return recover_spools(storage(), records_spool_dir(settings()))
+def recover_spools() -> list[str]:
+    """Ship the records and WARC files killed workers of this store left in the spools (at worker start)."""
+    current = settings()
+    return [
+        *recover_record_spools(storage(), spool_dir(current, "records")),
+        *recover_warc_spools(storage(), spool_dir(current, "warc")),
+    ]
 
 
 def warc(job_id: str) -> WarcWriter:
@@ -242,7 +250,10 @@ def warc(job_id: str) -> WarcWriter:
         "warc",
         job_id,
         lambda current: WarcWriter(
-            storage(), f"jobs/{job_id}/warc", max_file_bytes=current.warc_file_bytes, spool_dir=current.warc_spool_dir
+            storage(),
+            f"jobs/{job_id}/warc",
+            max_file_bytes=current.warc_file_bytes,
+            spool_dir=spool_dir(current, "warc"),
         ),
     )
 

@@ -327,10 +327,10 @@ def test_failed_ship_keeps_the_file_and_retries(spool: Path, data: Path) -> None
     with pytest.raises(StorageFailed):
         writer.close()
     assert warc_files(data) == [] and not any(p.is_file() for p in data.rglob("*"))  # nothing partial visible
-    assert len(list(spool.iterdir())) == 1  # the finished file waits in the spool
+    assert len(list(spool.glob("*.warc.gz"))) == 1  # the finished file waits in the spool
     with pytest.raises(StorageFailed):
         writer.write_exchange(url_of(2), **page(2))  # the queue ships first; it fails before writing
-    assert len(list(spool.iterdir())) == 1
+    assert len(list(spool.glob("*.warc.gz"))) == 1
     third = writer.write_exchange(url_of(3), **page(3))
     writer.close()
     assert writer.shipped == ["warc/flaky-00001.warc.gz", "warc/flaky-00002.warc.gz"]
@@ -428,3 +428,49 @@ def test_index_line_round_trips_and_escapes_spaces() -> None:
     line = entry.to_line()
     assert line.startswith("http://a.test/a%20b?q=1 20250304050607 {")
     assert CdxEntry.from_line(line) == entry
+
+
+_KILLED_WARC_WRITER = """
+import sys, time
+from storage import Storage
+from storage.warc import WarcWriter
+from tests.integration.test_warc import page, url_of
+writer = WarcWriter(Storage(sys.argv[1]), "jobs/j/warc", spool_dir=sys.argv[2], writer_id="dead")
+for i in range(1, int(sys.argv[3]) + 1):
+    writer.write_exchange(url_of(i), **page(i))
+print("written", flush=True)
+time.sleep(60)
+"""
+
+
+def test_captures_of_a_sigkilled_writer_are_recovered_from_its_spool(spool: Path, data: Path) -> None:
+    from storage.warc import recover_spools
+
+    store = Storage(str(data))
+    repo = Path(__file__).resolve().parents[2]
+    writer = subprocess.Popen([sys.executable, "-c", _KILLED_WARC_WRITER, str(data), str(spool), "12"], cwd=repo,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "written"
+        assert recover_spools(store, str(spool)) == []  # alive: its spool is its own
+        writer.kill()
+        writer.wait(10)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait(10)
+    # A capture being written when the worker died: bytes past the last indexed capture, and a cut index line.
+    (warc_spool,) = spool.glob("*.warc.gz")
+    with open(warc_spool, "ab") as out:
+        out.write(gzip.compress(b"WARC/1.1\r\nWARC-Type: response\r\n")[:20])
+    with open(str(warc_spool) + ".cdxj.part", "ab") as out:
+        out.write(b"999999 http://cut")
+
+    assert recover_spools(store, str(spool)) == ["jobs/j/warc/dead-00001.warc.gz"]
+    entries = index_entries(data)
+    assert sorted(e.url for e in entries) == sorted(url_of(i) for i in range(1, 13))
+    for entry in entries:  # every capture reads back whole, digest checked
+        assert read_response(store, entry)[2] == page(int(entry.url.rsplit("=", 1)[1]))["body"]
+    with (data / "jobs/j/warc/dead-00001.warc.gz").open("rb") as archive:
+        assert sum(1 for _ in ArchiveIterator(archive)) == 1 + 2 * 12  # warcinfo + response/request pairs
+    assert list(spool.iterdir()) == [] and recover_spools(store, str(spool)) == []
