@@ -134,9 +134,7 @@ class ScriptedResolver:
         answer = self.answers[min(len(self.calls), len(self.answers)) - 1]
         if not answer:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [
-            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in answer
-        ]
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in answer]
 
 
 def test_a_proxied_target_is_refused_if_any_address_is() -> None:
