@@ -144,6 +144,8 @@ def _resume(run: _LocalRun, job_id: str) -> int:
     if site is not None:
         run.stack.enter_context(site)
         print(f"demo site at {site.url} again", file=sys.stderr)
+        # As in `vcrawl demo`: the workers may fetch exactly the demo site's (loopback) address.
+        run.settings = replace(run.settings, allowed_networks=(*run.settings.allowed_networks, site.network))
     run.start_workers()
 
     def begin() -> str:
