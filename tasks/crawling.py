@@ -18,7 +18,17 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from analyzers import Page, links_analyzer, run_analysis
-from fetchers import RETRYABLE_STATUSES, FetcherRegistry, FetchRequest, FetchResult, parse_retry_after
+from fetchers import (
+    RETRYABLE_STATUSES,
+    FetcherRegistry,
+    FetchRequest,
+    FetchResult,
+    ProxyHealth,
+    fetch_through,
+    is_proxy_fault,
+    parse_retry_after,
+    proxy_counter,
+)
 from frontier import (
     Batch,
     Entry,
@@ -68,6 +78,7 @@ class CrawlEnv:
     robots_retry_s: float = 600.0
     clock: Callable[[], float] = time.time
     host_alert: tuple[float, int] = (0.5, 20)  # alert when this share of a host's URLs failed, after this many
+    proxies: ProxyHealth | None = None  # the cluster's proxy bench; None: draw from the pool blindly
 
 
 @dataclass
@@ -200,7 +211,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         url=entry.url,
         user_agent=runtime.identities.user_agent(),
         referer=runtime.identities.referer(),
-        proxy=runtime.identities.proxy(),
+        proxy=runtime.identities.proxy() if env.proxies is None else env.proxies.draw(runtime.identities.proxies),
         js_function=rule.js_function,
         wait_for=rule.wait_for,
         conditional=run.known[entry.url].conditional_headers() if entry.url in run.known else {},
@@ -212,7 +223,7 @@ def _fetch_entry(env: CrawlEnv, runtime: JobRuntime, entry: Entry, run: _BatchRu
         else:
             assert env.fetchers is not None, "a crawl environment with browser work has a fetcher registry"
             fetcher = env.fetchers.get(rule.page_type)
-        result = fetcher.fetch(request)
+        result = _fetch_static(env, runtime, request, run) if rule.page_type == "static" else fetcher.fetch(request)
     except FetchFailed as exc:
         return _retry_or_fail(env, runtime, entry, run, exc.reason, exc.retry_after_s)
     except DownloadFailed as exc:
@@ -306,7 +317,7 @@ def _handle_response(
 
 
 # Signals that the host itself is down or overloaded: the whole host waits.
-_HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "timeout", "total_timeout", "proxy_error"})
+_HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "timeout", "total_timeout"})
 
 
 def _retry_or_fail(
@@ -319,7 +330,7 @@ def _retry_or_fail(
     queue, so the host's other pages go on.
     """
     delay_s = runtime.retry.delay_for(entry.attempt + 1, retry_after_s)
-    host_wide = retry_after_s is not None or reason in _HOST_TROUBLE
+    host_wide = retry_after_s is not None or reason in _HOST_TROUBLE or _pool_exhausted(env, runtime, reason)
     if delay_s is None:
         _final_failure(run, reason, entry.url)
         _remember(runtime, entry, run)
@@ -335,6 +346,28 @@ def _retry_or_fail(
     run.requeue.append(retry)
     run.host_delay_until = max(run.host_delay_until, env.clock() + delay_s)
     return True  # the host is struggling: the rest of the batch waits with it
+
+
+def _fetch_static(env: CrawlEnv, runtime: JobRuntime, request: FetchRequest, run: _BatchRun) -> FetchResult:
+    """A static fetch. Through a proxy, its outcome is counted for the proxy (job stats) and goes
+    on the cluster's proxy bench, and a proxy's fault (a 407, ...) is raised as FetchFailed."""
+    if request.proxy is None:
+        return runtime.fetcher.fetch(request)
+    try:
+        result = fetch_through(runtime.fetcher, request, env.proxies)
+    except (FetchFailed, DownloadFailed) as exc:
+        run.counters[proxy_counter(request.proxy, exc.reason)] += 1
+        raise
+    run.counters[proxy_counter(request.proxy, None)] += 1
+    return result
+
+
+def _pool_exhausted(env: CrawlEnv, runtime: JobRuntime, reason: str) -> bool:
+    """A proxy's fault pauses the host only when no proxy of the pool is left to retry through:
+    with one left, the URL goes to the back of its host's queue and its retry draws that one."""
+    if not is_proxy_fault(reason):
+        return False
+    return env.proxies is None or not env.proxies.has_healthy(runtime.identities.proxies)
 
 
 def _visit(

@@ -24,6 +24,7 @@ from fetchers import (
     FetchLimits,
     IdentityPool,
     NetworkPolicy,
+    ProxyHealth,
     StaticFetcher,
     make_session,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "history",
     "host_gate",
     "identities",
+    "proxy_health",
     "pump",
     "records",
     "redis_client",
@@ -191,6 +193,7 @@ def crawl_env() -> CrawlEnv:
             history(),
             retry_robots_s,
             host_alert=(settings().alert_host_failure_rate, settings().alert_host_min_fetches),
+            proxies=proxy_health(),
         ),
     )
 
@@ -303,6 +306,11 @@ def identities() -> IdentityPool:
     """Return the User-Agent / Referer / proxy pool."""
     current = settings()
     return _once("identities", lambda: IdentityPool(current.user_agents, current.referers, current.proxies))
+
+
+def proxy_health() -> ProxyHealth:
+    """Return the cluster's proxy bench (cool-offs in Redis, cached here for a second)."""
+    return _once("proxy_health", lambda: ProxyHealth.from_settings(settings(), redis_client()))
 
 
 def host_gate() -> HostGate:

@@ -33,7 +33,9 @@ def fetch(self: Task, task: dict, trail_id: str, reserved_ms: int | None = None)
         # Redelivered after killing its worker again and again: stop, do not loop for ever.
         raise AttemptsExhausted("download", attempt)
     try:
-        page = pipeline.download(job, deps.fetchers().get(job.page_type), deps.identities(), deps.storage())
+        page = pipeline.download(
+            job, deps.fetchers().get(job.page_type), deps.identities(), deps.storage(), deps.proxy_health()
+        )
     except FetchFailed as exc:
         delay_s = deps.fetch_retry().delay_for(attempt, exc.retry_after_s)
         if delay_s is None:

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from analyzers import check_rules, get_analyzer
-from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher
+from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher, proxy_stats
 from frontier import (
     Admission,
     BloomFilter,
@@ -410,6 +410,7 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
         "robots_fetched": counters["robots_fetched"],
         "lease_expired": counters["lease_expired"],
         "statuses": statuses,
+        "proxies": proxy_stats(counters),  # per proxy (password masked): ok, failed (its fault), errors
         "spec_rev": counters["spec_rev"],
     }
     if raw.get("cycle"):

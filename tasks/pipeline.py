@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from analyzers import Page, check_rules, get_analyzer, run_analysis
-from fetchers import Fetcher, FetcherRegistry, FetchRequest, IdentityPool, check_status
+from fetchers import Fetcher, FetcherRegistry, FetchRequest, IdentityPool, ProxyHealth, check_status, fetch_through
 from storage import Storage, page_location, result_location
 from vcrawl.errors import InvalidTask, StorageRefused, UnknownComponent
 from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage, FieldRule
@@ -45,8 +45,17 @@ def validate(data: Any, fetchers: FetcherRegistry, store: Storage) -> DownloadTa
     return task.with_paths(save_path, result_path)
 
 
-def download(task: DownloadTask, fetcher: Fetcher, identities: IdentityPool, store: Storage) -> FetchedPage:
+def download(
+    task: DownloadTask,
+    fetcher: Fetcher,
+    identities: IdentityPool,
+    store: Storage,
+    proxies: ProxyHealth | None = None,
+) -> FetchedPage:
     """Fetch ``task.url`` with a random identity and store a 200 body at ``task.save_path``.
+
+    With ``proxies`` (the cluster's proxy bench), the proxy is drawn among those not cooling
+    off, and a static fetch's outcome goes on its record (a proxy's fault benches it).
 
     Raises:
         FetchFailed: a retry may help (timeouts, connection errors, 429, 5xx).
@@ -57,11 +66,11 @@ def download(task: DownloadTask, fetcher: Fetcher, identities: IdentityPool, sto
         url=task.url,
         user_agent=identities.user_agent(),
         referer=identities.referer(),
-        proxy=identities.proxy(),
+        proxy=identities.proxy() if proxies is None else proxies.draw(identities.proxies),
         js_function=task.js_function,
         wait_for=task.wait_for,
     )
-    result = fetcher.fetch(request)
+    result = fetch_through(fetcher, request, proxies) if task.page_type == "static" else fetcher.fetch(request)
     check_status(result)
     store.write_bytes(task.save_path, result.body)
     return FetchedPage(
