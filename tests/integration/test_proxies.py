@@ -1,0 +1,286 @@
+"""Proxy pool health with real forwarding proxies on loopback: a failing proxy is benched for
+every worker, skipped during its cool-off, used again after it; a job completes around it."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import tasks
+from fetchers import FetchLimits, FetchRequest, IdentityPool, ProxyHealth, StaticFetcher, fetch_through, make_session
+from fetchers.netguard import NetworkPolicy, parse_networks
+from storage import Storage
+from tasks.pipeline import download
+from tests.integration.conftest import api_server
+from tests.proxy import ForwardProxy
+from tests.site import Response, TestSite
+from vcrawl import redis_keys
+from vcrawl.errors import FetchFailed
+from vcrawl.local_redis import LocalRedis
+from vcrawl.payloads import DownloadTask
+from vcrawl.settings import Settings
+
+LOOPBACK = NetworkPolicy(allowed=parse_networks(["127.0.0.0/8"]))
+
+
+@pytest.fixture
+def bench(redis_server: LocalRedis) -> Iterator[redis.Redis]:
+    """The session Redis, with no proxy benched before or after the test."""
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    client.delete(redis_keys.proxy_health())
+    yield client
+    client.delete(redis_keys.proxy_health())
+    client.close()
+
+
+@pytest.fixture
+def fetcher() -> StaticFetcher:
+    limits = FetchLimits(connect_timeout_s=0.5, read_timeout_s=2.0, total_timeout_s=5.0)
+    return StaticFetcher(make_session(), limits, policy=LOOPBACK)
+
+
+def request(url: str, proxy: str | None) -> FetchRequest:
+    return FetchRequest(url=url, user_agent="vcrawl-test", proxy=proxy)
+
+
+def outcome(fetcher: StaticFetcher, health: ProxyHealth, url: str, proxy: str) -> str | int:
+    """The reason of a failure through ``proxy``, or the status of the response."""
+    try:
+        return fetch_through(fetcher, request(url, proxy), health).status
+    except FetchFailed as exc:
+        return exc.reason
+
+
+def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.01)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+def benched_for_s(client: redis.Redis, proxy: str) -> float:
+    """Seconds of cool-off ``proxy`` has left on the Redis bench (<= 0: none)."""
+    raw = client.hget(redis_keys.proxy_health(), proxy)
+    if raw is None:
+        return 0.0
+    seconds, micros = client.time()
+    return (int(raw.split(":")[0]) - (seconds * 1000 + micros // 1000)) / 1000
+
+
+# Whose fault: what the proxy did, the reason the fetch gets, and whether the proxy is benched.
+FAULTS = [
+    ("stopped", "http", "proxy_error", True),
+    ("answers 407", "http", "proxy_auth", True),
+    ("fails itself (Proxy-Status: proxy_internal_error)", "http", "proxy_5xx", True),
+    ("answers CONNECT with 407", "https", "proxy_auth", True),
+    ("refuses CONNECT (403)", "https", "proxy_refused", True),
+    ("cannot reach the origin for CONNECT (502)", "https", "http_502", False),
+    ("relays the origin's 502", "http", 502, False),
+    ("cannot reach the origin (502, Proxy-Status: connection_refused)", "http", 502, False),
+]
+
+
+@pytest.mark.parametrize(("case", "scheme", "expected", "benched"), FAULTS, ids=[case[0] for case in FAULTS])
+def test_a_failure_is_put_on_the_proxy_only_when_it_is_the_proxys_fault(
+    case: str, scheme: str, expected: str | int, benched: bool, fetcher: StaticFetcher, bench: redis.Redis
+) -> None:
+    health = ProxyHealth(bench, cooloff_s=30.0)
+    mode = {"answers 407": "auth", "answers CONNECT with 407": "auth"}.get(case, "forward")
+    mode = "fail" if "fails itself" in case else mode
+    connect_status = 403 if "403" in case else 502
+    with TestSite() as site, ForwardProxy(mode=mode, connect_status=connect_status) as proxy:
+        site.add_page("/page", "a page")
+        site.add_page("/bad-gateway", "the origin's own 502", status=502)
+        url = {"http": site.url("/bad-gateway" if "relays" in case else "/page"), "https": "https://shop.test/page"}
+        if "cannot reach the origin (502" in case:
+            url["http"] = "http://127.0.0.1:9/page"  # nothing listens on the discard port
+        if case == "stopped":
+            proxy.stop()
+        got = outcome(fetcher, health, url[scheme], proxy.url)
+    assert got == expected
+    assert (benched_for_s(bench, proxy.url) > 25) is benched
+    assert (proxy.url in health.cooling()) is benched
+
+
+def test_a_connect_timeout_to_the_proxy_is_the_proxys_fault(fetcher: StaticFetcher, bench: redis.Redis) -> None:
+    import socket
+
+    # A listener whose accept queue is full: the kernel drops further SYNs, so connecting times out.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)
+        port = listener.getsockname()[1]
+        fillers = [socket.socket() for _ in range(4)]
+        try:
+            for filler in fillers:
+                filler.setblocking(False)
+                filler.connect_ex(("127.0.0.1", port))
+            health = ProxyHealth(bench, cooloff_s=30.0)
+            started = time.monotonic()
+            got = outcome(fetcher, health, "http://shop.test/page", f"http://127.0.0.1:{port}")
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert got == "proxy_timeout" and time.monotonic() - started < 3
+    assert f"http://127.0.0.1:{port}" in health.cooling()
+
+
+def test_a_benched_proxy_is_skipped_during_its_cooloff_and_drawn_again_after_it(
+    fetcher: StaticFetcher, bench: redis.Redis
+) -> None:
+    health = ProxyHealth(bench, cooloff_s=0.5, cooloff_max_s=2.0, refresh_s=0.05)
+    with TestSite() as site, ForwardProxy() as steady, ForwardProxy() as flaky:
+        site.add_page("/page", "a page")
+        pool = (steady.url, flaky.url)
+        flaky.stop()
+        assert outcome(fetcher, health, site.url("/page"), flaky.url) == "proxy_error"
+        benched_at = time.monotonic()
+        flaky.start()  # back at once, but benched: no traffic until its cool-off ends
+        draws = []
+        while time.monotonic() - benched_at < 0.4:
+            draws.append(health.draw(pool))
+            time.sleep(0.005)
+        assert set(draws) == {steady.url}, "a benched proxy was drawn during its cool-off"
+        wait_until(lambda: flaky.url in {health.draw(pool) for _ in range(20)}, 2.0, "drawn again after its cool-off")
+        assert time.monotonic() - benched_at >= 0.45
+        assert outcome(fetcher, health, site.url("/page"), flaky.url) == 200
+    assert bench.hget(redis_keys.proxy_health(), flaky.url) is None  # a response clears its record
+
+
+def test_a_proxy_failing_again_at_once_is_benched_twice_as_long(fetcher: StaticFetcher, bench: redis.Redis) -> None:
+    health = ProxyHealth(bench, cooloff_s=0.3, cooloff_max_s=0.5, refresh_s=0.05)
+    with TestSite() as site, ForwardProxy() as proxy:
+        site.add_page("/page", "a page")
+        proxy.stop()
+        cooloffs = []
+        for _ in range(3):  # fails on its first use after each cool-off: 0.3, 0.6 -> capped at 0.5, 0.5
+            assert outcome(fetcher, health, site.url("/page"), proxy.url) == "proxy_error"
+            cooloffs.append(benched_for_s(bench, proxy.url))
+            wait_until(lambda: health.has_healthy([proxy.url]), 2.0, "cool-off over")
+        proxy.start()
+        assert outcome(fetcher, health, site.url("/page"), proxy.url) == 200  # works again: record cleared
+        proxy.stop()
+        assert outcome(fetcher, health, site.url("/page"), proxy.url) == "proxy_error"
+        cooloffs.append(benched_for_s(bench, proxy.url))
+    assert cooloffs == pytest.approx([0.3, 0.5, 0.5, 0.3], abs=0.05)
+
+
+def test_every_process_sees_a_benched_proxy_within_a_second(bench: redis.Redis) -> None:
+    # Two benches on one Redis stand for two worker processes.
+    here, there = ProxyHealth(bench, cooloff_s=30.0), ProxyHealth(bench, cooloff_s=30.0)
+    pool = ["http://user:pw@127.0.0.1:9", "http://127.0.0.1:19"]
+    assert {there.draw(pool) for _ in range(50)} == set(pool)  # read now; trusted for a second
+    here.record(pool[0], "proxy_auth")
+    marked = time.monotonic()
+    wait_until(lambda: {there.draw(pool) for _ in range(20)} == {pool[1]}, 1.5, "the other process skips it")
+    assert time.monotonic() - marked <= 1.1
+    assert set(bench.hkeys(redis_keys.proxy_health())) == {"http://user:***@127.0.0.1:9"}  # no password in Redis
+
+
+def test_when_every_proxy_is_benched_the_one_back_first_is_drawn(bench: redis.Redis) -> None:
+    health = ProxyHealth(bench, cooloff_s=30.0, refresh_s=0.0)
+    pool = ["http://127.0.0.1:9", "http://127.0.0.1:19"]
+    health.record(pool[1], "proxy_error")
+    time.sleep(0.01)
+    health.record(pool[0], "proxy_error")
+    assert not health.has_healthy(pool)
+    assert {health.draw(pool) for _ in range(20)} == {pool[1]}  # never none: proxies may be required
+
+
+def test_a_single_download_draws_around_a_benched_proxy(
+    site: TestSite, bench: redis.Redis, fetcher: StaticFetcher, vcrawl_settings: Settings
+) -> None:
+    health = ProxyHealth(bench, cooloff_s=30.0)
+    store = Storage.from_settings(vcrawl_settings)
+    with ForwardProxy(mode="auth") as auth, ForwardProxy() as good:
+        task = DownloadTask(url=site.add_page("/one", "one"), save_path="proxies/one.html")
+        with pytest.raises(FetchFailed) as failed:  # a 407 is retryable: another proxy may do
+            download(task, fetcher, IdentityPool(("vcrawl-test",), (), (auth.url,)), store, health)
+        assert failed.value.reason == "proxy_auth"
+        pool = IdentityPool(("vcrawl-test",), (), (auth.url, good.url))
+        pages = [download(task, fetcher, pool, store, health) for _ in range(10)]
+    assert all(page.http_status == 200 for page in pages)
+    assert len(auth.seen) == 1 and good.forwarded == 10
+
+
+# Crawl jobs on the session's worker (its cool-off: the default 60 s, longer than these jobs).
+
+
+def run_job(job: dict[str, Any], timeout_s: float = 60.0, during: Callable[[str], None] | None = None) -> dict:
+    job_id = tasks.start_job(job)
+    if during is not None:
+        during(job_id)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = tasks.job_status(job_id)
+        assert status is not None
+        if status["state"] != "running":
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still running after {timeout_s}s: {tasks.job_status(job_id)}")
+
+
+def serve_pages(site: TestSite, count: int, delay_s: float = 0.0) -> None:
+    paths = [f"/p{n}" for n in range(count)]
+    site.add_page("/", "".join(f'<a href="{path}">{path}</a>' for path in paths))
+    for path in paths:
+        site.add_response(path, Response(f"<html><body>{path}</body></html>".encode(), delay_s=delay_s))
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_job_completes_when_a_proxy_of_its_pool_stops_mid_crawl(site: TestSite, bench: redis.Redis) -> None:
+    serve_pages(site, 100, delay_s=0.02)
+    restarted: list[float] = []
+    with ForwardProxy() as first, ForwardProxy(stop_after=8) as stopping, ForwardProxy() as third:
+
+        def stop_mid_crawl(job_id: str) -> None:
+            assert stopping.stopped.wait(20), "the proxy did not reach its 8th request"
+            wait_until(lambda: benched_for_s(bench, stopping.url) > 0, 10, "the stopped proxy benched")
+            stopping.start()  # up again, on the same port: still benched, so it gets no traffic
+            restarted.append(time.monotonic())
+
+        job = {"seeds": [site.url("/")], "proxies": [first.url, stopping.url, third.url],
+               "politeness": {"min_interval_s": 0}}  # fmt: skip
+        status = run_job(job, during=stop_mid_crawl)
+    assert status["state"] == "completed", status
+    assert status["pages_stored"] == 101 and status["failed"] == {}, status
+    stats = status["proxies"]
+    assert stats[stopping.url] == {"ok": 8, "failed": 1, "errors": 0, "reasons": {"proxy_error": 1}}, stats
+    assert [seen for seen in stopping.seen if seen.at > restarted[0]] == []  # nothing during its cool-off
+    assert sum(row["ok"] for row in stats.values()) == status["pages_fetched"] == 101
+    assert stats[first.url]["ok"] == first.forwarded > 0 and stats[third.url]["ok"] == third.forwarded > 0
+    assert stats[first.url]["failed"] == stats[third.url]["failed"] == 0
+    assert sum(1 for seen in site.seen if seen.at > restarted[0]) >= 20  # the crawl went on after the restart
+    assert benched_for_s(bench, stopping.url) > 30
+
+
+@pytest.mark.usefixtures("worker")
+def test_proxies_answering_407_or_failing_themselves_are_benched(site: TestSite, bench: redis.Redis) -> None:
+    serve_pages(site, 30)
+    with ForwardProxy() as good, ForwardProxy(mode="auth") as auth, ForwardProxy(mode="fail") as broken:
+        credentialed = good.url.replace("http://", "http://crawler:s3cret-pw@")
+        job = {"seeds": [site.url("/")], "proxies": [credentialed, auth.url, broken.url],
+               "politeness": {"min_interval_s": 0}}  # fmt: skip
+        status = run_job(job)
+        with api_server(None) as api:
+            with urllib.request.urlopen(f"{api}/api/jobs/{status['job']}", timeout=10) as answer:
+                raw = answer.read().decode()
+    assert status["state"] == "completed" and status["pages_stored"] == 31 and status["failed"] == {}, status
+    stats = status["proxies"]
+    masked = good.url.replace("http://", "http://crawler:***@")
+    assert stats == {
+        masked: {"ok": 31, "failed": 0, "errors": 0, "reasons": {}},
+        auth.url: {"ok": 0, "failed": 1, "errors": 0, "reasons": {"proxy_auth": 1}},
+        broken.url: {"ok": 0, "failed": 1, "errors": 0, "reasons": {"proxy_5xx": 1}},
+    }
+    assert len(auth.seen) == len(broken.seen) == 1  # benched after their first answer
+    assert benched_for_s(bench, auth.url) > 30 and benched_for_s(bench, broken.url) > 30
+    assert json.loads(raw)["proxies"] == stats and "s3cret-pw" not in raw  # the job API shows them, masked
