@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import logging
 import os
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vcrawl.cli_ops import add_ops_commands
-from vcrawl.cli_run import add_run_options, run_job_locally, summary_of
+from vcrawl.cli_run import add_network_option, add_run_options, allowing, run_job_locally, summary_of
 from vcrawl.cli_run import ping as _ping  # noqa: F401 - bench/recrawl.py starts workers with it
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
@@ -59,8 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     scope.add_argument("--domain", action="append", metavar="D", help="stay within domain D and its subdomains")
     crawl.add_argument("--delay", type=float, metavar="S", help="minimum seconds between requests to a host (1.0)")
     crawl.add_argument("--analyzer", help="analyzer writing a result per page (default: none, links only)")
-    crawl.add_argument("--allow-network", action="append", metavar="CIDR", type=_network,
-                       help="let this run's workers also fetch from CIDR (e.g. a private network)")  # fmt: skip
+    add_network_option(crawl)
     crawl.add_argument("--warc", action="store_true", help="also write every response to WARC files")
     add_run_options(crawl)
     crawl.set_defaults(run=_cmd_crawl)
@@ -124,7 +122,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     with DemoSite() as site:
         print(f"demo site at {site.url}", file=sys.stderr)
         # The demo site is on loopback, which vcrawl refuses by default: allow exactly its address.
-        settings = _allowing(Settings.from_env(), [site.network])
+        settings = allowing(Settings.from_env(), [site.network])
         return run_job_locally(demo_job(site.url), settings, args)
 
 
@@ -149,20 +147,7 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
         data["rules"] = [*data.get("rules", []), {"pattern": "", "analyzer": args.analyzer}]
     if args.warc:
         data["warc"] = True
-    return run_job_locally(JobSpec.from_dict(data), _allowing(Settings.from_env(), args.allow_network or []), args)
-
-
-def _network(value: str) -> str:
-    """A CIDR from the command line (argparse reports a bad one and exits with 2)."""
-    try:
-        return str(ipaddress.ip_network(value, strict=False))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a CIDR network: {value!r}") from None
-
-
-def _allowing(settings: Settings, networks: list[str]) -> Settings:
-    """``settings`` whose workers may also fetch from ``networks`` (the cluster list: a job's can only narrow it)."""
-    return replace(settings, allowed_networks=(*settings.allowed_networks, *networks)) if networks else settings
+    return run_job_locally(JobSpec.from_dict(data), allowing(Settings.from_env(), args.allow_network or []), args)
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:

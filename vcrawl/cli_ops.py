@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vcrawl.cli_run import add_run_options, resume_job_locally, uses_private_redis
+from vcrawl.cli_run import add_network_option, add_run_options, allowing, resume_job_locally, uses_private_redis
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import masked_url
 from vcrawl.settings import Settings
@@ -37,6 +37,7 @@ def add_ops_commands(commands: Any) -> None:
         "and run the job to its end with the same progress and summary as `vcrawl crawl`.",
     )
     resume.add_argument("job")
+    add_network_option(resume)  # a run's --allow-network is not saved: give it again (the hint shows it)
     add_run_options(resume)
     resume.set_defaults(run=_cmd_resume)
 
@@ -110,7 +111,7 @@ def _cmd_resume(args: argparse.Namespace) -> int:
     import tasks
 
     if uses_private_redis():
-        return resume_job_locally(args.job, Settings.from_env(), args)
+        return resume_job_locally(args.job, allowing(Settings.from_env(), args.allow_network or []), args)
 
     state = tasks.resume_job(args.job)
     if state is None:

@@ -12,6 +12,7 @@ Ctrl-C stops at once.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
@@ -34,7 +35,9 @@ from vcrawl.settings import Settings
 
 __all__ = [
     "EXIT_INTERRUPTED",
+    "add_network_option",
     "add_run_options",
+    "allowing",
     "follow",
     "ping",
     "report",
@@ -68,6 +71,25 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grace", type=float, default=_DEFAULT_GRACE_S, metavar="S",
                         help=f"on Ctrl-C, seconds left to work in flight (default {_DEFAULT_GRACE_S:g})")  # fmt: skip
     parser.add_argument("--log-dir", type=Path, help="worker logs (default: DATA/logs)")
+
+
+def add_network_option(parser: argparse.ArgumentParser) -> None:
+    """``--allow-network CIDR`` (``crawl`` and ``resume``)."""
+    parser.add_argument("--allow-network", action="append", metavar="CIDR", type=_network,
+                        help="let this run's workers also fetch from CIDR (e.g. a private network)")  # fmt: skip
+
+
+def _network(value: str) -> str:
+    """A CIDR from the command line (argparse reports a bad one and exits with 2)."""
+    try:
+        return str(ipaddress.ip_network(value, strict=False))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a CIDR network: {value!r}") from None
+
+
+def allowing(settings: Settings, networks: list[str]) -> Settings:
+    """``settings`` whose workers may also fetch from ``networks`` (the cluster list: a job's can only narrow it)."""
+    return replace(settings, allowed_networks=(*settings.allowed_networks, *networks)) if networks else settings
 
 
 def uses_private_redis() -> bool:
@@ -258,8 +280,14 @@ class _LocalRun:
         """How to go on with ``job_id`` after an interrupt, for the messages."""
         if self.home is None:
             return ""
-        command = f"vcrawl resume {shlex.quote(job_id)} --data {shlex.quote(self.data_dir)}"
+        command = self._resume_command(job_id)
         return f" (Ctrl-C pauses it; {command} goes on)" if note else f" {command}"
+
+    def _resume_command(self, job_id: str) -> str:
+        words = ["vcrawl", "resume", job_id, "--data", self.data_dir]
+        for network in getattr(self.args, "allow_network", None) or []:  # not saved: the workers need it again
+            words += ["--allow-network", network]
+        return shlex.join(words)
 
     def follow_to_end(self, begin: Callable[[], str]) -> int:
         """Start or resume the job, follow it, and report; on a signal, pause and stop cleanly."""
@@ -303,8 +331,7 @@ class _LocalRun:
         print(f"job {job_id} paused: {status.get('pages_stored', 0)} pages stored, "
               f"{status.get('pending', 0)} URLs to go; {left}", file=sys.stderr)  # fmt: skip
         if self.home is not None:
-            print(f"resume it with: vcrawl resume {shlex.quote(job_id)} --data {shlex.quote(self.data_dir)}",
-                  file=sys.stderr)  # fmt: skip
+            print(f"resume it with: {self._resume_command(job_id)}", file=sys.stderr)
         else:
             print(f"resume it with: vcrawl resume {shlex.quote(job_id)} (on the cluster's workers)", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -121,9 +122,10 @@ def _page(*links: str) -> Response:
     return Response(body.encode(), delay_s=PAGE_DELAY_S)
 
 
-def _env() -> dict[str, str]:
+def _env(loopback_allowed: bool = True) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}  # no cluster: the embedded default
-    return {**base, "PYTHONPATH": str(REPO), "VCRAWL_ALLOWED_NETWORKS": LOOPBACK}
+    networks = {"VCRAWL_ALLOWED_NETWORKS": LOOPBACK} if loopback_allowed else {}
+    return {**base, "PYTHONPATH": str(REPO), **networks}
 
 
 def _fetches(*sites: TestSite) -> Counter[str]:
@@ -142,17 +144,19 @@ def _wait_for_fetch_in_flight(run: CliRun, sites: tuple[TestSite, TestSite], aft
     return max(seen.at for site in sites for seen in site.seen)
 
 
-def _crawl(runs: list[CliRun], sites: tuple[TestSite, TestSite], data: Path) -> CliRun:
+def _crawl(runs: list[CliRun], sites: tuple[TestSite, TestSite], data: Path, *more: str, **env: bool) -> CliRun:
     run = CliRun("crawl", sites[0].url("/"), sites[1].url("/"), "--delay", str(INTERVAL_S), "--workers", "1",
-                 "--data", str(data), "--json", env=_env())  # fmt: skip
+                 "--data", str(data), "--json", *more, env=_env(**env))  # fmt: skip
     runs.append(run)
     return run
 
 
-def _resume_to_the_end(runs: list[CliRun], job_id: str, data: Path) -> dict[str, object]:
+def _resume_to_the_end(runs: list[CliRun], command: list[str], **env: bool) -> dict[str, object]:
+    """Run ``command`` (``vcrawl resume ...`` as the interrupted run printed it) with one worker."""
     import json
 
-    run = CliRun("resume", job_id, "--data", str(data), "--workers", "1", "--json", env=_env())
+    assert command[:2] == ["vcrawl", "resume"], command
+    run = CliRun(*command[1:], "--workers", "1", "--json", env=_env(**env))
     runs.append(run)
     assert run.wait(60) == 0, run.stderr
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -175,12 +179,18 @@ def _assert_gone(pids: list[int]) -> None:
         assert not _is_ours(pid), f"process {pid} still runs"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(
+    ("signum", "by_flag"),
+    [(signal.SIGINT, False), (signal.SIGTERM, True)],
+    ids=["ctrl-c", "sigterm-allow-network-flag"],
+)
 def test_interrupted_crawl_pauses_and_resume_completes_it_with_nothing_lost(
-    runs: list[CliRun], sites: tuple[TestSite, TestSite], tmp_path: Path, signum: int
+    runs: list[CliRun], sites: tuple[TestSite, TestSite], tmp_path: Path, signum: int, by_flag: bool
 ) -> None:
     data = tmp_path / "data"
-    crawl = _crawl(runs, sites, data)
+    # Loopback allowed by the environment, or by this run's --allow-network (which the resume hint repeats).
+    flags = ["--allow-network", "127.0.0.0/8"] if by_flag else []
+    crawl = _crawl(runs, sites, data, *flags, loopback_allowed=not by_flag)
     arrived = _wait_for_fetch_in_flight(crawl, sites, after=10, timeout_s=30)
     crawl.process.send_signal(signum)
     sent = time.monotonic()
@@ -188,15 +198,17 @@ def test_interrupted_crawl_pauses_and_resume_completes_it_with_nothing_lost(
 
     assert crawl.wait(20) == 130, crawl.stderr
     assert time.monotonic() - sent < 10  # the grace time (4 s) and a clean stop
-    hint = re.search(r"resume it with: vcrawl resume (\S+) --data (\S+)", crawl.stderr)
+    hint = re.search(r"resume it with: (vcrawl resume .*)", crawl.stderr)
     assert hint is not None, crawl.stderr
-    assert hint.group(2) == str(data.resolve())
+    command = shlex.split(hint.group(1))
+    assert command[3:5] == ["--data", str(data.resolve())]
+    assert ("--allow-network" in command) is by_flag
     assert "nothing was in flight" in crawl.stderr  # in-flight fetches finished within the grace time
     _assert_gone(crawl.child_pids())
     before = sum(_fetches(*sites).values())
     assert before < 2 * (PAGES_PER_HOST + 1)  # the job really was interrupted mid-way
 
-    summary = _resume_to_the_end(runs, hint.group(1), data)
+    summary = _resume_to_the_end(runs, command, loopback_allowed=not by_flag)
 
     _check_complete(summary, sites, data, repeats=0)  # a pause lets in-flight fetches finish
     _assert_gone(runs[-1].child_pids())
@@ -227,8 +239,8 @@ def test_a_second_ctrl_c_stops_at_once_and_resume_redelivers_what_was_cut(
         for n in range(6, PAGES_PER_HOST):
             site.add_response(f"/p{n}", _page("/"))
 
-    job_id = re.search(r"vcrawl resume (\S+) --data", crawl.stderr).group(1)  # type: ignore[union-attr]
-    summary = _resume_to_the_end(runs, job_id, data)
+    command = re.search(r"resume it with: (vcrawl resume .*)", crawl.stderr).group(1)  # type: ignore[union-attr]
+    summary = _resume_to_the_end(runs, shlex.split(command))
 
     assert "put back on their queues" in runs[-1].stderr  # the killed worker's messages, at once
     _check_complete(summary, sites, data, repeats=2)  # one URL per host was cut mid-fetch
