@@ -26,6 +26,7 @@ Every process reads the hash at most once per ``refresh_s`` and keeps what it ma
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import re
@@ -145,10 +146,16 @@ def pick_proxy(
     """
     if not pool:
         return None
-    healthy = [proxy for proxy in pool if cooling_until.get(masked_url(proxy), 0.0) <= now]
+    healthy = [proxy for proxy in pool if cooling_until.get(_name(proxy), 0.0) <= now]
     if healthy:
         return (rng or random).choice(healthy)
-    return min(pool, key=lambda proxy: cooling_until.get(masked_url(proxy), 0.0))
+    return min(pool, key=lambda proxy: cooling_until.get(_name(proxy), 0.0))
+
+
+@functools.lru_cache(maxsize=4096)
+def _name(proxy: str) -> str:
+    """A proxy as the bench and the counts know it: its URL with the password masked."""
+    return masked_url(proxy)
 
 
 def proxy_counter(proxy: str, reason: str | None) -> str:
@@ -157,7 +164,7 @@ def proxy_counter(proxy: str, reason: str | None) -> str:
     >>> proxy_counter("http://u:pw@p:3128", None), proxy_counter("http://p:3128", "proxy_auth")
     ('proxy_ok:http://u:***@p:3128', 'proxy_failed:proxy_auth:http://p:3128')
     """
-    name = masked_url(proxy)
+    name = _name(proxy)
     if reason is None:
         return f"proxy_ok:{name}"
     if is_proxy_fault(reason):
@@ -285,7 +292,7 @@ class ProxyHealth:
     def has_healthy(self, pool: Sequence[str]) -> bool:
         """True if some proxy of ``pool`` is not cooling off (an empty pool has none)."""
         until, now = self._current(), self._clock()
-        return any(until.get(masked_url(proxy), 0.0) <= now for proxy in pool)
+        return any(until.get(_name(proxy), 0.0) <= now for proxy in pool)
 
     def cooling(self) -> dict[str, float]:
         """Masked proxy -> seconds of cool-off left, for the proxies cooling off now."""
@@ -296,7 +303,7 @@ class ProxyHealth:
         """Note how a fetch through ``proxy`` ended: ``reason`` of its failure, None for a response."""
         if proxy is None:
             return
-        name = masked_url(proxy)
+        name = _name(proxy)
         if reason is not None and is_proxy_fault(reason):
             self._bench(name, reason)
         elif reason is None and name in self._until and self._until[name] <= self._clock():
