@@ -139,7 +139,7 @@ def resume_job_locally(job_id: str, settings: Settings, args: argparse.Namespace
                 return code
             return _resume(run, job_id)
     except KeyboardInterrupt:
-        print("\ninterrupted before the job was resumed (it is still paused)", file=sys.stderr)
+        print("\ninterrupted before the job was resumed; its saved state is kept", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 
