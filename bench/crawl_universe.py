@@ -68,6 +68,7 @@ def main() -> int:
             *(["--delay", str(args.delay)] if args.delay else []),
             "--", str(VCRAWL), "crawl", "--job", str(job_file), "--data", str(pages),
             "--log-dir", str(work / "logs"), "--workers", str(args.workers), "--threads", str(args.threads),
+            "--allow-network", "127.0.0.0/8",  # the universe is on loopback, which vcrawl refuses by default
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=args.timeout + 120)

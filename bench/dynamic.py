@@ -18,7 +18,16 @@ from pathlib import Path
 
 from crawl_universe import start_universe, stop_universe
 
-from fetchers import BrowserConfig, BrowserFetcher, FetchLimits, FetchRequest, StaticFetcher, make_session
+from fetchers import (
+    BrowserConfig,
+    BrowserFetcher,
+    FetchLimits,
+    FetchRequest,
+    NetworkPolicy,
+    StaticFetcher,
+    make_session,
+)
+from fetchers.netguard import parse_networks
 
 USER_AGENT = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/142.0.0.0 Safari/537.36"
 
@@ -32,7 +41,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="vcrawl-bench-dynamic-"))
     state = work / "state.json"
     server = start_universe(universe, state, work)
-    browser = BrowserFetcher(BrowserConfig())
+    loopback = NetworkPolicy(allowed=parse_networks(["127.0.0.0/8"]))  # the universe; refused by default
+    browser = BrowserFetcher(BrowserConfig(), policy=loopback)
     try:
         manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
         pages = list(manifest["dynamic"].items())[: args.pages]
@@ -45,7 +55,7 @@ def main() -> int:
             found += info["marker"].encode() in result.body
             pss.append(browser.memory_bytes("Pss"))
             rss.append(browser.memory_bytes("Rss"))
-        static = StaticFetcher(make_session(), FetchLimits())
+        static = StaticFetcher(make_session(), FetchLimits(), policy=loopback)
         static_times = []
         for url, _ in pages:
             began = time.monotonic()

@@ -63,7 +63,11 @@ def main() -> int:
         access_log = Path(served["log"])
         with ExitStack() as stack:
             local = stack.enter_context(LocalRedis(work / "redis"))
-            settings = Settings(redis_url=local.url, data=str(Path("/dev/shm") / f"vcrawl-recrawl-{os.getpid()}"))
+            settings = Settings(
+                redis_url=local.url,
+                data=str(Path("/dev/shm") / f"vcrawl-recrawl-{os.getpid()}"),
+                allowed_networks=("127.0.0.0/8",),  # the universe is on loopback, refused by default
+            )
             tasks.configure(settings)
             env = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")} | settings.to_env()
             stack.enter_context(LocalWorkers(args.workers, args.threads, env, work / "logs", _ping))
