@@ -178,6 +178,8 @@ class BrowserFetcher:
         for flag in _CHROMIUM_FLAGS:
             options.add_argument(flag)
         # Chromium takes its proxy at start: a browser keeps the guard, and the guard the proxy it was given.
+        if self._guard is not None:  # left by a start that failed before the browser ran
+            self._guard.close()
         guard = EgressGuard(self._policy, proxy, self._resolver, connect_timeout_s=self._config.page_timeout_s)
         self._guard = guard.start()
         options.add_argument(f"--proxy-server={guard.url}")

@@ -373,3 +373,117 @@ def test_the_egress_guard_closes_with_the_browser(browser: BrowserFetcher) -> No
         fetcher.close()
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
         pass
+
+
+# --- the egress guard on its own (what Chromium sends it) ----------------------------------------
+
+
+def _exchange(guard_url: str, data: bytes) -> bytes:
+    port = int(guard_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+            if data.startswith(b"CONNECT") and b"\r\n\r\n" in b"".join(chunks):
+                break  # a tunnel stays open: the caller goes on through it
+        return b"".join(chunks)
+
+
+def test_the_guard_tunnels_and_forwards_to_allowed_addresses_only() -> None:
+    from fetchers.egress import EgressGuard
+
+    guard = EgressGuard(allowing("127.0.0.2/32")).start()
+    try:
+        with TestSite("127.0.0.2") as allowed, Tripwire("127.0.0.3") as refused:
+            allowed.add_page("/x", "through the guard")
+            forwarded = _exchange(guard.url, f"GET {allowed.url('/x')} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert forwarded.startswith(b"HTTP/1.1 200") and forwarded.endswith(b"through the guard")
+            assert b"Connection: close" in forwarded
+            assert _exchange(guard.url, f"GET http://127.0.0.3:{refused.port}/ HTTP/1.1\r\n\r\n".encode()) == b""
+            assert _exchange(guard.url, f"CONNECT 127.0.0.3:{refused.port} HTTP/1.1\r\n\r\n".encode()).startswith(
+                b"HTTP/1.1 403"
+            )
+            assert guard.was_refused(f"https://127.0.0.3:{refused.port}/")
+            port = int(guard.url.rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(f"CONNECT {allowed.base.removeprefix('http://')} HTTP/1.1\r\n\r\n".encode())
+                assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+                sock.sendall(b"GET /x HTTP/1.1\r\nHost: 127.0.0.2\r\nConnection: close\r\n\r\n")
+                tunnelled = b""
+                while chunk := sock.recv(65536):
+                    tunnelled += chunk
+            assert tunnelled.endswith(b"through the guard")
+            guard.begin(allowing("127.0.0.2/32"))
+            assert not guard.was_refused(f"https://127.0.0.3:{refused.port}/")  # forgotten for the next page
+        assert refused.connections == 0
+        assert [seen.path for seen in allowed.seen] == ["/x", "/x"]
+    finally:
+        guard.close()
+
+
+class TunnellingProxy:
+    """An upstream proxy that only tunnels (CONNECT), one connection at a time; records request heads."""
+
+    def __init__(self) -> None:
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.1)
+        self.url = f"http://user:pw@127.0.0.1:{self._sock.getsockname()[1]}"
+        self.heads: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                head = b""
+                while b"\r\n\r\n" not in head and len(head) < 65536 and (byte := conn.recv(1)):
+                    head += byte
+                self.heads.append(head.decode("latin-1"))
+                host, port = head.split(b" ")[1].decode().rsplit(":", 1)
+                with socket.create_connection((host, int(port)), timeout=5) as origin:
+                    conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    origin.sendall(conn.recv(65536))
+                    while chunk := origin.recv(65536):
+                        conn.sendall(chunk)
+
+    def __enter__(self) -> TunnellingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._sock.close()
+
+
+def test_the_guard_tunnels_through_its_upstream_proxy_with_its_credentials() -> None:
+    from fetchers.egress import EgressGuard
+
+    with TunnellingProxy() as upstream, TestSite("127.0.0.2") as allowed, Tripwire("127.0.0.3") as refused:
+        allowed.add_page("/x", "tunnelled")
+        policy = NetworkPolicy(allowed=parse_networks(["127.0.0.2/32"]),
+                               trusted_proxies=frozenset({upstream.url.rsplit("@", 1)[1]}))  # fmt: skip
+        guard = EgressGuard(policy, upstream=upstream.url).start()
+        try:
+            port = int(guard.url.rsplit(":", 1)[1])
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(f"CONNECT {allowed.base.removeprefix('http://')} HTTP/1.1\r\n\r\n".encode())
+                assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+                sock.sendall(b"GET /x HTTP/1.1\r\nHost: 127.0.0.2\r\nConnection: close\r\n\r\n")
+                tunnelled = b""
+                while chunk := sock.recv(65536):
+                    tunnelled += chunk
+            refused_answer = _exchange(guard.url, f"CONNECT 127.0.0.3:{refused.port} HTTP/1.1\r\n\r\n".encode())
+        finally:
+            guard.close()
+    assert tunnelled.endswith(b"tunnelled")
+    assert refused_answer.startswith(b"HTTP/1.1 403") and refused.connections == 0
+    [head] = upstream.heads  # the refused target never reached the upstream proxy
+    assert head.startswith(f"CONNECT {allowed.base.removeprefix('http://')} HTTP/1.1")
+    assert "Proxy-Authorization: Basic dXNlcjpwdw==" in head
