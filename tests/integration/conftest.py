@@ -15,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import redis
 from aiosmtpd.controller import Controller
 
 import tasks
@@ -131,9 +132,30 @@ def worker(vcrawl_settings: Settings) -> Iterator[EmbeddedWorker]:
 
 @pytest.fixture
 def site() -> Iterator[TestSite]:
-    """A fresh local web site per test."""
+    """A fresh local web site per test, with nothing remembered about its origin.
+
+    Ports are reused within a session: a robots.txt or Crawl-delay cached for an earlier test's
+    site on the same port must not decide this one's crawl.
+    """
     with TestSite() as running:
+        forget_origin(running.base)
         yield running
+
+
+def forget_origin(base: str) -> None:
+    """Delete the session Redis's keys about ``base`` (robots cache, host pacing), if it is up."""
+    host = base.split("//", 1)[1]
+    try:
+        client = tasks.deps.redis_client()
+        stale = [key for key in client.scan_iter(match=f"*{host}*", count=1000) if b"{job-" not in _raw(key)]
+        if stale:
+            client.delete(*stale)
+    except redis.RedisError:
+        pass  # no session Redis in this test: nothing remembered either
+
+
+def _raw(key: Any) -> bytes:
+    return key if isinstance(key, bytes) else str(key).encode()
 
 
 def wait_for_end(task_id: str, timeout_s: float = 30.0) -> dict[str, Any]:
