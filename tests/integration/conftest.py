@@ -6,7 +6,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from email import message_from_bytes
@@ -156,6 +156,24 @@ def forget_origin(base: str) -> None:
 
 def _raw(key: Any) -> bytes:
     return key if isinstance(key, bytes) else str(key).encode()
+
+
+def run_job(
+    job: Mapping[str, Any], timeout_s: float = 30.0, during: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Start ``job`` on the session's worker and wait until it stops running; ``during(job_id)``
+    runs right after the start. Returns its status."""
+    job_id = tasks.start_job(job)
+    if during is not None:
+        during(job_id)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = tasks.job_status(job_id)
+        assert status is not None
+        if status["state"] != "running":
+            return status
+        time.sleep(0.05)
+    raise AssertionError(f"job {job_id} still running after {timeout_s}s: {tasks.job_status(job_id)}")
 
 
 def wait_for_end(task_id: str, timeout_s: float = 30.0) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 import tasks
 from storage import lookup, read_response
 from storage.records import read_records
+from tests.integration.conftest import run_job
 from tests.site import Response, TestSite
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import load_job_file
@@ -29,18 +30,6 @@ FAST = {"min_interval_s": 0.0}
 def page(*links: str, title: str = "") -> str:
     anchors = "".join(f'<a href="{href}">{href}</a> ' for href in links)
     return f"<html><head><title>{title}</title></head><body><h1>{title}</h1>{anchors}</body></html>"
-
-
-def run_job(job: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
-    job_id = tasks.start_job(job)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = tasks.job_status(job_id)
-        assert status is not None
-        if status["state"] != "running":
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} still running after {timeout_s}s: {tasks.job_status(job_id)}")
 
 
 def fetches(site: TestSite) -> Counter[str]:

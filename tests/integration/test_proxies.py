@@ -12,12 +12,11 @@ from typing import Any
 import pytest
 import redis
 
-import tasks
 from fetchers import FetchLimits, FetchRequest, IdentityPool, ProxyHealth, StaticFetcher, fetch_through, make_session
 from fetchers.netguard import NetworkPolicy, parse_networks
 from storage import Storage
 from tasks.pipeline import download
-from tests.integration.conftest import api_server
+from tests.integration.conftest import api_server, run_job
 from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite
 from vcrawl import redis_keys
@@ -214,20 +213,6 @@ def test_a_single_download_draws_around_a_benched_proxy(
 # Crawl jobs on the session's worker (its cool-off: the default 60 s, longer than these jobs).
 
 
-def run_job(job: dict[str, Any], timeout_s: float = 60.0, during: Callable[[str], None] | None = None) -> dict:
-    job_id = tasks.start_job(job)
-    if during is not None:
-        during(job_id)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = tasks.job_status(job_id)
-        assert status is not None
-        if status["state"] != "running":
-            return status
-        time.sleep(0.05)
-    raise AssertionError(f"job {job_id} still running after {timeout_s}s: {tasks.job_status(job_id)}")
-
-
 def serve_pages(site: TestSite, count: int, delay_s: float = 0.0) -> None:
     paths = [f"/p{n}" for n in range(count)]
     site.add_page("/", "".join(f'<a href="{path}">{path}</a>' for path in paths))
@@ -249,7 +234,7 @@ def test_a_job_completes_when_a_proxy_of_its_pool_stops_mid_crawl(site: TestSite
 
         job = {"seeds": [site.url("/")], "proxies": [first.url, stopping.url, third.url],
                "politeness": {"min_interval_s": 0}}  # fmt: skip
-        status = run_job(job, during=stop_mid_crawl)
+        status = run_job(job, 60.0, during=stop_mid_crawl)
     assert status["state"] == "completed", status
     assert status["pages_stored"] == 101 and status["failed"] == {}, status
     stats = status["proxies"]
@@ -269,7 +254,7 @@ def test_proxies_answering_407_or_failing_themselves_are_benched(site: TestSite,
         credentialed = good.url.replace("http://", "http://crawler:s3cret-pw@")
         job = {"seeds": [site.url("/")], "proxies": [credentialed, auth.url, broken.url],
                "politeness": {"min_interval_s": 0}}  # fmt: skip
-        status = run_job(job)
+        status = run_job(job, 60.0)
         with api_server(None) as api:
             with urllib.request.urlopen(f"{api}/api/jobs/{status['job']}", timeout=10) as answer:
                 raw = answer.read().decode()

@@ -20,7 +20,6 @@ from typing import Any
 
 import pytest
 
-import tasks
 from fetchers import (
     BrowserConfig,
     BrowserFetcher,
@@ -32,6 +31,7 @@ from fetchers import (
 )
 from fetchers.netguard import PUBLIC_ONLY, parse_networks
 from tests.cluster import REPO
+from tests.integration.conftest import run_job
 from tests.site import TestSite
 from vcrawl.errors import DownloadFailed
 
@@ -220,14 +220,6 @@ def test_through_a_proxy_the_target_is_checked_and_a_jobs_proxy_must_be_allowed(
 
 
 # --- crawl jobs (the session's worker: the cluster allows 127.0.0.0/8 and ::1) ----------------
-
-
-def run_job(job: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
-    job_id = tasks.start_job(job)
-    deadline = time.monotonic() + timeout_s
-    while (status := tasks.job_status(job_id))["state"] == "running" and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return status
 
 
 def test_a_job_narrowed_to_one_host_refuses_another_and_a_robots_redirect_there(worker: object) -> None:
