@@ -12,6 +12,7 @@ tag, so the scripts also work on a Redis Cluster.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -183,9 +184,9 @@ if room > 0 then
   for _, host in ipairs(hosts) do
     local q = qprefix .. host
     local inflight = tonumber(redis.call('HGET', busy, host) or '0')
-    local slots, size = per_host, batch_size
+    local slots, size, paced = per_host, batch_size, '0'
     if redis.call('HEXISTS', delays, host) == 1 then
-      slots, size = 1, 1
+      slots, size, paced = 1, 1, '1'
     end
     if inflight >= slots then
       redis.call('ZREM', ready, host)
@@ -209,6 +210,7 @@ if room > 0 then
         out[#out + 1] = tostring(id)
         out[#out + 1] = host
         out[#out + 1] = cjson.encode(entries)
+        out[#out + 1] = (paced == '1' or interval > 0) and '1' or '0'
       end
     end
   end
@@ -506,17 +508,23 @@ class Entry:
     depth: int = 0
     attempt: int = 0
     redirects_left: int = 5
+    not_before_s: float = 0.0  # a retry waiting for its Retry-After (epoch seconds); 0: fetch when leased
 
     def encode(self) -> str:
         """Compact JSON; the frontier moves these strings around without parsing them."""
-        return json.dumps({"u": self.url, "d": self.depth, "a": self.attempt, "r": self.redirects_left},
-                          separators=(",", ":"))  # fmt: skip
+        data: dict[str, object] = {"u": self.url, "d": self.depth, "a": self.attempt, "r": self.redirects_left}
+        if self.not_before_s:
+            data["n"] = round(self.not_before_s, 3)
+        return json.dumps(data, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> Entry:
         """Inverse of ``encode``."""
         data = json.loads(text)
-        return cls(data["u"], data["d"], data["a"], data["r"])
+        not_before_s = float(data["n"]) if "n" in data else 0.0
+        if not math.isfinite(not_before_s):
+            raise ValueError(f"Entry.not_before_s must be finite, got {not_before_s!r}")
+        return cls(data["u"], data["d"], data["a"], data["r"], not_before_s)
 
 
 @dataclass(frozen=True)
@@ -547,6 +555,7 @@ class Batch:
     host: str
     entries: tuple[Entry, ...]
     cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job
+    paced: bool = False  # the host waits between requests (interval, Crawl-delay): late = slower
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form carried by a fetch message."""
@@ -554,6 +563,8 @@ class Batch:
         data: dict[str, object] = {"id": self.batch_id, "host": self.host, "entries": entries}
         if self.cycle:
             data["cycle"] = self.cycle
+        if self.paced:
+            data["paced"] = True
         return data
 
     @classmethod
@@ -565,7 +576,10 @@ class Batch:
         """
         try:
             entries = tuple(Entry.decode(text) for text in data["entries"])  # type: ignore[union-attr]
-            return cls(str(data["id"]), str(data["host"]), entries, int(data.get("cycle", 0)))  # type: ignore[call-overload]
+            paced = data.get("paced", False)
+            if not isinstance(paced, bool):
+                raise ValueError(f"Batch.paced must be true or false, got {paced!r}")
+            return cls(str(data["id"]), str(data["host"]), entries, int(data.get("cycle", 0)), paced)  # type: ignore[call-overload]
         except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise ValueError(f"malformed batch: {exc}") from None
 
@@ -748,9 +762,13 @@ class Frontier:
             return PumpResult((), None, stopped=True)
         batches = tuple(
             Batch(
-                _text(raw[i]), _text(raw[i + 1]), tuple(Entry.decode(e) for e in json.loads(_text(raw[i + 2]))), cycle
+                _text(raw[i]),
+                _text(raw[i + 1]),
+                tuple(Entry.decode(e) for e in json.loads(_text(raw[i + 2]))),
+                cycle,
+                paced=_text(raw[i + 3]) == "1",
             )
-            for i in range(3, len(raw), 3)
+            for i in range(3, len(raw), 4)
         )
         next_due = float(head)
         return PumpResult(batches, None if next_due < 0 else (next_due - now) / 1000)

@@ -59,6 +59,9 @@ class PolitenessSpec:
     per_host: int = 1
     obey_robots: bool = True
     robots_token: str = "vcrawl"
+    # What a 429/503 with Retry-After makes wait: the whole host (the gentle default), or only
+    # that URL, while the host's other URLs go on (for sites that throttle single resources).
+    retry_after: str = "host"
 
 
 @dataclass(frozen=True)
@@ -327,6 +330,8 @@ def _politeness(value: Any) -> PolitenessSpec:
         raise InvalidTask(
             "politeness.robots_token", f"must be a product token of letters, '-' or '_', got {spec.robots_token!r}"
         )
+    if spec.retry_after not in ("host", "url"):
+        raise InvalidTask("politeness.retry_after", f"must be 'host' or 'url', got {spec.retry_after!r}")
     return spec
 
 

@@ -143,6 +143,42 @@ def test_retries_go_back_through_the_frontier(site: TestSite) -> None:
     assert status["retries"] == 4 and status["pages_stored"] == 2
 
 
+@pytest.mark.parametrize("scope", ["host", "url"])
+def test_retry_after_pauses_the_host_or_only_its_url(site: TestSite, scope: str) -> None:
+    others = [f"/p{n}.html" for n in range(4)]
+    site.add_page("/", page("/throttled.html", *others))
+    site.add_sequence("/throttled.html", [Response(b"", 429, {"Retry-After": "1"}), Response(page().encode())])
+    for path in others:
+        site.add_page(path, page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": {**FAST, "retry_after": scope}})
+
+    assert status["state"] == "completed" and status["pages_stored"] == 6
+    first, second = site.requests_to("/throttled.html")
+    assert second.at - first.at >= 1.0  # the URL waits as asked, either way
+    during_the_wait = [seen.path for seen in site.seen if first.at < seen.at < first.at + 1.0]
+    if scope == "host":  # the whole host waited
+        assert during_the_wait == []
+    else:  # only that URL waited: the host's other pages went on
+        assert sorted(during_the_wait) == others
+
+
+def test_polite_gaps_never_fall_below_the_interval(site: TestSite) -> None:
+    paths = [f"/p{n}.html" for n in range(12)]
+    site.add_page("/", page(*paths))
+    for path in paths:
+        site.add_page(path, page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0}})
+
+    assert status["state"] == "completed" and status["pages_stored"] == 13
+    # Server side, between request arrivals (robots.txt included): the interval counts from the
+    # end of the last response, so no gap is shorter, however the next request is dispatched.
+    arrivals = [seen.at for seen in site.seen]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    assert len(gaps) == 13 and min(gaps) >= 0.1
+
+
 def test_redirects_are_admitted_as_new_urls(site: TestSite) -> None:
     site.add_page("/robots.txt", "User-agent: *\nDisallow: /private/\n", Content_Type="text/plain")
     site.add_page("/", page("/old.html", "/loop-a", "/sneaky", "/new.html"))

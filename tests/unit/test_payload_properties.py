@@ -323,9 +323,12 @@ def test_fetched_page_and_analysis_job_decode_or_refuse_anything(offline: None, 
         _refused(lambda: analyze.run(fetched, job))
 
 
-_batch_keys = st.sampled_from(["id", "host", "entries", "cycle"])
+_batch_keys = st.sampled_from(["id", "host", "entries", "cycle", "paced"])
 _entry_texts = st.builds(
-    json.dumps, any_json | st.fixed_dictionaries({"u": any_text, "d": any_json, "a": any_json, "r": any_json})
+    json.dumps,
+    any_json
+    | st.fixed_dictionaries({"u": any_text, "d": any_json, "a": any_json, "r": any_json})
+    | st.fixed_dictionaries({"u": any_text, "d": any_json, "a": any_json, "r": any_json, "n": any_json}),
 )
 
 
@@ -643,6 +646,7 @@ _JOB_MUTATIONS: list[tuple[str, Callable[[dict[str, Any], Any], None], st.Search
     ("rules[0].js_function", _rule(key="js_function", pattern="x", page_type="dynamic"), _bad_js),
     ("politeness.per_host", _set("politeness", "per_host"), st.sampled_from([0, 257, "1", 1.5, True, None])),
     ("politeness.robots_token", _set("politeness", "robots_token"), st.sampled_from(["", "a b", "x/1", 3, None])),
+    ("politeness.retry_after", _set("politeness", "retry_after"), st.sampled_from(["", "HOST", "all", 3, None, True])),
     # null is not here: a limit left null takes the cluster's setting.
     ("limits.retries", _set("limits", "retries"), st.sampled_from([-1, 21, "3", 2.0])),
     ("revisit.grow", _set("revisit", "grow"), st.floats().filter(lambda x: not 0 <= x <= 10)),
