@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from analyzers.fields import compile_rules
+from analyzers.links import FOLLOWED_TAGS, followed_links
 from analyzers.links import analyze as links_analyzer
 from analyzers.page import Page
 from analyzers.registry import (
@@ -16,12 +17,14 @@ from analyzers.registry import (
 )
 
 __all__ = [
+    "FOLLOWED_TAGS",
     "Analyzer",
     "Page",
     "Registry",
     "analyzer_names",
     "check_rules",
     "compile_rules",
+    "followed_links",
     "get_analyzer",
     "links_analyzer",
     "load_plugins",

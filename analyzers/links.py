@@ -14,7 +14,7 @@ import lxml.html
 from analyzers.page import NON_NAVIGABLE_SCHEMES, Page
 from vcrawl.payloads import FieldRule
 
-__all__ = ["LINK_ATTRIBUTES", "analyze"]
+__all__ = ["FOLLOWED_TAGS", "LINK_ATTRIBUTES", "analyze", "followed_links"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +69,35 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
         seen.add((url, text, tag))
         links.append({"url": url, "text": text, "tag": tag, "attr": attr, "rel": rel})
     return {"url": page.url, "links": links, "count": len(links), "skipped": skipped, "skipped_by": skipped_by}
+
+
+# The elements whose targets a crawl follows: navigation, not embedded resources.
+FOLLOWED_TAGS = ("a", "area", "frame", "iframe")
+
+
+def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
+    """The crawl's view of ``page``: the absolute targets of its ``FOLLOWED_TAGS`` in document
+    order, each once; and the skipped ones counted by reason (``scheme``, ``empty``, ``malformed``).
+
+    Same rules as ``analyze``, but without link texts, which a crawl does not need and which
+    cost a text walk per link.
+    """
+    base = page.base_url
+    if page.truncated:
+        values = [value for tag, _, value, _, _ in _streamed(page.text) if tag in FOLLOWED_TAGS]
+    else:
+        values = [v for element in page.tree.iter(*FOLLOWED_TAGS) if (v := element.get(LINK_ATTRIBUTES[element.tag]))
+                  is not None]  # fmt: skip
+    urls: dict[str, None] = {}
+    skipped: dict[str, int] = {}
+    for value in values:
+        url, reason = _absolute(base, value)
+        if url is None:
+            kind = "empty" if reason == "empty" else "malformed" if reason.startswith("malformed") else "scheme"
+            skipped[kind] = skipped.get(kind, 0) + 1
+        else:
+            urls[url] = None
+    return list(urls), skipped
 
 
 _Candidate = tuple[str, str, str, str, "str | None"]  # tag, attribute, value, text, rel

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from frontier.dedup import BloomFilter, bloom_bits, bloom_hashes, expected_fpr
+from frontier.dedup import BloomFilter, RecentUrls, bloom_bits, bloom_hashes, expected_fpr
 from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, reject_reason
 from frontier.history import History, UrlHistory, content_hash, next_interval, parse_http_date
 from frontier.politeness import HostGate
@@ -25,6 +25,7 @@ __all__ = [
     "History",
     "HostGate",
     "PumpResult",
+    "RecentUrls",
     "RobotsCache",
     "RobotsRules",
     "Scope",

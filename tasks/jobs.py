@@ -21,6 +21,7 @@ from frontier import (
     Candidate,
     Entry,
     Frontier,
+    RecentUrls,
     Scope,
     UrlHistory,
     canonical_url,
@@ -66,6 +67,7 @@ class JobRuntime:
     cycle_started_s: float = 0.0
     spec_rev: int = 0  # changes of the spec while the job runs (live configuration)
     limits: LimitsSpec = field(default_factory=LimitsSpec)  # the job's limits, unset ones from the cluster
+    recent: RecentUrls = field(default_factory=RecentUrls)  # URLs this process saw admitted or refused as seen
 
     @property
     def job_id(self) -> str:
@@ -275,6 +277,9 @@ def admit_links(
     """
     history_mode = 0 if not runtime.cycle else 1 if (seeds or known) else 2
     scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
+    # One-off jobs: a URL this process already saw in the Bloom filter is a duplicate, known
+    # without a round trip. (Scheduled jobs count links to known URLs by their history instead.)
+    recent = runtime.recent if history_mode == 0 else None
     candidates: list[Candidate] = []
     local: set[str] = set()
     for url, depth, redirects_left in links:
@@ -287,7 +292,7 @@ def admit_links(
         if reason is not None:
             counters[f"filtered:{reason}"] += 1
             continue
-        if canonical in local:
+        if canonical in local or (recent is not None and canonical in recent):
             counters["duplicates"] += 1
             continue
         local.add(canonical)
@@ -310,6 +315,8 @@ def admit_links(
             cycle=runtime.cycle,
             history=history if last else None,  # with the pages it finishes
         )
+        if recent is not None and admission.admitted + admission.duplicates == len(chunk):
+            recent.add_all(candidate.entry.url for candidate in chunk)  # each one is in the filter now
         result = _add(result, admission)
     return result
 

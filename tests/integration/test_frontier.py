@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import redis
 
-from frontier import Candidate, Entry, Frontier
+from frontier import Batch, Candidate, Entry, Frontier
 from tasks.crawling import CrawlEnv, abandon_analysis
 from tasks.jobs import admit_links, build_runtime
+from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
@@ -126,6 +127,45 @@ def test_abandon_after_a_complete_admission_changes_nothing(client: redis.Redis)
     abandon_analysis(env, {"job": runtime.job_id, "batch": "7", "pages": [{}], "redirects": []}, "late errback")
 
     assert _status(frontier, runtime.job_id)["pending"] == "1500"
+
+
+def test_links_this_process_saw_in_the_filter_skip_the_round_trip(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, max_pages=3)
+    links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(5)]
+    assert admit_links(runtime, frontier, links[:3], done=0, token="a:1", counters=Counter()).admitted == 3
+    assert all(url in runtime.recent for url, _, _ in links[:3])
+
+    counters: Counter[str] = Counter()
+    second = admit_links(runtime, frontier, links, done=0, token="a:2", counters=counters)
+    # The first 3 are known here: duplicates without a round trip. The other 2 go to Redis and
+    # are over the page limit, so not in the filter: never remembered, refused there every time.
+    assert counters["duplicates"] == 3 and (second.duplicates, second.over_limit) == (0, 2)
+    assert not any(url in runtime.recent for url, _, _ in links[3:])
+    third = admit_links(runtime, frontier, links[3:], done=0, token="a:3", counters=Counter())
+    assert third.over_limit == 2
+    state = _status(frontier, runtime.job_id)
+    assert (state["admitted"], state["duplicates"], state["filtered:max_pages"]) == ("3", "3", "4")
+
+
+def test_paced_hosts_batches_are_marked(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    eager = _job(client, frontier, politeness={"min_interval_s": 0}, scope={"hosts": ["a.test", "b.test"]})
+    urls = [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5), ("http://b.test/1", 0, 5)]
+    admit_links(eager, frontier, urls, done=0, token="seeds", counters=Counter(), seeds=True)
+    client.hdel(redis_keys.job_delays(eager.job_id), "a.test")  # a.test's robots.txt is known: no delay
+    batches = frontier.pump(eager.job_id, max_batches=4, batch_size=8, per_host=4, interval_ms=0, lease_ms=9000,
+                            cap=8).batches  # fmt: skip
+    # b.test was never fetched: one request at a time until its robots.txt is known, so paced.
+    assert {(batch.host, len(batch.entries), batch.paced) for batch in batches} == {("a.test", 2, False),
+                                                                                     ("b.test", 1, True)}  # fmt: skip
+    polite = _job(client, frontier, politeness={"min_interval_s": 0.5})
+    admit_links(polite, frontier, urls[:1], done=0, token="seeds", counters=Counter(), seeds=True)
+    client.hdel(redis_keys.job_delays(polite.job_id), "a.test")
+    [batch] = frontier.pump(polite.job_id, max_batches=4, batch_size=1, per_host=1, interval_ms=500, lease_ms=9000,
+                            cap=8).batches  # fmt: skip
+    assert batch.paced  # an interval paces every host of the job
+    assert Batch.from_dict(batch.to_dict()) == batch
 
 
 class _Runtimes:

@@ -522,3 +522,27 @@ def test_links_past_the_parsers_depth_limit_are_read_tag_by_tag() -> None:
         ("http://h.test/i.png", "icon", "img", None),
     ]
     assert result["skipped_by"] == {"a": {"scheme": 1, "empty": 1}}
+
+
+FOLLOW_PAGE = (
+    "<base href='http://example.com/b/'><a href='x'>x</a><a href='x'>again</a><img src='/i.png'>"
+    "<area href='/map'><iframe src='frame.html'></iframe><frame src='/f'><link href='/style.css'>"
+    "<script src='/s.js'></script><a href='javascript:void(0)'>js</a><a href=''>empty</a><a href='mailto:a@b'>m</a>"
+    "<a href='http://[::1'>bad</a><a>no href</a><form action='/post'></form>"
+)
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["tree", "past-the-depth-limit"])
+def test_followed_links_are_the_navigation_targets_of_the_links_analyzer(deep: bool) -> None:
+    body = (FOLLOW_PAGE + ("<b>" * 5000 + "<a href='/deep'>d</a>" if deep else "")).encode()
+    page = Page(URL, body)
+    assert page.truncated is deep
+    urls, skipped = links_analyzer.followed_links(page)
+
+    full = links_analyzer.analyze(Page(URL, body))
+    navigation = [link["url"] for link in full["links"] if link["tag"] in links_analyzer.FOLLOWED_TAGS]
+    assert urls == list(dict.fromkeys(navigation))  # document order, each once
+    assert urls[:4] == ["http://example.com/b/x", "http://example.com/map", "http://example.com/b/frame.html",
+                        "http://example.com/f"]  # fmt: skip
+    assert skipped == {"scheme": 2, "empty": 1, "malformed": 1}
+    assert sum(full["skipped_by"]["a"].values()) == sum(skipped.values())

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from frontier import Batch, Entry, RecentUrls
 from vcrawl.errors import InvalidTask
 from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage, FieldRule
 
@@ -75,3 +76,23 @@ def test_fetched_page_refuses_unknown_fields() -> None:
     with pytest.raises(InvalidTask) as refused:
         FetchedPage.from_dict({"url": "x", "body": "<html>"})
     assert refused.value.field == "body"
+
+
+def test_frontier_entries_and_batches_round_trip_with_their_optional_fields() -> None:
+    waiting = Entry("http://a.test/x", 2, 1, 4, not_before_s=1_800_000_000.125)
+    plain = Entry("http://a.test/y")
+    assert "n" not in json.loads(plain.encode())  # old messages and new ones look the same without a wait
+    assert Entry.decode(waiting.encode()) == waiting and Entry.decode(plain.encode()) == plain
+    batch = Batch("7", "a.test", (waiting, plain), cycle=3, paced=True)
+    assert Batch.from_dict(batch.to_dict()) == batch
+    assert Batch.from_dict({"id": "7", "host": "a.test", "entries": [plain.encode()]}).paced is False
+    for bad in ({"paced": "yes"}, {"entries": ['{"u": "x", "d": 0, "a": 0, "r": 5, "n": "Infinity"}']}):
+        with pytest.raises(ValueError):
+            Batch.from_dict({"id": "7", "host": "a.test", "entries": [plain.encode()], **bad})
+
+
+def test_recent_urls_keep_the_newest_up_to_their_capacity() -> None:
+    recent = RecentUrls(capacity=3)
+    recent.add_all(["a", "b", "c"])
+    recent.add_all(["d"])
+    assert len(recent) == 3 and "a" not in recent and all(url in recent for url in "bcd")
