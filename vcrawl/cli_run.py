@@ -209,6 +209,10 @@ class _LocalRun:
         self.settings = replace(settings, data=self.data_dir)
         self.args = args
         self.private = uses_private_redis()
+        if self.private and not os.environ.get("VCRAWL_TASK_EVENTS"):
+            # Task events cost a fanout publish per task (about a tenth of a worker's CPU here),
+            # and nobody watches a private Redis; Flower, if pointed at it, turns them on itself.
+            self.settings = replace(self.settings, task_events=False)
         self.home = RedisHome(self.data_dir) if self.private and not self.remote else None
         self.stack = ExitStack()
         self.signals = _Signals()
@@ -303,6 +307,8 @@ class _LocalRun:
     def finish(self, status: dict[str, Any]) -> int:
         """Report the run; the saved state goes too once no job in it can be resumed."""
         summary = summary_of(status, time.monotonic() - self.started, self.data_dir)
+        if self.private:  # the run had Redis to itself: what it cost there is this run's
+            summary["redis"] = _redis_cost()
         report(summary, as_json=self.args.json)
         self._discard_state = self.home is not None and not self._resumable_jobs()
         return 0 if summary["state"] == "completed" else 1
@@ -422,6 +428,19 @@ def follow(
     return None
 
 
+def _redis_cost() -> dict[str, float]:
+    """Requests (socket reads, so a pipeline or a script is one), commands (with the commands
+    scripts ran) and CPU seconds of the private Redis since it started."""
+    import tasks
+
+    info = tasks.deps.redis_client().info()
+    return {
+        "requests": int(info.get("total_reads_processed", 0)),
+        "commands": int(info.get("total_commands_processed", 0)),
+        "cpu_s": round(float(info.get("used_cpu_user", 0)) + float(info.get("used_cpu_sys", 0)), 3),
+    }
+
+
 def summary_of(status: dict[str, Any], elapsed_s: float, data_dir: str) -> dict[str, Any]:
     """The run summary: the job's counters plus elapsed time and where the output went."""
     summary = {key: status.get(key) for key in _SUMMARY_KEYS}
@@ -444,5 +463,11 @@ def report(summary: dict[str, Any], as_json: bool) -> None:
         f"filtered links: {filtered}\n"
         f"pages and results are under {summary['job_dir']}"
     )
+    if summary.get("redis"):
+        cost, pages = summary["redis"], max(1, summary["pages_fetched"] or 0)
+        print(
+            f"redis: {cost['requests']} requests ({cost['requests'] / pages:.1f} per page fetched), "
+            f"{cost['commands']} commands, {cost['cpu_s']} s CPU ({1000 * cost['cpu_s'] / pages:.2f} ms per page)"
+        )
     if as_json:
         print(json.dumps(summary, sort_keys=True))

@@ -48,6 +48,9 @@ def test_crawl_command_runs_a_job_itself_and_prints_a_json_summary(site: TestSit
     assert summary["duplicates"] == 1 and summary["robots_blocked"] == 0
     assert summary["bytes"] == len(b"<a href='/x'>x</a> <a href='/good.html#again'>again</a>")
     assert summary["data_dir"] == str((tmp_path / "data").resolve())
+    # The private Redis served this run alone: its cost is the run's (benchmarks report it per page).
+    assert summary["redis"]["requests"] > 0 and summary["redis"]["commands"] > 0
+    assert "requests (" in done.stdout and "per page fetched" in done.stdout
     assert len(list(Path(summary["job_dir"]).rglob("*.html"))) == 1
 
 
