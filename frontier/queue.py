@@ -16,8 +16,11 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from frontier.dedup import BloomFilter
 from frontier.history import UrlHistory
@@ -732,12 +735,8 @@ class Frontier:
         args.append(len(hosts))
         args.extend(hosts)
         args.extend(items)
-        pipe = self._redis.pipeline(transaction=False)
-        self._admit(keys=keys, args=args, client=pipe)
-        if candidates:
-            pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
-            pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
-        completed, fresh, duplicates, over, known = (int(x) for x in pipe.execute()[0])
+        completed, fresh, duplicates, over, known = (int(x) for x in self._with_wake(self._admit, keys, args,
+                                                                                    wake=bool(candidates)))  # fmt: skip
         # A completed job leaves the running set on the next pump round (forget_if_stopped).
         return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)  # -2: another cycle
 
@@ -826,13 +825,31 @@ class Frontier:
         args.extend(history_args)
         args.extend(json.dumps(failure, separators=(",", ":")) for failure in failures)
         args.extend(_counter_args(counters))
-        pipe = self._redis.pipeline(transaction=False)
-        self._release(keys=keys, args=args, client=pipe)
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
-        pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
-        pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
-        result = int(pipe.execute()[0])
+        result = int(self._with_wake(self._release, keys, args, wake=True))
         return None if result < 0 else result == 1  # completed: the pump forgets it next round
+
+    def _with_wake(self, script: Script, keys: list[str], args: list[Any], *, wake: bool) -> Any:
+        """Run ``script`` and (with ``wake``) wake a waiting pump: one round trip; the script's result.
+
+        The wake-up list is not one of the job's keys (they share a hash tag; it is global), so it
+        is pipelined, not written by the script. redis-py would check with SCRIPT EXISTS before
+        every pipeline that runs a script, one more round trip each time; here a missing script
+        (Redis restarted empty, or flushed) is loaded once and the pipeline sent again.
+        """
+        for attempt in (1, 2):
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            if wake:
+                pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
+                pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
+            try:
+                return pipe.execute()[0]
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                self._redis.script_load(script.script)
+        raise AssertionError("unreachable")
 
     def reclaim_expired(self, job_id: str, max_attempts: int, interval_ms: float) -> tuple[int, int]:
         """Requeue the URLs of batches whose lease ran out; fail those out of attempts.

@@ -18,7 +18,7 @@ from tasks import jobs as _jobs
 from tasks.analyze import analyze
 from tasks.app import app
 from tasks.batches import analyze_batch, fetch_batch
-from tasks.broker_guard import guard_redis_qos
+from tasks.broker_guard import guard_redis_qos, reuse_redis_clients
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
@@ -110,6 +110,7 @@ def configure(settings: Settings) -> None:
 
 
 guard_redis_qos()  # workers must survive a Redis restart (see tasks/broker_guard.py)
+reuse_redis_clients()  # one kombu client per channel, not one per publish and ack
 
 
 @worker_init.connect

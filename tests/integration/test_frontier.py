@@ -148,6 +148,14 @@ def test_links_this_process_saw_in_the_filter_skip_the_round_trip(client: redis.
     assert (state["admitted"], state["duplicates"], state["filtered:max_pages"]) == ("3", "3", "4")
 
 
+def test_scripts_lost_by_redis_are_loaded_again(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, max_pages=100)
+    client.script_flush()  # as after a restart without persistence of the script cache
+    admitted = admit_links(runtime, frontier, [("http://a.test/x", 0, 5)], done=0, token="s", counters=Counter())
+    assert admitted.admitted == 1 and client.lrange(redis_keys.FRONTIER_WAKE, 0, -1)
+
+
 def test_paced_hosts_batches_are_marked(client: redis.Redis) -> None:
     frontier = Frontier(client)
     eager = _job(client, frontier, politeness={"min_interval_s": 0}, scope={"hosts": ["a.test", "b.test"]})
