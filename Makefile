@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages browser-packages demo test bench lint clean test-faults soak faults-report
+.PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report
 
 setup: system-packages $(STAMP)
 
@@ -55,6 +55,12 @@ faults-report: setup
 
 bench: setup
 	bench/run.sh
+
+# vcrawl against Scrapy alone, cases (a)-(d) of the performance table (about 12 minutes);
+# COMPARE_ARGS="--cases a d" for some of them.
+COMPARE_ARGS ?=
+compare: setup
+	bench/run.sh compare $(COMPARE_ARGS)
 
 # 20 concurrent jobs for 10 minutes: pages/s, worker RSS and Redis memory over time, full recall per
 # job (bench/soak.py). About 12 minutes; SOAK_ARGS="--duration 90" for a short run.

@@ -39,6 +39,7 @@ def main() -> int:
     parser.add_argument("--delay", type=float, default=0.0, help="per-host interval (0: politeness off)")
     parser.add_argument("--jitter", type=float, default=0.0, help="per-host interval jitter")
     parser.add_argument("--per-host", type=int, default=16, help="parallel fetches per host when --delay is 0")
+    parser.add_argument("--retry-after", choices=("host", "url"), default="host", help="what a Retry-After pauses")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--label", default="vcrawl")
     args = parser.parse_args()
@@ -56,6 +57,7 @@ def main() -> int:
                 "min_interval_s": args.delay,
                 "jitter": args.jitter,
                 "per_host": args.per_host if args.delay == 0 else 1,
+                "retry_after": args.retry_after,
             },
             "limits": {"retries": 1},
         }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The benchmark: vcrawl on the shared synthetic web, plus the Bloom filter's memory and
-# false-positive rate. Prints JSON lines and a table. Not part of `make test`.
+# The benchmark: vcrawl against Scrapy (and the ceiling client) on the shared synthetic web, cases
+# (a)-(d) side by side with their ratios; then browser pages, storage, re-crawl and the Bloom
+# filter. Prints JSON lines and tables. Not part of `make test`; about 20 minutes.
+# `bench/run.sh compare [--cases a d]` runs only the side-by-side comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT="${VCRAWL_BENCH_KIT:-$(pwd)/../shared/bench}"
@@ -22,9 +24,14 @@ if [ "${1:-}" = soak ]; then
   exec .venv/bin/python bench/soak.py "$@"
 fi
 
+if [ "${1:-}" = compare ]; then
+  shift
+  exec .venv/bin/python bench/compare.py "$@"
+fi
+
 : > "$OUT"
-echo ">>> crawl: 20 hosts x 6000 pages, politeness off, 2 worker processes" >&2
-.venv/bin/python bench/crawl_universe.py --hosts 20 --pages 6000 --workers 2 --label a-vcrawl | tee -a "$OUT"
+echo ">>> vcrawl vs Scrapy: cases (a) (d) (b) (c), side by side" >&2
+.venv/bin/python bench/compare.py --out /tmp/vcrawl-compare.jsonl
 echo ">>> dynamic: one browser on the universe's lazy-loading pages" >&2
 .venv/bin/python bench/dynamic.py --pages 100 | tee -a "$OUT"
 echo ">>> storage: pages to tmpfs, disk, the WebHDFS test server, and WARC" >&2
@@ -37,11 +44,12 @@ echo ">>> dedup: Bloom filter, 1M URLs at 1 %" >&2
 .venv/bin/python - "$OUT" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-crawl = [r for r in rows if "pages_saved" in r]
+crawl = [r for r in rows if "pages_saved" in r and "case" not in r]
 bloom = [r for r in rows if "bytes_per_url" in r]
 dynamic = [r for r in rows if "dynamic_pages" in r]
-print("\n| run | pages/s (server) | CPU ms/page | recall | robots violations | duplicate fetches | crawl-delay violated | peak RSS MB |")
-print("|---|---|---|---|---|---|---|---|")
+if crawl:
+    print("\n| run | pages/s (server) | CPU ms/page | recall | robots violations | duplicate fetches | crawl-delay violated | peak RSS MB |")
+    print("|---|---|---|---|---|---|---|---|")
 for r in crawl:
     print(f"| {r['label']} | {r['fetched_per_s']} | {r['cpu_ms_per_page']} | {r['recall']} | {r['robots_violations']} "
           f"| {r['duplicate_page_fetches']} | {r['crawl_delay_violated_hosts']} | {r['peak_rss_mb']} |")

@@ -9,12 +9,13 @@ import json
 import logging
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from vcrawl.cli_ops import add_ops_commands
-from vcrawl.cli_run import add_network_option, add_run_options, allowing, run_job_locally, summary_of
+from vcrawl.cli_run import add_network_option, add_run_options, allowing, follow, report, run_job_locally, summary_of
 from vcrawl.cli_run import ping as _ping  # noqa: F401 - bench/recrawl.py starts workers with it
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
@@ -65,7 +66,9 @@ def _parser() -> argparse.ArgumentParser:
 
     submit = commands.add_parser("submit", help="submit a job file to a running cluster ($VCRAWL_REDIS_URL)")
     submit.add_argument("job_file", type=Path)
-    submit.add_argument("--json", action="store_true", help="print the job status as JSON")
+    submit.add_argument("--json", action="store_true", help="print the job status (with --wait: the summary) as JSON")
+    submit.add_argument("--wait", action="store_true", help="follow the job to its end; exit 0 if it completed")
+    submit.add_argument("--timeout", type=float, help="with --wait: cancel the job after S seconds")
     submit.set_defaults(run=_cmd_submit)
 
     status = commands.add_parser("status", help="show a job's or a task's status")
@@ -153,12 +156,22 @@ def _cmd_crawl(args: argparse.Namespace) -> int:
 def _cmd_submit(args: argparse.Namespace) -> int:
     import tasks
 
+    started = time.monotonic()
     job_id = tasks.start_job(load_job_file(args.job_file))
-    if args.json:
-        print(json.dumps(tasks.job_status(job_id), sort_keys=True))
-    else:
-        print(job_id)
-    return 0
+    if not args.wait:
+        print(json.dumps(tasks.job_status(job_id), sort_keys=True) if args.json else job_id)
+        return 0
+    print(f"job {job_id} submitted; following it (Ctrl-C stops following, not the job)", file=sys.stderr)
+    try:
+        status = follow(job_id, args.timeout)
+    except KeyboardInterrupt:
+        print(f"\nstopped following job {job_id}; it goes on (vcrawl status {job_id}; vcrawl cancel {job_id})",
+              file=sys.stderr)  # fmt: skip
+        return 130
+    assert status is not None, "follow returns the status unless interrupted"
+    summary = summary_of(status, time.monotonic() - started, tasks.deps.settings().data)
+    report(summary, as_json=args.json)
+    return 0 if summary["state"] == "completed" else 1
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

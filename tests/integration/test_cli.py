@@ -93,6 +93,23 @@ def test_submit_status_and_cancel_against_a_running_cluster(
     assert _vcrawl("submit", str(tmp_path / "missing.yaml"), env=env).returncode == 2
 
 
+def test_submit_wait_follows_the_job_on_the_cluster_to_its_end(
+    worker: object, vcrawl_settings: Settings, site: TestSite, tmp_path: Path
+) -> None:
+    for n in range(5):
+        site.add_page(f"/w{n}.html", f"<a href='/w{n + 1}.html'>next</a>")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"seeds: [{site.url('/w0.html')}]\nmax_depth: 10\npoliteness: {{min_interval_s: 0}}\n")
+    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url, "VCRAWL_DATA": vcrawl_settings.data}
+
+    done = _vcrawl("submit", str(job_file), "--wait", "--json", env=env)
+
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["state"] == "completed" and summary["pages_stored"] == 5 and summary["failed"] == {"http_404": 1}
+    assert "redis" not in summary  # a cluster's Redis serves others too: its cost is not this run's
+
+
 def test_status_command_shows_the_trail(worker: object, vcrawl_settings: Settings, site: TestSite) -> None:
     task_id = crawl.delay({"url": site.add_page("/s.html", "<p>hi</p>")}).id
     wait_for_end(task_id)
