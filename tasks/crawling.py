@@ -131,20 +131,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         if _fetch_entry(env, runtime, entry, run):
             run.requeue.extend(batch.entries[index + 1 :])
             break
-    if run.last_start is None and run.requeue_back:
-        # Only waiting retries were leased: the host has nothing due before the first of them.
-        waiting_until = min((entry.not_before_s for entry in run.requeue_back), default=0.0)
-        run.host_delay_until = max(run.host_delay_until, waiting_until)
-    pause = runtime.politeness.pause_s()
-    if run.crawl_delay_s is not None and runtime.spec.politeness.obey_robots:
-        pause = max(pause, run.crawl_delay_s)
-    host_delay_s = max(0.0, run.host_delay_until - env.clock())
-    if pause > 0 and run.last_start is not None:
-        # The frontier counts the pause from the lease's start, but a request may go out some
-        # milliseconds later (a busy thread, the robots.txt lookup), and the next one faster: 2.6 %
-        # of Scrapy's gaps are short by that much. Counted from the release (Redis time, after the
-        # last response ended), the next request to the host can never come early.
-        host_delay_s = max(host_delay_s, pause)
+    pause, host_delay_s = _host_wait_s(env, runtime, run)
     released = env.frontier.release(
         job_id,
         batch,
@@ -164,6 +151,25 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     if run.failures:
         _check_host(env, runtime, batch.host, run.failures)
     return {**nothing, "pages": run.pages, "redirects": run.redirects}
+
+
+def _host_wait_s(env: CrawlEnv, runtime: JobRuntime, run: _BatchRun) -> tuple[float, float]:
+    """(pause after the batch's start, wait from now) before the host's next request."""
+    if run.last_start is None and run.requeue_back:
+        # Only waiting retries were leased: the host has nothing due before the first of them.
+        waiting_until = min((entry.not_before_s for entry in run.requeue_back), default=0.0)
+        run.host_delay_until = max(run.host_delay_until, waiting_until)
+    pause = runtime.politeness.pause_s()
+    if run.crawl_delay_s is not None and runtime.spec.politeness.obey_robots:
+        pause = max(pause, run.crawl_delay_s)
+    host_delay_s = max(0.0, run.host_delay_until - env.clock())
+    if pause > 0 and run.last_start is not None:
+        # The frontier counts the pause from the lease's start, but a request may go out some
+        # milliseconds later (a busy thread, the robots.txt lookup), and the next one faster: 2.6 %
+        # of Scrapy's gaps are short by that much. Counted from the release (Redis time, after the
+        # last response ended), the next request to the host can never come early.
+        host_delay_s = max(host_delay_s, pause)
+    return pause, host_delay_s
 
 
 def _check_host(env: CrawlEnv, runtime: JobRuntime, host: str, failures: list[tuple[str, str]]) -> None:
