@@ -168,6 +168,8 @@ return {settle(meta, done, now), fresh, dup, over, known}
 # ARGV: max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix
 # A host with a robots.txt Crawl-delay (or not yet fetched) gets one URL at a time, one batch
 # at a time. Otherwise a host with a free slot stays in the heap, due again after the interval.
+# Returns {next due, now, cycle, then per batch: id, host, entries, paced}; paced is '1' when the
+# host waits between requests (a Crawl-delay, robots.txt unknown, or the job's interval).
 _PUMP = (
     _COMMON
     + """
