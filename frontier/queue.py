@@ -271,9 +271,9 @@ local started = cjson.decode(raw).s or now
 local nxt = math.max(now, started + pause, now + host_delay)
 if delay > 0 then
   redis.call('HSET', KEYS[7], host, delay)
-else
+elseif delay == 0 then
   redis.call('HDEL', KEYS[7], host)
-end
+end  -- below 0: nothing was fetched, so nothing new is known about the host's Crawl-delay
 if redis.call('HINCRBY', busy, host, -1) <= 0 then
   redis.call('HDEL', busy, host)
 end
@@ -796,12 +796,15 @@ class Frontier:
         history: Mapping[str, UrlHistory] | None = None,
         failures: Sequence[Mapping[str, object]] = (),
         host_done: int = 0,
+        fetched: bool = True,
     ) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time.
 
         The host is due again ``pause_ms`` after the batch started (see ``start_lease``), never
-        before now, and not before ``host_delay_ms`` from now. Returns True if this completed the
-        job, False if not, None if the lease was gone (reclaimed: nothing is counted twice).
+        before now, and not before ``host_delay_ms`` from now. ``crawl_delay_s`` is what the
+        batch's fetches found (None: no Crawl-delay); a batch that ``fetched`` nothing leaves
+        what is known about the host as it is. Returns True if this completed the job, False if
+        not, None if the lease was gone (reclaimed: nothing is counted twice).
         """
         requeue_args: list[str | float] = []
         for entry in requeue:  # at the front of their depth: next in line
@@ -818,7 +821,7 @@ class Frontier:
             redis_keys.job_host_stats(job_id),
             redis_keys.job_failures(job_id),
         ]
-        delay_ms = int((crawl_delay_s or 0) * 1000)
+        delay_ms = int((crawl_delay_s or 0) * 1000) if fetched else -1
         history_args = _history_args(history)
         args = [batch.batch_id, batch.host, int(pause_ms), int(host_delay_ms), done, delay_ms]
         args.extend((len(requeue) + len(requeue_back), len(history_args) // 3))

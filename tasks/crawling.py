@@ -111,7 +111,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         logger.warning("job %s: batch %s came after its lease ran out; skipped", job_id, batch.batch_id)
         return nothing
     if started == "stopped":  # cancelled while the batch waited in the queue: give it back
-        env.frontier.release(job_id, batch, pause_ms=0, done=0, requeue=batch.entries)
+        env.frontier.release(job_id, batch, pause_ms=0, done=0, requeue=batch.entries, fetched=False)
         return nothing
     if runtime.cycle:
         assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
@@ -145,6 +145,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         history=run.revisited,
         failures=[{"url": url, "reason": reason, "at": round(env.clock(), 3)} for url, reason in run.failures],
         host_done=run.done + len(run.pages) + len(run.redirects),
+        fetched=run.last_start is not None,  # else its Crawl-delay (or unknown robots.txt) still holds
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing

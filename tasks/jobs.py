@@ -299,6 +299,7 @@ def admit_links(
         candidates.append(Candidate(host_key(canonical), Entry(canonical, depth, 0, redirects_left)))
     chunks = [candidates[i : i + _ADMIT_CHUNK] for i in range(0, len(candidates), _ADMIT_CHUNK)] or [[]]
     result = Admission(False, False, 0, 0, 0)
+    in_filter: list[Candidate] = []
     for index, chunk in enumerate(chunks):
         last = index == len(chunks) - 1
         chunk_token = f"{token}:final" if last else f"{token}:{index}"
@@ -315,9 +316,13 @@ def admit_links(
             cycle=runtime.cycle,
             history=history if last else None,  # with the pages it finishes
         )
-        if recent is not None and admission.admitted + admission.duplicates == len(chunk):
-            recent.add_all(candidate.entry.url for candidate in chunk)  # each one is in the filter now
+        if admission.admitted + admission.duplicates == len(chunk):
+            in_filter.extend(chunk)  # each one is in the filter now
         result = _add(result, admission)
+    # Only once every chunk went through: a retried call must see the same chunks, or its chunk
+    # tokens would name other URLs (a chunk taken for a repeat would admit nothing).
+    if recent is not None:
+        recent.add_all(candidate.entry.url for candidate in in_filter)
     return result
 
 

@@ -156,6 +156,42 @@ def test_scripts_lost_by_redis_are_loaded_again(client: redis.Redis) -> None:
     assert admitted.admitted == 1 and client.lrange(redis_keys.FRONTIER_WAKE, 0, -1)
 
 
+def test_an_admission_retried_after_a_failed_chunk_admits_every_link(client: redis.Redis) -> None:
+    class FailingOnce(Frontier):
+        calls = 0
+
+        def admit(self, *args: Any, **kwargs: Any) -> Any:
+            FailingOnce.calls += 1
+            if FailingOnce.calls == 2:
+                raise redis.ConnectionError("Redis went away between two chunks")
+            return super().admit(*args, **kwargs)
+
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, max_pages=100_000)
+    links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(2500)]  # 3 chunks of at most 1000
+    with pytest.raises(redis.ConnectionError):
+        admit_links(runtime, FailingOnce(client), links, done=0, token="a:5", counters=Counter())
+    # The retry (same process, same token) must send the same chunks: nothing was remembered.
+    admit_links(runtime, frontier, links, done=0, token="a:5", counters=Counter())
+    assert _status(frontier, runtime.job_id)["admitted"] == "2500"
+
+
+def test_a_batch_that_fetched_nothing_keeps_the_hosts_crawl_delay(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0})
+    admit_links(runtime, frontier, [("http://a.test/1", 0, 5)], done=0, token="s", counters=Counter(), seeds=True)
+    delays = redis_keys.job_delays(runtime.job_id)
+    client.hset(delays, "a.test", 1000)  # robots.txt said Crawl-delay: 1
+    [batch] = frontier.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                            cap=8).batches  # fmt: skip
+    frontier.release(runtime.job_id, batch, pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+    assert client.hget(delays, "a.test") == "1000"
+    [batch] = frontier.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                            cap=8).batches  # fmt: skip
+    frontier.release(runtime.job_id, batch, pause_ms=0, done=1, crawl_delay_s=None)  # fetched: no Crawl-delay now
+    assert client.hget(delays, "a.test") is None
+
+
 def test_paced_hosts_batches_are_marked(client: redis.Redis) -> None:
     frontier = Frontier(client)
     eager = _job(client, frontier, politeness={"min_interval_s": 0}, scope={"hosts": ["a.test", "b.test"]})
