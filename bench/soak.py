@@ -65,6 +65,8 @@ from vcrawl.settings import Settings  # noqa: E402
 LOOPBACK = "127.0.0.0/8"
 _ASSUMED_PAGES_PER_S = 100.0  # only to size the universe (--pages auto); the run measures the real rate
 _POLL_S = 1.0
+# kombu keeps a queue as one list per priority step: bulk batches wait in 'download\x06\x166'.
+_PRIORITY_STEPS = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 _MIB = 1024 * 1024
 
 
@@ -240,7 +242,7 @@ class Soak:
             "redis_rss_mib": round(memory["used_memory_rss"] / _MIB, 2),
             "redis_keys": self.redis.dbsize(),
             "aof_mib": round(persistence.get("aof_current_size", 0) / _MIB, 2),
-            "download_queue": self.redis.llen("download"),
+            "download_queue": sum(self.redis.llen("download" + step) for step in _PRIORITY_STEPS),
             "load1": float(Path("/proc/loadavg").read_text().split()[0]),
         }
         self.samples.append(sample)

@@ -168,7 +168,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         print(f"\nstopped following job {job_id}; it goes on (vcrawl status {job_id}; vcrawl cancel {job_id})",
               file=sys.stderr)  # fmt: skip
         return 130
-    assert status is not None, "follow returns the status unless interrupted"
+    if not status:  # follow returns a status unless interrupted; an empty one: the job is gone
+        print(f"vcrawl: job {job_id} disappeared from the cluster's Redis while it ran", file=sys.stderr)
+        return 1
     summary = summary_of(status, time.monotonic() - started, tasks.deps.settings().data)
     report(summary, as_json=args.json)
     return 0 if summary["state"] == "completed" else 1
