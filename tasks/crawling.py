@@ -156,6 +156,12 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
 
 def _host_wait_s(env: CrawlEnv, runtime: JobRuntime, run: _BatchRun) -> tuple[float, float]:
     """(pause after the batch's start, wait from now) before the host's next request."""
+    # A retry still waiting for its Retry-After goes behind the host's other URLs even when the
+    # batch hands its rest back (cancel, pause, a host pause): at the front it would hold the host.
+    now = env.clock()
+    if any(entry.not_before_s > now for entry in run.requeue):
+        run.requeue_back.extend(entry for entry in run.requeue if entry.not_before_s > now)
+        run.requeue = [entry for entry in run.requeue if entry.not_before_s <= now]
     if run.last_start is None and run.requeue_back:
         # Only waiting retries were leased: the host has nothing due before the first of them.
         waiting_until = min((entry.not_before_s for entry in run.requeue_back), default=0.0)
