@@ -245,10 +245,13 @@ return 1
 )
 
 # KEYS: meta, ready, next, busy, leases, queue(host), delays, hist, due, stats bucket, host stats,
-#       failures
+#       failures, released
 # ARGV: batch_id, host, pause_ms, host_delay_ms, done, crawl_delay_ms, n_requeue, n_history,
-#       bucket_ttl_s, n_failures, host_done, [score, member]*, [url, record, due_s]*,
+#       bucket_ttl_s, n_failures, host_done, handed_on, [score, member]*, [url, record, due_s]*,
 #       [failure json]*, [field, incr]*
+# handed_on: what the batch hands to its analysis (JSON, '' for nothing), kept in ``released``
+# until the analysis has admitted it: a worker killed after this release but before it sent the
+# analysis gets its fetch message again, finds the lease gone, and sends this instead.
 # host_done: URLs of the batch taken to an end here, incl. pages handed on to analysis.
 # History records (scheduled jobs: URLs found unchanged or failed) are written with the release
 # that finishes them, so a cycle never completes before they are. The counters also go to the
@@ -278,7 +281,8 @@ if redis.call('HINCRBY', busy, host, -1) <= 0 then
   redis.call('HDEL', busy, host)
 end
 local bucket_ttl, nfail, host_done = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
-local i = 12
+if ARGV[12] ~= '' then redis.call('HSET', KEYS[13], id, ARGV[12]) end
+local i = 13
 for _ = 1, nreq do
   redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -701,8 +705,12 @@ class Frontier:
         history_mode: int = 0,
         cycle: int = 0,
         history: Mapping[str, UrlHistory] | None = None,
+        analysed_batch: str | None = None,
     ) -> Admission:
         """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip.
+
+        ``analysed_batch``: the fetch batch this call finishes; what its release kept for a
+        lost analysis is dropped in the same round trip.
 
         A call with a ``token`` seen before does nothing (a retried task admits once).
         ``history_mode`` is for scheduled jobs (see the script): 1 for seeds and due URLs,
@@ -737,8 +745,9 @@ class Frontier:
         args.append(len(hosts))
         args.extend(hosts)
         args.extend(items)
-        completed, fresh, duplicates, over, known = (int(x) for x in self._with_wake(self._admit, keys, args,
-                                                                                    wake=bool(candidates)))  # fmt: skip
+        also = [] if analysed_batch is None else [("HDEL", redis_keys.job_released(job_id), analysed_batch)]
+        reply = self._with_wake(self._admit, keys, args, wake=bool(candidates), also=also)
+        completed, fresh, duplicates, over, known = (int(x) for x in reply)
         # A completed job leaves the running set on the next pump round (forget_if_stopped).
         return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)  # -2: another cycle
 
@@ -797,6 +806,7 @@ class Frontier:
         failures: Sequence[Mapping[str, object]] = (),
         host_done: int = 0,
         fetched: bool = True,
+        handed_on: str = "",
     ) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time.
 
@@ -820,12 +830,13 @@ class Frontier:
             redis_keys.job_stats_bucket(job_id, stats_minute(time.time())),
             redis_keys.job_host_stats(job_id),
             redis_keys.job_failures(job_id),
+            redis_keys.job_released(job_id),
         ]
         delay_ms = int((crawl_delay_s or 0) * 1000) if fetched else -1
         history_args = _history_args(history)
         args = [batch.batch_id, batch.host, int(pause_ms), int(host_delay_ms), done, delay_ms]
         args.extend((len(requeue) + len(requeue_back), len(history_args) // 3))
-        args.extend((self._stats_ttl_s, len(failures), host_done))
+        args.extend((self._stats_ttl_s, len(failures), host_done, handed_on))
         args.extend(requeue_args)
         args.extend(history_args)
         args.extend(json.dumps(failure, separators=(",", ":")) for failure in failures)
@@ -834,7 +845,9 @@ class Frontier:
         result = int(self._with_wake(self._release, keys, args, wake=True))
         return None if result < 0 else result == 1  # completed: the pump forgets it next round
 
-    def _with_wake(self, script: Script, keys: list[str], args: list[Any], *, wake: bool) -> Any:
+    def _with_wake(
+        self, script: Script, keys: list[str], args: list[Any], *, wake: bool, also: Sequence[tuple[Any, ...]] = ()
+    ) -> Any:
         """Run ``script`` and (with ``wake``) wake a waiting pump: one round trip; the script's result.
 
         The wake-up list is not one of the job's keys (they share a hash tag; it is global), so it
@@ -848,6 +861,8 @@ class Frontier:
             if wake:
                 pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
                 pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
+            for command in also:
+                pipe.execute_command(*command)
             try:
                 return pipe.execute()[0]
             except NoScriptError:
@@ -855,6 +870,11 @@ class Frontier:
                     raise
                 self._redis.script_load(script.script)
         raise AssertionError("unreachable")
+
+    def handed_on(self, job_id: str, batch_id: str) -> dict[str, Any] | None:
+        """What a released batch handed to its analysis, while that analysis has not admitted it."""
+        raw = self._redis.hget(redis_keys.job_released(job_id), batch_id)
+        return None if raw is None else json.loads(raw)
 
     def reclaim_expired(self, job_id: str, max_attempts: int, interval_ms: float) -> tuple[int, int]:
         """Requeue the URLs of batches whose lease ran out; fail those out of attempts.

@@ -8,6 +8,7 @@ links and records and admits the links through one atomic admission call.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -107,9 +108,13 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         nothing["cycle"] = batch.cycle
     run = _BatchRun([], [], [], Counter())
     started = env.frontier.start_lease(job_id, batch.batch_id, lease_ms(runtime))
-    if started == "stale":  # its lease ran out and its URLs went back to the queue
+    if started == "stale":
+        handed_on = env.frontier.handed_on(job_id, batch.batch_id)
+        if handed_on is not None:  # released, but its worker died before it sent the analysis
+            logger.warning("job %s: batch %s was fetched before; its analysis goes again", job_id, batch.batch_id)
+            return handed_on
         logger.warning("job %s: batch %s came after its lease ran out; skipped", job_id, batch.batch_id)
-        return nothing
+        return nothing  # its URLs went back to the queue
     if started == "stopped":  # cancelled while the batch waited in the queue: give it back
         env.frontier.release(job_id, batch, pause_ms=0, done=0, requeue=batch.entries, fetched=False)
         return nothing
@@ -132,6 +137,8 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
             run.requeue.extend(batch.entries[index + 1 :])
             break
     pause, host_delay_s = _host_wait_s(env, runtime, run)
+    result = {**nothing, "pages": run.pages, "redirects": run.redirects}
+    handed_on = json.dumps(result, separators=(",", ":")) if run.pages or run.redirects else ""
     released = env.frontier.release(
         job_id,
         batch,
@@ -146,12 +153,13 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         failures=[{"url": url, "reason": reason, "at": round(env.clock(), 3)} for url, reason in run.failures],
         host_done=run.done + len(run.pages) + len(run.redirects),
         fetched=run.last_start is not None,  # else its Crawl-delay (or unknown robots.txt) still holds
+        handed_on=handed_on,
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing
     if run.failures:
         _check_host(env, runtime, batch.host, run.failures)
-    return {**nothing, "pages": run.pages, "redirects": run.redirects}
+    return result
 
 
 def _host_wait_s(env: CrawlEnv, runtime: JobRuntime, run: _BatchRun) -> tuple[float, float]:
@@ -539,6 +547,7 @@ def run_analyze_batch(env: CrawlEnv, fetched: dict[str, Any]) -> dict[str, Any]:
         token=f"a:{fetched['batch']}",
         counters=counters,
         history=_page_history(fetched["pages"], failed_pages),
+        analysed_batch=str(fetched["batch"]),
     )
     return {"job": job_id, "batch": fetched["batch"], "admitted": admission.admitted,
             "completed": admission.completed}  # fmt: skip
@@ -619,7 +628,8 @@ def abandon_analysis(env: CrawlEnv, fetched: dict[str, Any], error: str) -> None
     logger.error("analysis of batch %s of job %s failed for good: %s", fetched["batch"], fetched["job"], error)
     # The same token as the analysis: if it did admit before failing, this changes nothing.
     history = _page_history(fetched["pages"], {page.get("url", "") for page in fetched["pages"]})
-    admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters, history=history)
+    admit_links(runtime, env.frontier, [], done=done, token=f"a:{fetched['batch']}", counters=counters,
+                history=history, analysed_batch=str(fetched["batch"]))  # fmt: skip
 
 
 def _page_history(pages: list[dict[str, Any]], not_analysed: set[str]) -> dict[str, UrlHistory]:

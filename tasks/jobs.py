@@ -265,6 +265,7 @@ def admit_links(
     seeds: bool = False,
     known: bool = False,
     history: Mapping[str, UrlHistory] | None = None,
+    analysed_batch: str | None = None,
 ) -> Admission:
     """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left)`` links; finish ``done`` URLs.
 
@@ -315,6 +316,7 @@ def admit_links(
             history_mode=history_mode,
             cycle=runtime.cycle,
             history=history if last else None,  # with the pages it finishes
+            analysed_batch=analysed_batch if last else None,
         )
         if admission.admitted + admission.duplicates == len(chunk):
             in_filter.extend(chunk)  # each one is in the filter now

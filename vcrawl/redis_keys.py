@@ -76,6 +76,11 @@ def job_leases(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:leases"
 
 
+def job_released(job_id: str) -> str:
+    """Hash: batch id -> what a released fetch batch hands to its analysis (JSON), until analysed."""
+    return f"{PREFIX}:job:{{{job_id}}}:released"
+
+
 def job_queue_prefix(job_id: str) -> str:
     """Prefix of the per-host queues (sorted sets, breadth-first by depth)."""
     return f"{PREFIX}:job:{{{job_id}}}:q:"

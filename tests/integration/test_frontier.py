@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -190,6 +191,24 @@ def test_a_batch_that_fetched_nothing_keeps_the_hosts_crawl_delay(client: redis.
                             cap=8).batches  # fmt: skip
     frontier.release(runtime.job_id, batch, pause_ms=0, done=1, crawl_delay_s=None)  # fetched: no Crawl-delay now
     assert client.hget(delays, "a.test") is None
+
+
+def test_a_released_batch_keeps_what_it_hands_on_until_it_is_analysed(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0})
+    admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="s", counters=Counter(), seeds=True)
+    [batch] = frontier.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                            cap=8).batches  # fmt: skip
+    assert frontier.start_lease(runtime.job_id, batch.batch_id, 9000) == "go"
+    fetched = {"job": runtime.job_id, "batch": batch.batch_id, "pages": [{"url": "http://a.test/"}], "redirects": []}
+    frontier.release(runtime.job_id, batch, pause_ms=0, done=0, handed_on=json.dumps(fetched))
+    # Its worker dies before sending the analysis; the fetch message comes again and finds:
+    assert frontier.start_lease(runtime.job_id, batch.batch_id, 9000) == "stale"
+    assert frontier.handed_on(runtime.job_id, batch.batch_id) == fetched
+    admit_links(runtime, frontier, [], done=1, token=f"a:{batch.batch_id}", counters=Counter(),
+                analysed_batch=batch.batch_id)  # fmt: skip
+    assert frontier.handed_on(runtime.job_id, batch.batch_id) is None
+    assert _status(frontier, runtime.job_id)["state"] == "completed"
 
 
 def test_paced_hosts_batches_are_marked(client: redis.Redis) -> None:
