@@ -18,6 +18,13 @@ from vcrawl.settings import Settings, celery_redis_url
 DOWNLOAD_QUEUE = "download"
 DYNAMIC_QUEUE = "download.dynamic"  # browser work, on its own machines and concurrency
 ANALYSIS_QUEUE = "analysis"
+# kombu's Redis transport keeps a queue as one list per priority step: 'name', 'name\x06\x163', ...
+_PRIORITY_LISTS = ("", "\x06\x163", "\x06\x166", "\x06\x169")
+
+
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists that hold ``queue``'s messages, one per priority step (0 first)."""
+    return [queue + step for step in _PRIORITY_LISTS]
 
 
 def celery_settings(settings: Settings) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from analyzers.fields import compile_rules
-from analyzers.links import FOLLOWED_TAGS, followed_links
 from analyzers.links import analyze as links_analyzer
+from analyzers.links import followed_links
 from analyzers.page import Page
 from analyzers.registry import (
     Analyzer,
@@ -17,7 +17,6 @@ from analyzers.registry import (
 )
 
 __all__ = [
-    "FOLLOWED_TAGS",
     "Analyzer",
     "Page",
     "Registry",

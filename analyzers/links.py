@@ -61,7 +61,7 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
             logger.debug("%s: skip <%s %s=%.200r>: %s", page.url, tag, attr, value, reason)
             skipped += 1
             by_reason = skipped_by.setdefault(tag, {})
-            kind = reason.split(":", 1)[0] if reason in ("empty",) or reason.startswith("malformed") else "scheme"
+            kind = _skip_kind(reason)
             by_reason[kind] = by_reason.get(kind, 0) + 1
             continue
         if (url, text, tag) in seen:
@@ -93,7 +93,7 @@ def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
     for value in values:
         url, reason = _absolute(base, value)
         if url is None:
-            kind = "empty" if reason == "empty" else "malformed" if reason.startswith("malformed") else "scheme"
+            kind = _skip_kind(reason)
             skipped[kind] = skipped.get(kind, 0) + 1
         else:
             urls[url] = None
@@ -157,6 +157,11 @@ class _LinkCollector(html.parser.HTMLParser):
         self._anchor = None
         tag, attr, value, fallback, rel = self.found[index]
         self.found[index] = (tag, attr, value, _normalize("".join(parts)) or alt or fallback, rel)
+
+
+def _skip_kind(reason: str) -> str:
+    """The counted kind of a skip reason from ``_absolute``: ``empty``, ``malformed`` or ``scheme``."""
+    return "empty" if reason == "empty" else "malformed" if reason.startswith("malformed") else "scheme"
 
 
 def _absolute(base: str, value: str) -> tuple[str | None, str]:

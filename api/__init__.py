@@ -10,21 +10,20 @@ __all__ = ["JobApi", "make_server", "real_api"]
 def real_api(token: str | None) -> JobApi:
     """The API over this process's configured cluster (``tasks.configure`` first, or the env)."""
     import tasks
-    from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE, DYNAMIC_QUEUE
+    from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE, DYNAMIC_QUEUE, queue_lists
 
     frontier = tasks.deps.frontier()
 
     def queues() -> dict[str, int]:
-        # kombu's Redis transport keeps a queue as a list per priority step: 'name' and 'name\x06\x16N'.
         client = tasks.deps.redis_client()
         pipe = client.pipeline(transaction=False)
         names = (DOWNLOAD_QUEUE, DYNAMIC_QUEUE, ANALYSIS_QUEUE)
-        steps = ("", "\x06\x163", "\x06\x166", "\x06\x169")
         for name in names:
-            for step in steps:
-                pipe.llen(name + step)
+            for key in queue_lists(name):
+                pipe.llen(key)
         counts = pipe.execute()
-        return {name: sum(counts[i * len(steps) : (i + 1) * len(steps)]) for i, name in enumerate(names)}
+        steps = len(queue_lists(DOWNLOAD_QUEUE))
+        return {name: sum(counts[i * steps : (i + 1) * steps]) for i, name in enumerate(names)}
 
     return JobApi(
         token=token,

@@ -169,14 +169,11 @@ class Cluster:
 
 
 def _pinger(settings: Any) -> Any:
-    """A ping over this cluster's Redis: the app is pointed there, and the connection pools of an
-    earlier cluster's (stopped) Redis are dropped, as Celery drops them after a fork."""
+    """A ping over this cluster's Redis (each cluster has a Redis of its own)."""
     import tasks
     from vcrawl.cli_run import ping
 
     tasks.configure(settings)
-    tasks.app._pool = None
-    tasks.app.amqp._producer_pool = None
     return ping
 
 

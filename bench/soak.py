@@ -56,6 +56,7 @@ sys.path.append(str(HERE))  # after the project: bench/storage.py must not shado
 from crawl_universe import BENCH_PY, SHARED, start_universe, stop_universe  # noqa: E402
 
 import tasks  # noqa: E402
+from celeryconfig import DOWNLOAD_QUEUE, queue_lists  # noqa: E402
 from storage import page_location  # noqa: E402
 from vcrawl.cli import _ping  # noqa: E402
 from vcrawl.cluster import LocalWorkers  # noqa: E402
@@ -65,8 +66,6 @@ from vcrawl.settings import Settings  # noqa: E402
 LOOPBACK = "127.0.0.0/8"
 _ASSUMED_PAGES_PER_S = 100.0  # only to size the universe (--pages auto); the run measures the real rate
 _POLL_S = 1.0
-# kombu keeps a queue as one list per priority step: bulk batches wait in 'download\x06\x166'.
-_PRIORITY_STEPS = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 _MIB = 1024 * 1024
 
 
@@ -242,7 +241,7 @@ class Soak:
             "redis_rss_mib": round(memory["used_memory_rss"] / _MIB, 2),
             "redis_keys": self.redis.dbsize(),
             "aof_mib": round(persistence.get("aof_current_size", 0) / _MIB, 2),
-            "download_queue": sum(self.redis.llen("download" + step) for step in _PRIORITY_STEPS),
+            "download_queue": sum(self.redis.llen(key) for key in queue_lists(DOWNLOAD_QUEUE)),
             "load1": float(Path("/proc/loadavg").read_text().split()[0]),
         }
         self.samples.append(sample)

@@ -106,6 +106,10 @@ def configure(settings: Settings) -> None:
     from celeryconfig import celery_settings
 
     app.conf.update(celery_settings(settings))
+    # Connections made for an earlier broker URL would still be handed out (Celery drops them
+    # after a fork, the same way).
+    app._pool = None
+    app.amqp._producer_pool = None
     deps.reset(settings)
 
 

@@ -163,7 +163,8 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
 
 
 def _host_wait_s(env: CrawlEnv, runtime: JobRuntime, run: _BatchRun) -> tuple[float, float]:
-    """(pause after the batch's start, wait from now) before the host's next request."""
+    """(pause after the batch's start, wait from now) before the host's next request; retries
+    still waiting for their Retry-After are moved behind the host's other URLs on the way."""
     # A retry still waiting for its Retry-After goes behind the host's other URLs even when the
     # batch hands its rest back (cancel, pause, a host pause): at the front it would hold the host.
     now = env.clock()
