@@ -13,17 +13,17 @@ from typing import Any
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
 
 from analyzers import load_plugins
+from engine import jobs as _jobs
+from engine.trail import STATES, TERMINAL_STATES
 from tasks import deps
-from tasks import jobs as _jobs
 from tasks.analyze import analyze
 from tasks.app import app
-from tasks.batches import analyze_batch, fetch_batch
+from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
 from tasks.broker_guard import guard_redis_qos, reuse_redis_clients
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
 from tasks.scheduled import start_cycle
-from tasks.trail import STATES, TERMINAL_STATES
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec
 from vcrawl.redis_check import check_redis_persistence
@@ -140,7 +140,7 @@ def _fresh_clients_after_fork(**_: Any) -> None:
 def _start_pump(**_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
-        deps.pump().start()
+        deps.pump(dispatch_batch).start()
     try:  # records and WARC files a killed worker on this machine spooled but never shipped
         deps.recover_spools()
     except Exception:
@@ -150,7 +150,7 @@ def _start_pump(**_: Any) -> None:
 @worker_shutdown.connect
 def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
-        deps.pump().stop()
+        deps.pump(dispatch_batch).stop()
     _release_process_resources()
 
 

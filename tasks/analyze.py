@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from celery import Task
 
-from tasks import deps, pipeline
+from engine import single as pipeline
+from tasks import deps
 from tasks.app import app
 from vcrawl.errors import AttemptsExhausted, PermanentError
 from vcrawl.payloads import AnalysisJob, FetchedPage

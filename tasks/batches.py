@@ -8,8 +8,9 @@ from typing import Any
 from celery import Task
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
+from engine import batch as crawling
 from frontier import Batch
-from tasks import crawling, deps
+from tasks import deps
 from tasks.app import app
 from vcrawl.errors import InvalidTask, PermanentError
 

@@ -10,7 +10,8 @@ from celery.result import AsyncResult
 from kombu.utils.uuid import uuid
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
-from tasks import deps, pipeline
+from engine import single as pipeline
+from tasks import deps
 from tasks.analyze import analyze
 from tasks.app import app
 from tasks.failures import record_failure

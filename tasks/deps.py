@@ -16,6 +16,11 @@ from typing import Any
 import redis
 import requests
 
+from engine.alerts import Alert, Alerter
+from engine.batch import CrawlEnv
+from engine.jobs import RuntimeCache
+from engine.pump import FrontierPump
+from engine.trail import StatusTrail
 from fetchers import (
     BrowserConfig,
     BrowserFetcher,
@@ -28,17 +33,13 @@ from fetchers import (
     StaticFetcher,
     make_session,
 )
-from frontier import Frontier, History, HostGate, RobotsCache
+from frontier import Batch, Frontier, History, HostGate, RobotsCache
 from storage import Storage
 from storage.records import RecordWriter
 from storage.records import recover_spools as recover_record_spools
 from storage.warc import WarcWriter
 from storage.warc import recover_spools as recover_warc_spools
-from tasks.alerts import Alert, Alerter
-from tasks.crawling import CrawlEnv
-from tasks.jobs import RuntimeCache
-from tasks.pump import FrontierPump
-from tasks.trail import StatusTrail
+from tasks.app import app
 from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -273,19 +274,14 @@ def flush_records() -> None:
         writer.flush()
 
 
-def pump() -> FrontierPump:
-    """Return this process's frontier pump (not started)."""
-    from tasks.batches import dispatch_batch
+def pump(dispatch: Callable[[str, Batch, Any], None]) -> FrontierPump:
+    """Return this process's frontier pump (not started); ``dispatch`` sends a leased batch."""
 
     def producer() -> Any:
-        from tasks.app import app
-
         # Bounded: a pool drained by publishes waiting for a restarting Redis must not hang the pump.
         return app.producer_pool.acquire(block=True, timeout=10)
 
-    return _once(
-        "pump", lambda: FrontierPump(frontier(), runtimes(), dispatch_batch, settings(), producer, alert=alert)
-    )
+    return _once("pump", lambda: FrontierPump(frontier(), runtimes(), dispatch, settings(), producer, alert=alert))
 
 
 def first_in_window(cause: str) -> bool:

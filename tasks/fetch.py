@@ -7,7 +7,8 @@ from urllib.parse import urlsplit
 
 from celery import Task
 
-from tasks import deps, pipeline
+from engine import single as pipeline
+from tasks import deps
 from tasks.app import app
 from vcrawl.errors import AttemptsExhausted, FetchFailed, VcrawlError
 

@@ -7,7 +7,8 @@ from typing import Any
 from celery import Task
 from redis.exceptions import RedisError
 
-from tasks import cycles, deps
+from engine import cycles
+from tasks import deps
 from tasks.app import app
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec

@@ -13,7 +13,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from tasks.trail import StatusTrail
+from engine.trail import StatusTrail
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from vcrawl.settings import Settings, celery_redis_url
 

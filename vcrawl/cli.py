@@ -206,7 +206,7 @@ def _schedule_store() -> Any:
 
 def _cmd_schedule_add(args: argparse.Namespace) -> int:
     import tasks
-    from tasks.jobs import check_job
+    from engine.jobs import check_job
     from vcrawl.schedules import Schedule
 
     spec = load_job_file(args.job)

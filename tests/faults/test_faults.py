@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from engine.jobs import job_status
 from frontier import Frontier
 from storage import Storage
 from storage.records import read_records
-from tasks.jobs import job_status
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.conftest import PLUGIN_SITE
 from tests.site import TestSite

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis
 
+from engine.jobs import job_status
 from frontier import Frontier
-from tasks.jobs import job_status
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite

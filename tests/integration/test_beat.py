@@ -20,8 +20,8 @@ import pytest
 import redis
 import yaml
 
+from engine.jobs import job_status
 from frontier import Frontier
-from tasks.jobs import job_status
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import TestSite
 from vcrawl.local_redis import LocalRedis

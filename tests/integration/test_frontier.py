@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis
 
+from engine.batch import CrawlEnv, abandon_analysis
+from engine.jobs import admit_links, build_runtime
 from frontier import Batch, Candidate, Entry, Frontier
-from tasks.crawling import CrawlEnv, abandon_analysis
-from tasks.jobs import admit_links, build_runtime
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.local_redis import LocalRedis

@@ -12,10 +12,10 @@ import pytest
 import redis
 
 import tasks
+from engine.alerts import Alert
+from engine.jobs import RuntimeCache, lease_s, start
+from engine.pump import FrontierPump
 from frontier import Frontier
-from tasks.alerts import Alert
-from tasks.jobs import RuntimeCache, lease_s, start
-from tasks.pump import FrontierPump
 from tests.integration.conftest import AlertSinks
 from tests.site import Response, TestSite
 from vcrawl import redis_keys

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.jobs import job_status
+from engine.jobs import job_status
 from tests.cluster import cluster_env
 from tests.site import TestSite
 from vcrawl.cluster import LocalWorkers

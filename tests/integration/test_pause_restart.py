@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from engine.jobs import job_status
 from frontier import Frontier
-from tasks.jobs import job_status
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import TestSite
 from vcrawl.local_redis import LocalRedis

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import redis
 
+from engine.single import download
 from fetchers import FetchLimits, FetchRequest, IdentityPool, ProxyHealth, StaticFetcher, fetch_through, make_session
 from fetchers.netguard import NetworkPolicy, parse_networks
 from storage import Storage
-from tasks.pipeline import download
 from tests.integration.conftest import api_server, run_job
 from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite

@@ -2,7 +2,7 @@
 
 Arbitrary JSON-like values and near-valid task dicts go to every decoder a worker runs
 (``DownloadTask``, ``JobSpec``, ``FieldRule``, ``FetchedPage``, ``AnalysisJob``, ``Batch``), to the
-submit-time check (``tasks.pipeline.validate``) and to ``crawl.delay`` itself, which must refuse
+submit-time check (``engine.single.validate``) and to ``crawl.delay`` itself, which must refuse
 before anything is sent. Valid payloads drawn from strategies pass and survive the JSON round trip.
 Crashes and gaps these properties found (now fixed) are kept at the end as regression cases.
 """
@@ -27,10 +27,11 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from analyzers import analyzer_names
+from engine import single as pipeline
 from fetchers import FetcherRegistry
 from frontier import Batch, Entry
 from storage import Storage
-from tasks import crawl, deps, pipeline
+from tasks import crawl, deps
 from tasks.analyze import analyze
 from tasks.batches import fetch_batch
 from tasks.fetch import fetch

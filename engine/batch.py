@@ -19,6 +19,8 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from analyzers import Page, followed_links, run_analysis
+from engine.alerts import Alert, Alerter
+from engine.jobs import JobRuntime, RuntimeCache, admit_links, lease_ms
 from fetchers import (
     RETRYABLE_STATUSES,
     FetcherRegistry,
@@ -47,8 +49,6 @@ from frontier import (
 from storage import Storage, page_location
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
-from tasks.alerts import Alert, Alerter
-from tasks.jobs import JobRuntime, RuntimeCache, admit_links, lease_ms
 from vcrawl.errors import DownloadFailed, FetchFailed, MissingPage, VcrawlError
 from vcrawl.jobs import Rule
 from vcrawl.payloads import FieldRule

@@ -12,9 +12,9 @@ import logging
 from collections import Counter
 from typing import Any
 
+from engine.jobs import RuntimeCache, admit_links, check_job, job_bloom
 from fetchers import FetcherRegistry
 from frontier import CycleStart, Frontier, History
-from tasks.jobs import RuntimeCache, admit_links, check_job, job_bloom
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec
 
