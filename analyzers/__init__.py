@@ -5,7 +5,7 @@ from __future__ import annotations
 from analyzers.fields import compile_rules
 from analyzers.links import analyze as links_analyzer
 from analyzers.links import followed_links
-from analyzers.page import Page
+from analyzers.page import Page, is_html
 from analyzers.registry import (
     Analyzer,
     Registry,
@@ -25,6 +25,7 @@ __all__ = [
     "compile_rules",
     "followed_links",
     "get_analyzer",
+    "is_html",
     "links_analyzer",
     "load_plugins",
     "run_analysis",

@@ -10,7 +10,7 @@ import lxml.html
 from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
-__all__ = ["NON_NAVIGABLE_SCHEMES", "Page"]
+__all__ = ["NON_NAVIGABLE_SCHEMES", "Page", "is_html"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,18 @@ class Page:
             object.__setattr__(self, "_parsed", _parse(self.url, self.text))
         assert self._parsed is not None
         return self._parsed
+
+
+def is_html(content_type: str | None) -> bool:
+    """True for a page whose links are worth reading: HTML, XHTML, text or another XML type.
+
+    >>> is_html("text/html; charset=utf-8"), is_html(None), is_html("image/png")
+    (True, True, False)
+    """
+    if content_type is None:
+        return True  # no header: sniffing would be guessing; lxml copes with anything
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind in ("text/html", "application/xhtml+xml", "text/plain", "") or kind.endswith("+xml")
 
 
 def _decode(url: str, content_type: str | None, body: bytes) -> tuple[str, str]:

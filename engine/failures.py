@@ -11,7 +11,7 @@ import redis
 from engine.alerts import Alert, Alerter
 from engine.trail import StatusTrail
 from vcrawl import redis_keys
-from vcrawl.errors import VcrawlError
+from vcrawl.errors import RobotsDisallowed, VcrawlError
 
 __all__ = ["record_stage_failure"]
 
@@ -35,6 +35,10 @@ def record_stage_failure(
     error = str(exc) if isinstance(exc, VcrawlError) else f"{type(exc).__name__}: {exc}"
     if task_name == "vcrawl.fetch" and len(args) >= 2 and isinstance(args[1], str):
         trail_id = args[1]
+        if isinstance(exc, RobotsDisallowed):
+            trail.robots_blocked(trail_id, error)
+            logger.info("robots.txt disallows %s: %s", trail_id, error)
+            return trail_id
         trail.download_failed(trail_id, reason, error, getattr(exc, "http_status", None), task_name)
         logger.info("download failed %s: %s", trail_id, error)
         return trail_id

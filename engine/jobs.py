@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from analyzers import check_rules, get_analyzer
+from engine.validation import check_rule
 from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher, proxy_stats
 from frontier import (
     Admission,
@@ -29,9 +29,8 @@ from frontier import (
     reject_reason,
 )
 from vcrawl import redis_keys
-from vcrawl.errors import InvalidTask, UnknownComponent
+from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec, LimitsSpec
-from vcrawl.payloads import FieldRule
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
 
@@ -87,26 +86,7 @@ def check_job(spec: JobSpec, fetchers: FetcherRegistry) -> None:
         InvalidTask: naming the rule's key, e.g. ``rules[0].analyzer``.
     """
     for index, rule in enumerate(spec.rules):
-        where = f"rules[{index}]"
-        try:
-            fetchers.check(rule.page_type)
-        except UnknownComponent as exc:
-            raise InvalidTask(f"{where}.page_type", str(exc)) from None
-        if rule.analyzer is not None:
-            try:
-                get_analyzer(rule.analyzer)
-            except UnknownComponent as exc:
-                raise InvalidTask(f"{where}.analyzer", str(exc)) from None
-        if rule.fields is not None:
-            try:
-                check_rules(rule.fields)
-            except InvalidTask as exc:
-                raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
-        if rule.wait_for is not None:
-            try:
-                check_rules({"wait_for": FieldRule(css=rule.wait_for)})
-            except InvalidTask as exc:
-                raise InvalidTask(f"{where}.wait_for", exc.problem) from None
+        check_rule(rule, fetchers, f"rules[{index}]")
 
 
 def scope_of(spec: JobSpec) -> Scope:

@@ -1,4 +1,9 @@
-"""The stages as plain functions: validate, download, analyse. No Celery in here."""
+"""A single ``crawl.delay`` task's steps as plain functions: validate, fetch, analyse.
+
+The fetch and the analysis are the crawl's one fetch step and one analysis step, the same a crawl
+job's batches use; this module adds what only a single task has: its payload's validation and
+storage paths, its host's pause (the host gate in ``tasks.fetch``), its result file.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,31 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from analyzers import Page, check_rules, get_analyzer, run_analysis
-from fetchers import Fetcher, FetcherRegistry, FetchRequest, IdentityPool, ProxyHealth, check_status, fetch_through
+from engine.analysis_step import analyze_one
+from engine.fetch_step import FetchContext, FetchItem, fetch_one, read_robots_rules
+from engine.outcomes import Failed, FetchOutcome, Redirected, RobotsBlocked
+from engine.trail import StatusTrail
+from engine.validation import check_rule
+from fetchers import FetcherRegistry
+from frontier import Entry, HostGate, RobotsRules, host_key, origin
 from storage import Storage, page_location, result_location
-from vcrawl.errors import InvalidTask, StorageRefused, UnknownComponent
-from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage, FieldRule
+from vcrawl.errors import AttemptsExhausted, DownloadFailed, InvalidTask, RobotsDisallowed, StorageRefused, VcrawlError
+from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage
+from vcrawl.policies import PolitenessPolicy
 
-__all__ = ["AnalysisOutcome", "analyze_page", "download", "stored_at", "validate"]
-
-# Response headers worth carrying to the analysis stage and later re-crawls.
-_KEPT_HEADERS = ("content-type", "content-length", "etag", "last-modified", "content-language")
+__all__ = [
+    "AnalysisOutcome",
+    "ComeBack",
+    "SingleEnv",
+    "analyze_page",
+    "cached_robots",
+    "fetch_single",
+    "host_pause_s",
+    "outcome_error",
+    "run_single_fetch",
+    "stored_at",
+    "validate",
+]
 
 
 def validate(data: Any, fetchers: FetcherRegistry, store: Storage) -> DownloadTask:
@@ -26,18 +46,7 @@ def validate(data: Any, fetchers: FetcherRegistry, store: Storage) -> DownloadTa
         InvalidTask: naming the first wrong field.
     """
     task = DownloadTask.from_dict(data)
-    try:
-        fetchers.check(task.page_type)
-    except UnknownComponent as exc:
-        raise InvalidTask("page_type", str(exc)) from None
-    try:
-        get_analyzer(task.analyzer)
-    except UnknownComponent as exc:
-        raise InvalidTask("analyzer", str(exc)) from None
-    if task.fields is not None:
-        check_rules(task.fields)
-    if task.wait_for is not None:
-        check_selector("wait_for", task.wait_for)
+    check_rule(task.rule, fetchers)
     save_path = _location("save_path", store, task.save_path, page_location(task.url))
     result_path = _location("result_path", store, task.result_path, result_location(task.url, task.analyzer))
     if save_path == result_path:
@@ -45,44 +54,98 @@ def validate(data: Any, fetchers: FetcherRegistry, store: Storage) -> DownloadTa
     return task.with_paths(save_path, result_path)
 
 
-def download(
-    task: DownloadTask,
-    fetcher: Fetcher,
-    identities: IdentityPool,
-    store: Storage,
-    proxies: ProxyHealth | None = None,
-) -> FetchedPage:
-    """Fetch ``task.url`` with a random identity and store a 200 body at ``task.save_path``.
+@dataclass(frozen=True)
+class SingleEnv:
+    """What a single task's fetch uses: the fetch step's context, the host gate, the trail, the pause."""
 
-    With ``proxies`` (the cluster's proxy bench), the proxy is drawn among those not cooling
-    off, and a static fetch's outcome goes on its record (a proxy's fault benches it).
+    ctx: FetchContext
+    gate: HostGate
+    trail: StatusTrail
+    politeness: PolitenessPolicy
+
+
+@dataclass(frozen=True)
+class ComeBack:
+    """The host is not free yet, or robots.txt just took its slot: run again then (not an attempt).
+
+    ``slot_ms`` is the reserved time (epoch ms) to pass back as ``reserved_ms``; None: at once.
+    """
+
+    slot_ms: int | None = None
+
+
+def run_single_fetch(
+    env: SingleEnv, task: DownloadTask, trail_id: str, reserved_ms: int | None
+) -> ComeBack | FetchOutcome:
+    """One run of a single task's fetch: robots.txt first when unknown, the host's slot, the fetch step.
+
+    Its host is paced cluster-wide by the host gate with a job's pause: the interval with jitter, or
+    the host's Crawl-delay when longer; robots.txt is a request of its own in the host's slot.
 
     Raises:
-        FetchFailed: a retry may help (timeouts, connection errors, 429, 5xx).
-        DownloadFailed: it will not (404, too large, redirect loop, ...).
+        AttemptsExhausted: redelivered after killing its worker again and again.
+    """
+    ctx, gate, host = env.ctx, env.gate, host_key(task.url)
+    rules = cached_robots(ctx, task.url)
+    if rules is None:  # robots.txt first: a request of its own, in the host's slot; not an attempt
+        if (slot_ms := gate.reserve(host, reserved_ms)) > 0:
+            return ComeBack(slot_ms)
+        try:
+            rules = read_robots_rules(ctx, task.url)
+        finally:
+            gate.release(host, host_pause_s(env.politeness, rules, ctx.robots_token))
+        if rules is not None:  # else the network policy refuses the host: the fetch step says so
+            return ComeBack(None)
+    pause_s = host_pause_s(env.politeness, rules, ctx.robots_token)
+    paced = rules is None or rules.can_fetch(task.url, ctx.robots_token)  # a disallowed URL makes no request
+    if paced and (slot_ms := gate.reserve(host, reserved_ms, pause_s)) > 0:
+        return ComeBack(slot_ms)  # come back exactly at the reserved slot
+    try:
+        attempt = env.trail.downloading(trail_id)
+        if attempt > ctx.retry.retries + 1:
+            raise AttemptsExhausted("download", attempt)
+        return fetch_single(ctx, task, attempt)
+    finally:
+        if paced:
+            gate.release(host, pause_s)
+
+
+def fetch_single(ctx: FetchContext, task: DownloadTask, attempt: int = 1) -> FetchOutcome:
+    """Fetch a validated single task's page through the one fetch step (robots.txt included).
+
+    ``attempt`` counts from 1; a single task is a depth-0 URL whose redirects its fetcher follows.
     """
     assert task.save_path is not None, "validate() fills in save_path"
-    request = FetchRequest(
-        url=task.url,
-        user_agent=identities.user_agent(),
-        referer=identities.referer(),
-        proxy=identities.proxy() if proxies is None else proxies.draw(identities.proxies),
-        js_function=task.js_function,
-        wait_for=task.wait_for,
-    )
-    result = fetch_through(fetcher, request, proxies) if task.page_type == "static" else fetcher.fetch(request)
-    check_status(result)
-    store.write_bytes(task.save_path, result.body)
-    return FetchedPage(
-        url=task.url,
-        final_url=result.final_url,
-        save_path=task.save_path,
-        http_status=result.status,
-        bytes=len(result.body),
-        content_type=result.content_type,
-        elapsed_s=result.elapsed_s,
-        headers={name: result.headers[name] for name in _KEPT_HEADERS if name in result.headers},
-    )
+    entry = Entry(task.url, depth=0, attempt=attempt - 1, redirects_left=0)
+    return fetch_one(ctx, FetchItem(entry, task.rule, task.save_path))
+
+
+def cached_robots(ctx: FetchContext, url: str) -> RobotsRules | None:
+    """The cached robots.txt rules for ``url``'s origin, or None when robots.txt must be read first."""
+    return ctx.robots.get(origin(url)) if ctx.obey_robots else RobotsRules.from_response(404, None)
+
+
+def host_pause_s(policy: PolitenessPolicy, rules: RobotsRules | None, token: str) -> float:
+    """The pause before the host's next request: the interval (with jitter), or its Crawl-delay if longer.
+
+    >>> robots = RobotsRules.from_response(200, b"User-agent: *\\nCrawl-delay: 2")
+    >>> host_pause_s(PolitenessPolicy(0.0, 0.0), robots, "vcrawl")
+    2.0
+    """
+    pause = policy.pause_s()
+    delay = rules.crawl_delay(token) if rules is not None else None
+    return max(pause, delay) if delay is not None else pause
+
+
+def outcome_error(outcome: Failed | RobotsBlocked | Redirected) -> VcrawlError:
+    """The error a single task's fetch ends with, for its status trail and its link_error handler."""
+    match outcome:
+        case RobotsBlocked():
+            return RobotsDisallowed(outcome.entry.url)
+        case Redirected():  # the fetcher follows redirects; one left over means a broken chain
+            return DownloadFailed(outcome.entry.url, f"http_{outcome.http_status}", outcome.http_status)
+        case Failed():
+            return DownloadFailed(outcome.entry.url, outcome.reason, outcome.http_status)
 
 
 @dataclass(frozen=True)
@@ -95,15 +158,14 @@ class AnalysisOutcome:
 
 
 def analyze_page(fetched: FetchedPage, job: AnalysisJob, store: Storage) -> AnalysisOutcome:
-    """Read the stored page, run the named analyzer, write its JSON result.
+    """Run the named analyzer on the stored page through the one analysis step; write its JSON result.
 
     Raises:
         MissingPage: the stored page is gone.
         UnknownComponent: no analyzer of that name in this process.
     """
-    body = store.read_bytes(fetched.save_path)
-    page = Page(url=fetched.final_url, body=body, content_type=fetched.content_type)
-    result = run_analysis(page, job.analyzer, job.fields)
+    analysis = analyze_one(store, fetched, job.analyzer, job.fields)
+    result = dict(analysis.result or {})
     data = json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
     store.write_bytes(job.result_path, data)
     return AnalysisOutcome(stored_at(store, job.result_path), len(data), _count_items(result))
@@ -117,18 +179,6 @@ def _count_items(result: dict[str, Any]) -> int:
     if isinstance(fields, dict):
         return sum(1 for value in fields.values() if value not in (None, []))
     return 0
-
-
-def check_selector(field: str, selector: str) -> None:
-    """Refuse a CSS selector that does not compile.
-
-    Raises:
-        InvalidTask: naming ``field``.
-    """
-    try:
-        check_rules({"wait_for": FieldRule(css=selector)})
-    except InvalidTask as exc:
-        raise InvalidTask(field, exc.problem) from None
 
 
 def stored_at(store: Storage, location: str) -> str:

@@ -1,6 +1,6 @@
 """The status trail: one Redis hash per submitted task, from ``queued`` to its end.
 
-States: queued -> downloading -> downloaded | download_failed -> analyzing ->
+States: queued -> downloading -> downloaded | download_failed | robots_blocked -> analyzing ->
 analyzed | analysis_failed. A retry puts a task back to ``queued`` (download) or
 ``downloaded`` (analysis) with ``last_error`` and ``retry_at``. Each state also
 stamps ``<state>_at`` (Unix seconds), so the hash is the whole history.
@@ -19,12 +19,21 @@ from vcrawl.payloads import DownloadTask, FetchedPage
 
 __all__ = ["STATES", "TERMINAL_STATES", "StatusTrail"]
 
-STATES = ("queued", "downloading", "downloaded", "download_failed", "analyzing", "analyzed", "analysis_failed")
-TERMINAL_STATES = frozenset({"download_failed", "analyzed", "analysis_failed"})
+STATES = (
+    "queued",
+    "downloading",
+    "downloaded",
+    "download_failed",
+    "robots_blocked",
+    "analyzing",
+    "analyzed",
+    "analysis_failed",
+)
+TERMINAL_STATES = frozenset({"download_failed", "robots_blocked", "analyzed", "analysis_failed"})
 # A state never moves back (a late or redelivered message cannot undo a later state),
 # except a retry, which moves back one step from the state it interrupts.
 _TRANSITION = """
-local ranks = {queued = 0, downloading = 1, downloaded = 2, download_failed = 3,
+local ranks = {queued = 0, downloading = 1, downloaded = 2, download_failed = 3, robots_blocked = 3,
                analyzing = 3, analyzed = 4, analysis_failed = 4}
 local key, new, ttl, now = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local counter, retry_from = ARGV[4], ARGV[5]
@@ -96,6 +105,10 @@ class StatusTrail:
         self._write(
             trail_id, "download_failed", reason=reason, error=error, http_status=http_status, failed_task=failed_task
         )
+
+    def robots_blocked(self, trail_id: str, error: str) -> None:
+        """Record a task whose URL robots.txt disallows: it ends without a request for the page."""
+        self._write(trail_id, "robots_blocked", reason="robots_blocked", error=error, failed_task="vcrawl.fetch")
 
     def analyzing(self, trail_id: str) -> int:
         """Record the start of an analysis attempt; return its number."""

@@ -7,7 +7,7 @@ from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, reject_reaso
 from frontier.history import History, UrlHistory, content_hash, next_interval, parse_http_date
 from frontier.politeness import HostGate
 from frontier.queue import Admission, Batch, Candidate, CycleStart, Entry, Frontier, PumpResult
-from frontier.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsRules, robots_url
+from frontier.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsResponse, RobotsRules, read_robots, robots_url
 from frontier.urls import DEFAULT_TRACKING_PARAMS, canonical_url, host_key, origin
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "PumpResult",
     "RecentUrls",
     "RobotsCache",
+    "RobotsResponse",
     "RobotsRules",
     "Scope",
     "UrlHistory",
@@ -39,6 +40,7 @@ __all__ = [
     "next_interval",
     "origin",
     "parse_http_date",
+    "read_robots",
     "reject_reason",
     "robots_url",
 ]

@@ -97,6 +97,42 @@ class UrlHistory:
         interval = self.interval_s or 0.0
         return self.fetched_cycle_s + interval - min(interval / 10, 600.0)
 
+    def after_visit(
+        self,
+        *,
+        cycle_started_s: float,
+        revisit: RevisitSpec,
+        status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        changed: bool = False,
+        digest: str | None = None,
+    ) -> UrlHistory:
+        """This URL's record after a visit in the cycle started at ``cycle_started_s``: a new interval,
+        and the validators of a response (``status``/``headers``; None: no response).
+
+        >>> known = UrlHistory(1, 100.0, 3600.0, '"a"', 0, "h1")
+        >>> after = known.after_visit(cycle_started_s=200.0, revisit=RevisitSpec(), status=304,
+        ...                           headers={"etag": '"b"'})
+        >>> after.fetched_cycle_s, after.etag, after.content_hash, after.interval_s
+        (200.0, '"b"', 'h1', 5040.0)
+        """
+        previous = self if self.fetched else None
+        headers = headers or {}
+        etag, modified = (previous.etag, previous.last_modified_s) if previous else ("", 0)
+        if status == 200:  # a new representation: its validators only
+            etag, modified = headers.get("etag", ""), parse_http_date(headers.get("last-modified"))
+        elif status == 304:  # RFC 9110 §15.4.5: may refresh the validators
+            etag = headers.get("etag") or etag
+            modified = parse_http_date(headers.get("last-modified")) or modified
+        return UrlHistory(
+            depth=self.depth,
+            fetched_cycle_s=cycle_started_s,
+            interval_s=next_interval(previous.interval_s if previous else None, changed, revisit),
+            etag=etag,
+            last_modified_s=modified,
+            content_hash=digest if digest is not None else (previous.content_hash if previous else ""),
+        )
+
     def encode(self) -> str:
         """The compact stored form.
 

@@ -9,17 +9,18 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import redis
 from protego import Protego
 
 from frontier.urls import origin as url_origin
 from vcrawl import redis_keys
+from vcrawl.errors import DownloadFailed, FetchFailed
 
-__all__ = ["KINDS", "MAX_ROBOTS_BYTES", "RobotsCache", "RobotsRules", "robots_url"]
+__all__ = ["KINDS", "MAX_ROBOTS_BYTES", "RobotsCache", "RobotsResponse", "RobotsRules", "read_robots", "robots_url"]
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +32,56 @@ KINDS: tuple[str, ...] = ("parsed", "allow_all", "disallow_all")
 
 _ORIGIN = re.compile(r"https?://[^/?#]+")
 _TOO_MANY_REQUESTS = 429
+_MAX_ROBOTS_REDIRECTS = 5  # RFC 9309 section 2.3.1.2
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+@dataclass(frozen=True)
+class RobotsResponse:
+    """One response to a robots.txt request, as the caller's fetcher got it (no redirect followed)."""
+
+    status: int
+    final_url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+def read_robots(url: str, get: Callable[[str], RobotsResponse]) -> tuple[RobotsRules | None, int | None]:
+    """Read the robots.txt governing ``url`` with ``get``, following up to 5 redirects hop by hop.
+
+    ``get`` fetches one URL without following redirects and raises ``DownloadFailed`` /
+    ``FetchFailed`` as fetchers do, so every hop passes the caller's network policy. Returns
+    ``(rules, status)``; ``(None, None)`` when the policy refuses the origin's own address (its
+    URLs cannot be fetched either). A redirect to a refused address or a malformed Location leaves
+    robots.txt unavailable (RFC 9309 section 2.3.1.3: allow all); no answer at all or a 5xx means
+    "disallow all" until it can be read (section 2.3.1.4).
+    """
+    target, status, body = robots_url(url), None, None
+    try:
+        for hop in range(_MAX_ROBOTS_REDIRECTS + 1):
+            try:
+                response = get(target)
+            except DownloadFailed as exc:
+                if exc.reason != "blocked_address":
+                    raise
+                if hop == 0:
+                    return None, None
+                logger.debug("robots.txt of %s redirects to a refused address (%s)", url_origin(url), target)
+                status, body = 404, None
+                break
+            status, body = response.status, response.body
+            if response.status not in _REDIRECTS or "location" not in response.headers:
+                break
+            try:
+                target = urljoin(response.final_url, response.headers["location"].strip())
+                if urlsplit(target).scheme not in ("http", "https"):
+                    break
+            except ValueError:  # a malformed Location: robots.txt as if unavailable
+                status, body = 404, None
+                break
+    except (DownloadFailed, FetchFailed):
+        status, body = None, None
+    return RobotsRules.from_response(status, body), status
 
 
 def robots_url(url: str) -> str:

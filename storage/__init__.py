@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from storage.base import Backend, BackendFactory
 from storage.local import LocalBackend
-from storage.naming import page_location, result_location
+from storage.naming import job_page_location, page_location, result_location
 from storage.registry import BACKENDS, Storage
 from storage.warc import REVISIT_MIME, CdxEntry, WarcWriter, lookup, read_response
 from storage.webhdfs import WebHdfsBackend, webhdfs_factory
@@ -19,6 +19,7 @@ __all__ = [
     "Storage",
     "WarcWriter",
     "WebHdfsBackend",
+    "job_page_location",
     "lookup",
     "page_location",
     "read_response",

@@ -13,7 +13,7 @@ import re
 import unicodedata
 from urllib.parse import SplitResult, unquote, urlsplit
 
-__all__ = ["page_location", "result_location"]
+__all__ = ["job_page_location", "page_location", "result_location"]
 
 _MAX_SEGMENT = 60  # characters per segment; keeps a location under ~400 characters overall
 _MAX_DIRS = 3
@@ -40,6 +40,18 @@ def page_location(url: str) -> str:
     'pages/example.com/a/b/c/page__4f5bc4141d.html'
     """
     return f"pages/{_stem(url)}.html"
+
+
+def job_page_location(job_id: str, cycle: int, url: str) -> str:
+    """Where a crawl job stores the page fetched from ``url``; a scheduled job keeps one folder per cycle.
+
+    >>> job_page_location("shop", 0, "https://example.com/a")
+    'jobs/shop/pages/example.com/a__2dce0a4c50.html'
+    >>> job_page_location("shop", 3, "https://example.com/a")
+    'jobs/shop/cycle-3/pages/example.com/a__2dce0a4c50.html'
+    """
+    version = f"cycle-{cycle}/" if cycle else ""
+    return f"jobs/{job_id}/{version}{page_location(url)}"
 
 
 def result_location(url: str, analyzer: str) -> str:

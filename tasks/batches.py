@@ -8,7 +8,9 @@ from typing import Any
 from celery import Task
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
+from engine import analysis_batch
 from engine import batch as crawling
+from engine.analysis_batch import AnalysisRetry
 from frontier import Batch
 from tasks import deps
 from tasks.app import app
@@ -32,10 +34,13 @@ def fetch_batch(job_id: str, batch: dict) -> dict:
 
 
 @app.task(name="vcrawl.analyze_batch", bind=True, acks_late=True, ignore_result=True, max_retries=None)
-def analyze_batch(self: Task, fetched: dict) -> dict:
-    """Analyse a fetch batch's pages and admit their links; retried, and admitted at most once."""
+def analyze_batch(self: Task, fetched: dict, carried: dict | None = None) -> dict:
+    """Analyse a fetch batch's pages and admit their links; retried, and admitted at most once.
+
+    A failing analyzer is retried like a single task's (``carried``: what earlier attempts found).
+    """
     try:
-        return crawling.run_analyze_batch(deps.crawl_env(), fetched)
+        outcome = analysis_batch.run_analyze_batch(deps.crawl_env(), fetched, carried, deps.analysis_retry())
     except PermanentError:
         raise
     except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry
@@ -44,6 +49,9 @@ def analyze_batch(self: Task, fetched: dict) -> dict:
             raise
         logger.warning("analysis of batch %s failed, retrying in %.1fs: %r", fetched.get("batch"), delay_s, exc)
         raise self.retry(exc=exc, countdown=delay_s) from exc
+    if isinstance(outcome, AnalysisRetry):
+        raise self.retry(args=(fetched, outcome.carried.to_dict()), countdown=outcome.delay_s)
+    return outcome
 
 
 @app.task(name="vcrawl.analysis_batch_failed", ignore_result=True)
@@ -51,7 +59,7 @@ def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> N
     """Errback: count a batch whose analysis failed for good, so its job can still complete."""
     fetched = (request.args or [None])[0]
     if isinstance(fetched, dict):
-        crawling.abandon_analysis(deps.crawl_env(), fetched, f"{type(exc).__name__}: {exc}")
+        analysis_batch.abandon_analysis(deps.crawl_env(), fetched, f"{type(exc).__name__}: {exc}")
 
 
 # Redis transport priorities: 0 is served first. A paced host's batch (an interval, a

@@ -18,8 +18,10 @@ import requests
 
 from engine.alerts import Alert, Alerter
 from engine.batch import CrawlEnv
+from engine.fetch_step import FetchContext
 from engine.jobs import RuntimeCache
 from engine.pump import FrontierPump
+from engine.single import SingleEnv
 from engine.trail import StatusTrail
 from fetchers import (
     BrowserConfig,
@@ -33,7 +35,7 @@ from fetchers import (
     StaticFetcher,
     make_session,
 )
-from frontier import Batch, Frontier, History, HostGate, RobotsCache
+from frontier import MAX_ROBOTS_BYTES, Batch, Frontier, History, HostGate, RobotsCache
 from storage import Storage
 from storage.records import RecordWriter
 from storage.records import recover_spools as recover_record_spools
@@ -59,6 +61,7 @@ __all__ = [
     "history",
     "host_gate",
     "identities",
+    "politeness",
     "proxy_health",
     "pump",
     "records",
@@ -68,6 +71,8 @@ __all__ = [
     "runtimes",
     "session",
     "settings",
+    "single_context",
+    "single_env",
     "storage",
     "trail",
     "warc",
@@ -162,6 +167,47 @@ def frontier() -> Frontier:
 def runtimes() -> RuntimeCache:
     """Return the per-job runtime cache."""
     return _once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), redis_client()))
+
+
+def single_context() -> FetchContext:
+    """What the one fetch step needs for a single ``crawl.delay`` task: the cluster's settings as its policy."""
+
+    def build() -> FetchContext:
+        current = settings()
+        robots_limits = FetchLimits(
+            connect_timeout_s=current.connect_timeout_s,
+            read_timeout_s=current.read_timeout_s,
+            total_timeout_s=current.total_timeout_s,
+            max_body_bytes=MAX_ROBOTS_BYTES,
+            max_redirects=0,
+            follow_redirects=False,
+            truncate_body=True,  # RFC 9309: the first 500 KiB are parsed, the rest ignored
+        )
+        return FetchContext(
+            fetcher=fetchers().get("static"),
+            robots_fetcher=StaticFetcher(session(), robots_limits, policy=NetworkPolicy.from_settings(current)),
+            identities=identities(),
+            retry=fetch_retry(),
+            robots=robots(),
+            store=storage(),
+            fetchers=fetchers(),
+            proxies=proxy_health(),
+            robots_retry_s=current.robots_error_ttl_s,
+            alert=alert,
+        )
+
+    return _once("single_context", build)
+
+
+def single_env() -> SingleEnv:
+    """What a single task's fetch uses: the fetch step's context, the host gate, the trail, the pause."""
+    return SingleEnv(single_context(), host_gate(), trail(), politeness())
+
+
+def politeness() -> PolitenessPolicy:
+    """The cluster's per-host pause for single tasks (a job's own politeness applies to its hosts)."""
+    current = settings()
+    return PolitenessPolicy(current.min_interval_s, current.interval_jitter)
 
 
 def history() -> History:
@@ -312,8 +358,7 @@ def proxy_health() -> ProxyHealth:
 def host_gate() -> HostGate:
     """Return the cluster-wide per-host politeness gate."""
     current = settings()
-    policy = PolitenessPolicy(current.min_interval_s, current.interval_jitter)
-    return _once("host_gate", lambda: HostGate(redis_client(), policy, busy_s=current.total_timeout_s + 30))
+    return _once("host_gate", lambda: HostGate(redis_client(), politeness(), busy_s=current.total_timeout_s + 30))
 
 
 def trail() -> StatusTrail:

@@ -8,6 +8,7 @@ VcrawlError
 │   ├── StorageRefused     a storage location outside the configured roots
 │   ├── MissingPage        the stored page an analysis needs is gone
 │   ├── DownloadFailed     final non-200 status, too large, too many redirects, ...
+│   │   └── RobotsDisallowed  robots.txt disallows the URL (never requested)
 │   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
 └── RetryableError     transient
     ├── FetchFailed        timeout, connection error, 429, 5xx
@@ -29,6 +30,7 @@ __all__ = [
     "MissingPage",
     "PermanentError",
     "RetryableError",
+    "RobotsDisallowed",
     "StorageFailed",
     "StorageRefused",
     "UnknownComponent",
@@ -114,6 +116,17 @@ class DownloadFailed(PermanentError):
     def __str__(self) -> str:
         status = f" (HTTP {self.http_status})" if self.http_status is not None else ""
         return f"download of {self.url} failed: {self.reason}{status}"
+
+
+class RobotsDisallowed(DownloadFailed):
+    """robots.txt disallows the URL for our token: it was not requested (RFC 9309)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, "robots_blocked")
+        self.args = (url,)  # Celery rebuilds the error from its args
+
+    def __str__(self) -> str:
+        return f"robots.txt disallows {self.url}"
 
 
 class AttemptsExhausted(PermanentError):

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from vcrawl.errors import InvalidTask
-from vcrawl.payloads import DownloadTask, FieldRule
+from vcrawl.payloads import DownloadTask, Rule
 
 __all__ = [
     "DedupSpec",
@@ -24,7 +24,6 @@ __all__ = [
     "LimitsSpec",
     "PolitenessSpec",
     "RevisitSpec",
-    "Rule",
     "ScopeSpec",
     "load_job_file",
     "masked_url",
@@ -114,18 +113,6 @@ class RevisitSpec:
 
 
 @dataclass(frozen=True)
-class Rule:
-    """URLs matching ``pattern`` (regex search) get this page type, JS function and analyzer."""
-
-    pattern: str
-    page_type: str = "static"
-    js_function: str | None = None
-    analyzer: str | None = None
-    fields: Mapping[str, FieldRule] | None = None
-    wait_for: str | None = None
-
-
-@dataclass(frozen=True)
 class JobSpec:
     """A crawl job. ``None`` header pools mean the cluster's configured defaults."""
 
@@ -163,7 +150,7 @@ class JobSpec:
             scope=_scope(data.get("scope")),
             max_depth=_int(data.get("max_depth", 3), "max_depth", 0, 1000),
             max_pages=_int(data.get("max_pages", 10_000), "max_pages", 1, 10**9),
-            rules=tuple(_rule(item, f"rules[{i}]") for i, item in enumerate(_list(data.get("rules"), "rules"))),
+            rules=tuple(Rule.from_dict(r, f"rules[{i}]") for i, r in enumerate(_list(data.get("rules"), "rules"))),
             politeness=_politeness(data.get("politeness")),
             user_agents=_optional_pool(data, "user_agents"),
             referers=_optional_pool(data, "referers"),
@@ -198,10 +185,7 @@ class JobSpec:
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
-        data["rules"] = [
-            {**asdict(rule), "fields": {n: r.to_dict() for n, r in rule.fields.items()} if rule.fields else None}
-            for rule in self.rules
-        ]
+        data["rules"] = [rule.to_dict() for rule in self.rules]
         return data
 
     def to_json(self) -> str:
@@ -256,26 +240,6 @@ def _scope(value: Any) -> ScopeSpec:
     allow = _regexes(data.get("allow"), "scope.allow")
     deny = _regexes(data.get("deny"), "scope.deny")
     return ScopeSpec(hosts, domains, allow, deny)
-
-
-def _rule(value: Any, where: str) -> Rule:
-    data = _mapping(value, where)
-    _known(data, {f.name for f in fields(Rule)}, f"{where}.")
-    pattern = data.get("pattern")
-    if not isinstance(pattern, str):
-        raise InvalidTask(f"{where}.pattern", "is required and must be a regex string")
-    _compile(pattern, f"{where}.pattern")
-    analyzer = data.get("analyzer")
-    # DownloadTask checks page_type, js_function, analyzer name and field rules the same way as crawl.delay.
-    probe = {"url": "http://rule.check/", "page_type": data.get("page_type", "static"), "analyzer": analyzer or "links"}
-    for key in ("js_function", "fields", "wait_for"):
-        if data.get(key) is not None:
-            probe[key] = data[key]
-    try:
-        checked = DownloadTask.from_dict(probe)
-    except InvalidTask as exc:
-        raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
-    return Rule(pattern, checked.page_type, checked.js_function, analyzer, checked.fields, checked.wait_for)
 
 
 # (low, high) for every number a job file may set.

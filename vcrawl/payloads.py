@@ -15,8 +15,11 @@ __all__ = [
     "PAGE_TYPES",
     "AnalysisJob",
     "DownloadTask",
+    "FetchedBatch",
     "FetchedPage",
     "FieldRule",
+    "RedirectLink",
+    "Rule",
 ]
 
 PAGE_TYPES = ("static", "dynamic")
@@ -82,6 +85,93 @@ class FieldRule:
 
 
 @dataclass(frozen=True)
+class Rule:
+    """How a page is fetched and analysed: its page type, JS function, wait-for selector, analyzer, fields.
+
+    A single ``crawl.delay`` task's page has one rule (its own fields); a job's rules are tried in
+    order, and ``pattern`` (a regex searched in the URL) picks the pages each one is for. One
+    validator for both: a field's error names it the same way wherever the rule came from.
+    """
+
+    pattern: str = ""
+    page_type: str = "static"
+    js_function: str | None = None
+    analyzer: str | None = None  # None: a job's pages are only searched for links
+    fields: Mapping[str, FieldRule] | None = None
+    wait_for: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.page_type not in PAGE_TYPES:
+            raise InvalidTask("page_type", f"must be one of {', '.join(PAGE_TYPES)}, got {self.page_type!r}")
+        if self.js_function is not None:
+            if not _JS_FUNCTION.match(self.js_function):
+                raise InvalidTask(
+                    "js_function",
+                    f"must be a JavaScript identifier or dotted path like app.loadMore, got {self.js_function!r}",
+                )
+            if self.page_type != "dynamic":
+                raise InvalidTask("js_function", "only dynamic pages run a JavaScript function (set page_type dynamic)")
+        if self.wait_for is not None:
+            if not self.wait_for.strip():
+                raise InvalidTask("wait_for", "must be a non-empty CSS selector")
+            if self.page_type != "dynamic":
+                raise InvalidTask("wait_for", "only dynamic pages wait in a browser (set page_type dynamic)")
+        if self.analyzer is not None and not _NAME.match(self.analyzer):
+            raise InvalidTask("analyzer", f"not an analyzer name: {self.analyzer!r}")
+        if self.analyzer == "fields" and not self.fields:
+            raise InvalidTask("fields", "the 'fields' analyzer needs at least one field rule")
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "rule") -> Rule:
+        """Decode and validate a job's rule (``pattern`` required); errors name ``<where>.<key>``.
+
+        Raises:
+            InvalidTask: naming the first wrong key, e.g. ``rules[1].js_function``.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidTask(where, f"must be a mapping of keys, got {_kind(data)}")
+        known = {f.name for f in fields(cls)}
+        for key in data:
+            if key not in known:
+                raise InvalidTask(f"{where}.{key}", f"unknown key; known: {', '.join(sorted(known))}")
+        pattern = data.get("pattern")
+        if not isinstance(pattern, str):
+            raise InvalidTask(f"{where}.pattern", "is required and must be a regex string")
+        try:
+            re.compile(pattern)
+        except (re.error, OverflowError, RecursionError) as exc:  # a huge repeat count, deep nesting
+            raise InvalidTask(f"{where}.pattern", f"invalid regex {pattern!r}: {exc}") from None
+        try:
+            return cls(**_typed(data, required=("page_type",), optional=("js_function", "analyzer", "wait_for")))
+        except InvalidTask as exc:
+            raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form (``from_dict`` takes it back)."""
+        data = asdict(self)
+        data["fields"] = {n: r.to_dict() for n, r in self.fields.items()} if self.fields else None
+        return data
+
+
+def _typed(data: Mapping[str, Any], required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Any]:
+    """A copy of ``data`` whose string keys are checked and whose field rules are decoded.
+
+    Raises:
+        InvalidTask: naming the key of the wrong type.
+    """
+    values = dict(data)
+    for name in required:
+        if name in values and not isinstance(values[name], str):
+            raise InvalidTask(name, f"must be a string, got {_kind(values[name])}")
+    for name in optional:
+        if values.get(name) is not None and not isinstance(values[name], str):
+            raise InvalidTask(name, f"must be a string or null, got {_kind(values[name])}")
+    if values.get("fields") is not None:
+        values["fields"] = _field_rules(values["fields"])
+    return values
+
+
+@dataclass(frozen=True)
 class DownloadTask:
     """What ``crawl.delay()`` accepts: one page to download, store and analyse."""
 
@@ -97,31 +187,22 @@ class DownloadTask:
 
     def __post_init__(self) -> None:
         _check_url(self.url)
-        if self.page_type not in PAGE_TYPES:
-            raise InvalidTask("page_type", f"must be one of {', '.join(PAGE_TYPES)}, got {self.page_type!r}")
         for name in ("save_path", "result_path"):
             value = getattr(self, name)
             if value is not None and (not value.strip() or "\x00" in value):
                 raise InvalidTask(name, "must be a non-empty path without NUL bytes")
-        if self.js_function is not None:
-            if not _JS_FUNCTION.match(self.js_function):
-                raise InvalidTask(
-                    "js_function",
-                    f"must be a JavaScript identifier or dotted path like app.loadMore, got {self.js_function!r}",
-                )
-            if self.page_type != "dynamic":
-                raise InvalidTask("js_function", "only dynamic pages run a JavaScript function (set page_type dynamic)")
-        if self.wait_for is not None:
-            if not self.wait_for.strip():
-                raise InvalidTask("wait_for", "must be a non-empty CSS selector")
-            if self.page_type != "dynamic":
-                raise InvalidTask("wait_for", "only dynamic pages wait in a browser (set page_type dynamic)")
-        if not _NAME.match(self.analyzer):
-            raise InvalidTask("analyzer", f"not an analyzer name: {self.analyzer!r}")
         if self.job is not None and not _JOB_ID.match(self.job):
             raise InvalidTask("job", f"must be 1-128 letters, digits or . _ : - , got {self.job!r}")
-        if self.analyzer == "fields" and not self.fields:
-            raise InvalidTask("fields", "the 'fields' analyzer needs at least one field rule")
+        _ = self.rule  # the page's rule checks page type, JS function, wait-for, analyzer and fields
+
+    @property
+    def rule(self) -> Rule:
+        """The rule this page is fetched and analysed by (the shape of a job's rules).
+
+        Raises:
+            InvalidTask: naming the wrong field.
+        """
+        return Rule("", self.page_type, self.js_function, self.analyzer, self.fields, self.wait_for)
 
     @classmethod
     def from_dict(cls, data: Any) -> DownloadTask:
@@ -137,15 +218,11 @@ class DownloadTask:
             raise InvalidTask(_key_name(unknown[0]), f"unknown field; known fields: {', '.join(sorted(known))}")
         if "url" not in data:
             raise InvalidTask("url", "is required")
-        values = dict(data)
-        for name in ("url", "page_type", "analyzer"):
-            if name in values and not isinstance(values[name], str):
-                raise InvalidTask(name, f"must be a string, got {_kind(values[name])}")
-        for name in ("save_path", "result_path", "js_function", "job", "wait_for"):
-            if values.get(name) is not None and not isinstance(values[name], str):
-                raise InvalidTask(name, f"must be a string or null, got {_kind(values[name])}")
-        if values.get("fields") is not None:
-            values["fields"] = _field_rules(values["fields"])
+        values = _typed(
+            data,
+            required=("url", "page_type", "analyzer"),
+            optional=("save_path", "result_path", "js_function", "job", "wait_for"),
+        )
         return cls(**values)
 
     def with_paths(self, save_path: str, result_path: str) -> DownloadTask:
@@ -162,7 +239,7 @@ class DownloadTask:
 
 @dataclass(frozen=True)
 class FetchedPage:
-    """What a fetch hands to the analysis stage: where the page is, never the body."""
+    """What a fetch hands to the analysis step: where the stored page is, never the body."""
 
     url: str
     final_url: str
@@ -172,6 +249,9 @@ class FetchedPage:
     content_type: str | None = None
     elapsed_s: float = 0.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    depth: int = 0  # a job's page: its link depth
+    fetched_at: str = ""  # ISO 8601, UTC
+    history: str | None = None  # a scheduled job's page: the encoded URL history this visit makes
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FetchedPage:
@@ -185,6 +265,72 @@ class FetchedPage:
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {**asdict(self), "headers": dict(self.headers)}
+
+
+@dataclass(frozen=True)
+class RedirectLink:
+    """A redirect a job's fetch found: its target is admitted like a link, one hop fewer left."""
+
+    url: str
+    target: str
+    depth: int
+    redirects_left: int
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RedirectLink:
+        """Decode one redirect.
+
+        Raises:
+            InvalidTask: unknown, missing or malformed fields.
+        """
+        return _strict(cls, data, "redirect")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class FetchedBatch:
+    """What a job's fetch batch hands to its analysis batch: stored pages and redirects, never bodies."""
+
+    job: str
+    batch: str
+    cycle: int = 0
+    pages: tuple[FetchedPage, ...] = ()
+    redirects: tuple[RedirectLink, ...] = ()
+
+    @property
+    def done(self) -> int:
+        """How many of the batch's URLs its analysis finishes."""
+        return len(self.pages) + len(self.redirects)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FetchedBatch:
+        """Decode a fetch batch's hand-over.
+
+        Raises:
+            InvalidTask: unknown, missing or malformed fields.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidTask("fetched batch", f"must be an object, got {_kind(data)}")
+        values = dict(data)
+        for name in ("pages", "redirects"):
+            if not isinstance(values.get(name, []), list | tuple):
+                raise InvalidTask(name, f"must be a list, got {_kind(values[name])}")
+        values["pages"] = tuple(FetchedPage.from_dict(page) for page in values.get("pages", ()))
+        values["redirects"] = tuple(RedirectLink.from_dict(hop) for hop in values.get("redirects", ()))
+        return _strict(cls, values, "fetched batch")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the JSON form."""
+        return {
+            "job": self.job,
+            "batch": self.batch,
+            "cycle": self.cycle,
+            "pages": [page.to_dict() for page in self.pages],
+            "redirects": [hop.to_dict() for hop in self.redirects],
+        }
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import redis
 
-from engine.batch import CrawlEnv, abandon_analysis
+from engine.analysis_batch import abandon_analysis
+from engine.batch import CrawlEnv
 from engine.jobs import admit_links, build_runtime
 from frontier import Batch, Candidate, Entry, Frontier
 from vcrawl import redis_keys

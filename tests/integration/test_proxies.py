@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import redis
 
-from engine.single import download
+from engine.fetch_step import FetchContext
+from engine.outcomes import Retry, Stored
+from engine.single import fetch_single
 from fetchers import FetchLimits, FetchRequest, IdentityPool, ProxyHealth, StaticFetcher, fetch_through, make_session
 from fetchers.netguard import NetworkPolicy, parse_networks
 from storage import Storage
@@ -23,6 +25,7 @@ from vcrawl import redis_keys
 from vcrawl.errors import FetchFailed
 from vcrawl.local_redis import LocalRedis
 from vcrawl.payloads import DownloadTask
+from vcrawl.policies import RetryPolicy
 from vcrawl.settings import Settings
 
 LOOPBACK = NetworkPolicy(allowed=parse_networks(["127.0.0.0/8"]))
@@ -199,14 +202,19 @@ def test_a_single_download_draws_around_a_benched_proxy(
 ) -> None:
     health = ProxyHealth(bench, cooloff_s=30.0)
     store = Storage.from_settings(vcrawl_settings)
+
+    def context(pool: IdentityPool) -> FetchContext:  # the single task's fetch step, robots.txt aside
+        return FetchContext(fetcher, fetcher, pool, RetryPolicy(), None, store, proxies=health,  # type: ignore[arg-type]
+                            obey_robots=False)  # fmt: skip
+
     with ForwardProxy(mode="auth") as auth, ForwardProxy() as good:
         task = DownloadTask(url=site.add_page("/one", "one"), save_path="proxies/one.html")
-        with pytest.raises(FetchFailed) as failed:  # a 407 is retryable: another proxy may do
-            download(task, fetcher, IdentityPool(("vcrawl-test",), (), (auth.url,)), store, health)
-        assert failed.value.reason == "proxy_auth"
+        failed = fetch_single(context(IdentityPool(("vcrawl-test",), (), (auth.url,))), task)
+        assert isinstance(failed, Retry) and failed.reason == "proxy_auth"  # a 407 is retryable: another proxy may do
         pool = IdentityPool(("vcrawl-test",), (), (auth.url, good.url))
-        pages = [download(task, fetcher, pool, store, health) for _ in range(10)]
-    assert all(page.http_status == 200 for page in pages)
+        outcomes = [fetch_single(context(pool), task) for _ in range(10)]
+    pages = [outcome.page for outcome in outcomes if isinstance(outcome, Stored)]
+    assert len(pages) == 10 and all(page.http_status == 200 for page in pages)
     assert len(auth.seen) == 1 and good.forwarded == 10
 
 

@@ -16,6 +16,18 @@ def always_fails(page: Any, rules: Any) -> dict:
     raise RuntimeError(f"analyzer bug on {page.url}")
 
 
+FLAKY_CALLS: dict[str, int] = {}
+
+
+def fails_twice(page: Any, rules: Any) -> dict:
+    """An analyzer that fails on the first two calls for a page, then works (a passing outage)."""
+    with _lock:
+        FLAKY_CALLS[page.url] = calls = FLAKY_CALLS.get(page.url, 0) + 1
+    if calls <= 2:
+        raise RuntimeError(f"passing trouble #{calls} on {page.url}")
+    return {"url": page.url, "calls": calls}
+
+
 def word_count(page: Any, rules: Any) -> dict:
     """A working plugin analyzer: counts the words of the page text."""
     return {"url": page.url, "words": len(page.tree.text_content().split())}

@@ -1,0 +1,405 @@
+"""The one fetch step: robots.txt, one request, the response sorted into an outcome.
+
+``fetch_one`` is what both a crawl job's fetch batch and a single ``crawl.delay`` task call for
+each URL. It reads robots.txt when the origin's rules are not cached (RFC 9309), refuses what
+they disallow, fetches with an identity (User-Agent, Referer, proxy) drawn from the pool, stores
+a 200 body, and returns one frozen outcome (``engine.outcomes``). It never waits: politeness
+(when the host may be asked next) belongs to the caller, the frontier for jobs and the host gate
+for single tasks, both counted from what the outcome says.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urljoin
+
+from engine.alerts import Alert
+from engine.outcomes import (
+    Failed,
+    FetchOutcome,
+    Redirected,
+    Retry,
+    RobotsBlocked,
+    RobotsFetched,
+    Stored,
+    Unchanged,
+    Visit,
+)
+from fetchers import (
+    RETRYABLE_STATUSES,
+    Fetcher,
+    FetcherRegistry,
+    FetchRequest,
+    FetchResult,
+    IdentityPool,
+    ProxyHealth,
+    fetch_through,
+    is_proxy_fault,
+    parse_retry_after,
+    proxy_counter,
+)
+from frontier import (
+    Entry,
+    RobotsCache,
+    RobotsResponse,
+    RobotsRules,
+    UrlHistory,
+    content_hash,
+    origin,
+    read_robots,
+    robots_url,
+)
+from storage import Storage
+from storage.warc import WarcWriter
+from vcrawl.errors import DownloadFailed, FetchFailed, VcrawlError
+from vcrawl.jobs import RevisitSpec
+from vcrawl.payloads import FetchedPage, Rule
+from vcrawl.policies import RetryPolicy
+
+__all__ = ["Cycle", "FetchContext", "FetchItem", "fetch_one", "read_robots_rules", "stops_batch"]
+
+logger = logging.getLogger(__name__)
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# Signals that the host itself is down or overloaded: the whole host waits.
+_HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "timeout", "total_timeout"})
+_LONGEST_HOST_WAIT_S = 3600.0
+# Response headers worth carrying to the analysis stage and later re-crawls.
+_KEPT_HEADERS = ("content-type", "content-length", "etag", "last-modified", "content-language")
+
+
+@dataclass(frozen=True)
+class Cycle:
+    """A scheduled job's current cycle: URL history is kept and revisits are planned."""
+
+    number: int
+    started_s: float
+    revisit: RevisitSpec = field(default_factory=RevisitSpec)
+
+
+@dataclass(frozen=True)
+class FetchContext:
+    """The services and policy one fetch uses: a job's runtime, or the cluster's settings for a single task."""
+
+    fetcher: Fetcher  # static pages
+    robots_fetcher: Fetcher  # robots.txt: its size cap, no redirect followed (read_robots follows them hop by hop)
+    identities: IdentityPool
+    retry: RetryPolicy
+    robots: RobotsCache
+    store: Storage
+    fetchers: FetcherRegistry | None = None  # other page types (the browser)
+    proxies: ProxyHealth | None = None  # the cluster's proxy bench; None: draw from the pool blindly
+    networks: tuple[Any, ...] | None = None  # a job's narrowing of the cluster's network policy
+    obey_robots: bool = True
+    robots_token: str = "vcrawl"
+    retry_after: str = "host"  # what a Retry-After holds: the whole host, or only its URL
+    pace_after_robots: bool = True  # politeness on: a robots.txt request takes the host's slot
+    robots_retry_s: float = 600.0  # an unreachable robots.txt is asked again after this
+    alert: Callable[[str, Alert], bool] | None = None  # send once per cause per alert window
+    warc: WarcWriter | None = None  # archive every exchange here (jobs with ``warc: true``)
+    cycle: Cycle | None = None  # scheduled jobs
+    job_id: str = ""  # for logs and alerts; "" for a single task
+    clock: Callable[[], float] = time.time
+
+
+@dataclass(frozen=True)
+class FetchItem:
+    """One URL to fetch: its queue entry, the rule it matched, where a 200 body goes, what is known of it."""
+
+    entry: Entry
+    rule: Rule
+    save_path: str
+    known: UrlHistory | None = None  # scheduled jobs: the URL's history before this visit
+
+
+def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
+    """Fetch one URL (reading its origin's robots.txt first when needed) and say what came of it.
+
+    Raises:
+        StorageFailed: the body could not be stored (the caller retries the whole step).
+    """
+    entry, counts = item.entry, Counter[str]()
+    crawl_delay_s: float | None = None
+    if ctx.obey_robots:
+        rules = ctx.robots.get(origin(entry.url))
+        fetched_now = rules is None
+        if rules is None:
+            rules = _read_robots(ctx, entry.url, counts)
+        if rules is None:  # the network policy refuses the host itself: its URLs cannot be fetched either
+            return _failed(ctx, item, "blocked_address", None, "", counts, requested=False)
+        crawl_delay_s = rules.crawl_delay(ctx.robots_token)
+        visit = Visit(requested=fetched_now, crawl_delay_s=crawl_delay_s, counts=counts)
+        if rules.kind == "disallow_all" and entry.attempt < ctx.retry.retries:
+            # RFC 9309: unreachable robots.txt means "disallow all" until it can be read. Wait
+            # for the next read (the error stays cached that long), then try again.
+            return Retry(_next_attempt(entry), "robots_unavailable", ctx.robots_retry_s, "host", visit=visit)
+        if fetched_now and (ctx.pace_after_robots or crawl_delay_s):
+            return RobotsFetched(entry, visit)  # the robots.txt request used this politeness slot
+        if not rules.can_fetch(entry.url, ctx.robots_token):
+            counts["robots_blocked"] += 1
+            return RobotsBlocked(entry, _visit(ctx, item, counts, fetched_now, crawl_delay_s))
+    request = FetchRequest(
+        url=entry.url,
+        user_agent=ctx.identities.user_agent(),
+        referer=ctx.identities.referer(),
+        proxy=ctx.identities.proxy() if ctx.proxies is None else ctx.proxies.draw(ctx.identities.proxies),
+        js_function=item.rule.js_function,
+        wait_for=item.rule.wait_for,
+        conditional=item.known.conditional_headers() if item.known is not None else {},
+        networks=ctx.networks or None,
+    )
+    try:
+        result = _fetch(ctx, item.rule.page_type, request, counts)
+    except FetchFailed as exc:
+        return _retry_or_fail(ctx, item, exc.reason, exc.retry_after_s, exc.http_status, counts, crawl_delay_s)
+    except DownloadFailed as exc:
+        return _failed(ctx, item, exc.reason, exc.http_status, str(exc), counts, crawl_delay_s=crawl_delay_s)
+    counts["fetched"] += 1
+    counts[f"status:{result.status}"] += 1
+    if ctx.warc is not None:
+        _archive(ctx, entry, result, counts)
+    return _sort_response(ctx, item, result, counts, crawl_delay_s)
+
+
+def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
+    """True when the host needs its pause before the batch's next URL."""
+    match outcome:
+        case Retry(scope="host") | RobotsFetched():
+            return True
+        case Failed(host_wait_s=wait) if wait > 0:
+            return True
+    # A host with a Crawl-delay gets its pause after every request, even with politeness off.
+    return obey_robots and outcome.visit.requested and bool(outcome.visit.crawl_delay_s)
+
+
+def _fetch(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Counter[str]) -> FetchResult:
+    """Fetch with the page type's fetcher. Through a proxy, a static fetch's outcome is counted for
+    the proxy and goes on the cluster's proxy bench, and a proxy's fault is raised as FetchFailed."""
+    if page_type != "static":
+        assert ctx.fetchers is not None, "a fetch context for browser pages has a fetcher registry"
+        return ctx.fetchers.get(page_type).fetch(request)
+    if request.proxy is None:
+        return ctx.fetcher.fetch(request)
+    try:
+        result = fetch_through(ctx.fetcher, request, ctx.proxies)
+    except (FetchFailed, DownloadFailed) as exc:
+        counts[proxy_counter(request.proxy, exc.reason)] += 1
+        raise
+    counts[proxy_counter(request.proxy, None)] += 1
+    return result
+
+
+def _sort_response(
+    ctx: FetchContext, item: FetchItem, result: FetchResult, counts: Counter[str], crawl_delay_s: float | None
+) -> FetchOutcome:
+    entry, known = item.entry, item.known
+    if result.status == 304 and known is not None and known.fetched:
+        counts["not_modified"] += 1
+        counts["unchanged"] += 1
+        return Unchanged(entry, _visit(ctx, item, counts, True, crawl_delay_s, result))
+    if result.status == 200:
+        return _store(ctx, item, result, counts, crawl_delay_s)
+    # A redirect or a final error of a scheduled job: asked again when due.
+    remember = result if result.status not in RETRYABLE_STATUSES else None
+    if result.status in _REDIRECTS and "location" in result.headers:
+        if entry.redirects_left <= 0:
+            return _failed(ctx, item, "too_many_redirects", result.status, "", counts, crawl_delay_s=crawl_delay_s,
+                           result=remember)  # fmt: skip
+        counts["redirects"] += 1
+        target = _join(result.final_url, result.headers["location"])  # admission filters a malformed one
+        return Redirected(entry, target, result.status, _visit(ctx, item, counts, True, crawl_delay_s, remember))
+    if result.status in RETRYABLE_STATUSES:
+        retry_after = parse_retry_after(result.headers.get("retry-after"))
+        return _retry_or_fail(ctx, item, f"http_{result.status}", retry_after, result.status, counts, crawl_delay_s)
+    return _failed(ctx, item, f"http_{result.status}", result.status, "", counts, crawl_delay_s=crawl_delay_s,
+                   result=remember)  # fmt: skip
+
+
+def _store(
+    ctx: FetchContext, item: FetchItem, result: FetchResult, counts: Counter[str], crawl_delay_s: float | None
+) -> FetchOutcome:
+    """Store a 200 body; in a scheduled job, a body with the known content hash is Unchanged."""
+    entry, known = item.entry, item.known
+    history: str | None = None
+    if ctx.cycle is not None:
+        digest = content_hash(result.body)
+        if known is not None and known.content_hash == digest:
+            counts["unchanged"] += 1
+            return Unchanged(entry, _visit(ctx, item, counts, True, crawl_delay_s, result))
+        changed = known is not None and bool(known.content_hash)  # else: its first page
+        counts["changed" if changed else "new"] += 1
+        history = _history_of(ctx.cycle, item, result, changed=True, digest=digest).encode()
+    ctx.store.write_bytes(item.save_path, result.body)
+    counts["stored"] += 1
+    counts["bytes"] += len(result.body)
+    page = FetchedPage(
+        url=entry.url,
+        final_url=result.final_url,
+        save_path=item.save_path,
+        http_status=result.status,
+        bytes=len(result.body),
+        content_type=result.content_type,
+        elapsed_s=result.elapsed_s,
+        headers={name: result.headers[name] for name in _KEPT_HEADERS if name in result.headers},
+        depth=entry.depth,
+        fetched_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        history=history,
+    )
+    return Stored(entry, page, Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts))
+
+
+def _retry_or_fail(
+    ctx: FetchContext,
+    item: FetchItem,
+    reason: str,
+    retry_after_s: float | None,
+    http_status: int | None,
+    counts: Counter[str],
+    crawl_delay_s: float | None,
+) -> FetchOutcome:
+    """Another attempt, or a final failure when the URL's retries are spent.
+
+    A host that is down or overloaded (or sent Retry-After) pauses as a whole, with backoff;
+    a single URL's error (a 500 on one page) only sends that URL to the back of its host's
+    queue, so the host's other pages go on.
+    """
+    entry = item.entry
+    delay_s = ctx.retry.delay_for(entry.attempt + 1, retry_after_s)
+    # politeness.retry_after "url": a Retry-After makes only this URL wait (a site throttling one
+    # resource); the host goes on. Without Retry-After, a 429/503 still means the host is in trouble.
+    url_only = retry_after_s is not None and ctx.retry_after == "url"
+    if delay_s is None:
+        # A host that asked for a long wait gets it, even though this URL gives up.
+        host_wait_s = min(retry_after_s, _LONGEST_HOST_WAIT_S) if retry_after_s is not None and not url_only else 0.0
+        return _failed(ctx, item, reason, http_status, "", counts, crawl_delay_s=crawl_delay_s, host_wait_s=host_wait_s)
+    counts["retries"] += 1
+    visit = Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts)
+    retry = _next_attempt(entry)
+    if url_only:
+        return Retry(replace(retry, not_before_s=ctx.clock() + delay_s), reason, delay_s, "url", http_status, visit)
+    host_wide = retry_after_s is not None or reason in _HOST_TROUBLE or _pool_exhausted(ctx, reason)
+    return Retry(retry, reason, delay_s, "host" if host_wide else "queue", http_status, visit)
+
+
+def _pool_exhausted(ctx: FetchContext, reason: str) -> bool:
+    """A proxy's fault pauses the host only when no proxy of the pool is left to retry through:
+    with one left, the URL goes to the back of its host's queue and its retry draws that one."""
+    if not is_proxy_fault(reason):
+        return False
+    return ctx.proxies is None or not ctx.proxies.has_healthy(ctx.identities.proxies)
+
+
+def _failed(
+    ctx: FetchContext,
+    item: FetchItem,
+    reason: str,
+    http_status: int | None,
+    error: str,
+    counts: Counter[str],
+    *,
+    requested: bool = True,
+    crawl_delay_s: float | None = None,
+    host_wait_s: float = 0.0,
+    result: FetchResult | None = None,
+) -> Failed:
+    counts[f"failed:{reason}"] += 1
+    visit = _visit(ctx, item, counts, requested, crawl_delay_s, result)
+    return Failed(item.entry, reason, http_status, error or reason, host_wait_s, visit)
+
+
+def _visit(
+    ctx: FetchContext,
+    item: FetchItem,
+    counts: Mapping[str, int],
+    requested: bool,
+    crawl_delay_s: float | None,
+    result: FetchResult | None = None,
+) -> Visit:
+    """The Visit of a fetch that found nothing new; a scheduled job remembers it in the URL's history."""
+    revisit = None if ctx.cycle is None else _history_of(ctx.cycle, item, result, changed=False)
+    return Visit(requested=requested, crawl_delay_s=crawl_delay_s, counts=counts, revisit=revisit)
+
+
+def _history_of(
+    cycle: Cycle, item: FetchItem, result: FetchResult | None, *, changed: bool, digest: str | None = None
+) -> UrlHistory:
+    known = item.known if item.known is not None else UrlHistory(depth=item.entry.depth)
+    return known.after_visit(
+        cycle_started_s=cycle.started_s,
+        revisit=cycle.revisit,
+        status=result.status if result is not None else None,
+        headers=result.headers if result is not None else None,
+        changed=changed,
+        digest=digest,
+    )
+
+
+def _next_attempt(entry: Entry) -> Entry:
+    return Entry(entry.url, entry.depth, entry.attempt + 1, entry.redirects_left)
+
+
+def read_robots_rules(ctx: FetchContext, url: str) -> RobotsRules | None:
+    """Read and cache robots.txt of ``url``'s origin now; None when the network policy refuses the origin."""
+    return _read_robots(ctx, url, Counter())
+
+
+def _read_robots(ctx: FetchContext, url: str, counts: Counter[str]) -> RobotsRules | None:
+    """Read and cache robots.txt of the URL's origin; alert when it is unreachable (its URLs wait)."""
+
+    def get(target: str) -> RobotsResponse:
+        request = FetchRequest(url=target, user_agent=ctx.identities.user_agent(), networks=ctx.networks or None)
+        result = ctx.robots_fetcher.fetch(request)
+        return RobotsResponse(result.status, result.final_url, result.headers, result.body)
+
+    rules, status = read_robots(url, get)
+    if rules is None:
+        logger.info("job %s: %s refused by the network policy", ctx.job_id or "-", origin(url))
+        return None
+    ctx.robots.put(origin(url), rules)
+    counts["robots_fetched"] += 1
+    if rules.kind == "disallow_all" and ctx.alert is not None:  # unreachable or 5xx: the host's URLs wait (RFC 9309)
+        where = f"job {ctx.job_id}" if ctx.job_id else "single tasks"
+        ctx.alert(
+            f"{ctx.job_id or 'single'}:robots:{origin(url)}",
+            Alert(
+                subject=f"robots.txt of {origin(url)} unreachable in {where}",
+                text=f"{robots_url(url)} answered {status if status is not None else 'nothing'}: the host's URLs "
+                f"wait and robots.txt is read again every {ctx.robots_retry_s:g} s.",
+                details={"job": ctx.job_id or None, "origin": origin(url), "status": status},
+            ),
+        )
+    logger.debug("robots.txt of %s: %s (status %s)", origin(url), rules.kind, status)
+    return rules
+
+
+def _archive(ctx: FetchContext, entry: Entry, result: FetchResult, counts: Counter[str]) -> None:
+    """Write the exchange to this process's WARC file of the job (a store failure is counted, not fatal)."""
+    assert ctx.warc is not None
+    try:
+        ctx.warc.write_exchange(
+            entry.url,
+            request_headers=result.request_headers,
+            status=result.status,
+            reason=result.reason,
+            response_headers=result.headers,
+            body=result.body,
+            fetched_at=datetime.now(UTC),
+        )
+        counts["warc_records"] += 1
+    except (VcrawlError, OSError, ValueError) as exc:
+        logger.warning("WARC write of %s failed: %r", entry.url, exc)
+        counts["warc_failed"] += 1
+
+
+def _join(base: str, location: str) -> str:
+    """The redirect target; a Location urljoin cannot parse is kept as is, for admission to refuse."""
+    try:
+        return urljoin(base, location.strip())
+    except ValueError:
+        return location.strip()

@@ -1,0 +1,38 @@
+"""What a rule needs from this process's registries: one check for single tasks and job rules alike."""
+
+from __future__ import annotations
+
+from analyzers import check_rules, get_analyzer
+from fetchers import FetcherRegistry
+from vcrawl.errors import InvalidTask, UnknownComponent
+from vcrawl.payloads import FieldRule, Rule
+
+__all__ = ["check_rule"]
+
+
+def check_rule(rule: Rule, fetchers: FetcherRegistry, where: str = "") -> None:
+    """Check what a Rule cannot check alone: its page type's fetcher, its analyzer, its selectors.
+
+    Raises:
+        InvalidTask: naming the key (``<where>.analyzer``, or ``analyzer`` without ``where``).
+    """
+    prefix = f"{where}." if where else ""
+    try:
+        fetchers.check(rule.page_type)
+    except UnknownComponent as exc:
+        raise InvalidTask(f"{prefix}page_type", str(exc)) from None
+    if rule.analyzer is not None:
+        try:
+            get_analyzer(rule.analyzer)
+        except UnknownComponent as exc:
+            raise InvalidTask(f"{prefix}analyzer", str(exc)) from None
+    try:
+        if rule.fields is not None:
+            check_rules(rule.fields)
+        if rule.wait_for is not None:
+            try:
+                check_rules({"wait_for": FieldRule(css=rule.wait_for)})
+            except InvalidTask as exc:
+                raise InvalidTask("wait_for", exc.problem) from None
+    except InvalidTask as exc:
+        raise InvalidTask(f"{prefix}{exc.field}", exc.problem) from None

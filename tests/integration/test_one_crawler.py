@@ -1,0 +1,98 @@
+"""One crawler: a single ``crawl.delay`` task and a crawl job share the fetch and analysis steps, so they
+obey robots.txt, pace a host and retry a failing analyzer the same way (real worker, real sites, SMTP)."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+import pytest
+
+import tasks
+from tests.integration.conftest import AlertSinks, run_job, wait_for_end
+from tests.site import TestSite
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+ROBOTS = "User-agent: *\nDisallow: /private/\nCrawl-delay: 1\n"
+
+
+def _gaps(site: TestSite, paths: set[str]) -> list[float]:
+    times = sorted(seen.at for seen in site.seen if seen.path in paths)
+    return [round(b - a, 3) for a, b in itertools.pairwise(times)]
+
+
+def test_a_single_task_to_a_url_robots_txt_disallows_ends_robots_blocked(site: TestSite) -> None:
+    site.add_page("/robots.txt", ROBOTS, Content_Type="text/plain")
+    url = site.add_page("/private/secret.html", "<html><body>secret</body></html>")
+
+    record = wait_for_end(tasks.crawl.delay({"url": url}).id)
+
+    assert record["state"] == "robots_blocked", record
+    assert record["reason"] == "robots_blocked" and "robots.txt disallows" in record["error"]
+    assert site.requests_to("/robots.txt") and not site.requests_to("/private/secret.html")
+    assert record["attempts"] == 1  # the robots.txt read was not an attempt
+
+
+def test_two_single_tasks_to_one_host_keep_its_crawl_delay_as_a_job_does(site: TestSite) -> None:
+    site.add_page("/robots.txt", ROBOTS, Content_Type="text/plain")
+    one = site.add_page("/one.html", "<html><body>one</body></html>")
+    two = site.add_page("/two.html", "<html><body>two</body></html>")
+
+    records = [wait_for_end(tasks.crawl.delay({"url": url}).id) for url in (one, two)]
+
+    assert [record["state"] for record in records] == ["analyzed", "analyzed"], records
+    single_gaps = _gaps(site, {"/robots.txt", "/one.html", "/two.html"})
+    assert len(single_gaps) == 2 and min(single_gaps) >= 1.0, single_gaps  # robots.txt counts as a request
+
+    # The same host's pages in a job (politeness off but for the Crawl-delay): the same pause.
+    site.seen.clear()
+    site.add_page("/", '<html><body><a href="/one.html">1</a> <a href="/two.html">2</a></body></html>')
+    status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0}})
+    assert status["state"] == "completed" and status["pages_stored"] == 3, status
+    job_gaps = _gaps(site, {"/", "/one.html", "/two.html"})
+    assert len(job_gaps) == 2 and min(job_gaps) >= 1.0, job_gaps
+
+
+def _analyzer_alerts(sinks: AlertSinks, analyzer: str, job_id: str) -> tuple[list[Any], list[Any]]:
+    time.sleep(1.0)  # a second alert would have arrived by now
+    subject = f"analyzer {analyzer} failing in job {job_id}"
+    hooks = [hook for hook in sinks.webhooks if subject in hook["subject"]]
+    mails = [mail for mail in sinks.emails if subject in " ".join(str(mail["Subject"]).split())]
+    return hooks, mails
+
+
+def test_a_job_analyzer_that_fails_twice_is_retried_and_succeeds(site: TestSite, alert_sinks: AlertSinks) -> None:
+    import vcrawl_test_plugin
+
+    url = site.add_page("/", "<html><body><p>flaky</p></body></html>")
+
+    status = run_job({"seeds": [url], "rules": [{"pattern": ".", "analyzer": "fails_twice"}]})
+
+    assert status["state"] == "completed", status
+    assert status["records"] == 1 and status["analysis_failed"] == {} and status["analysed"] == 1, status
+    assert vcrawl_test_plugin.FLAKY_CALLS[url] == 3  # two failures, then the retry that worked
+    hooks, mails = _analyzer_alerts(alert_sinks, "fails_twice", status["job"])
+    assert not hooks and not mails
+
+
+def test_a_job_analyzer_that_always_fails_is_retried_three_times_and_alerts_once(
+    site: TestSite, alert_sinks: AlertSinks
+) -> None:
+    import vcrawl_test_plugin
+
+    url = site.add_page("/", '<html><body><a href="/next.html">next</a></body></html>')
+    site.add_page("/next.html", "<html><body>next</body></html>")
+    calls_before = len(vcrawl_test_plugin.CALLS)
+
+    status = run_job({"seeds": [url], "max_depth": 1, "rules": [{"pattern": "/$", "analyzer": "always_fails"}]})
+
+    assert status["state"] == "completed", status
+    assert status["analysis_failed"] == {"error": 1} and status["records"] == 0, status
+    assert status["pages_stored"] == 2  # the failing page's links were still followed
+    calls = [called for called in vcrawl_test_plugin.CALLS[calls_before:] if called == url]
+    assert len(calls) == 4  # the first attempt and 3 retries
+    hooks, mails = _analyzer_alerts(alert_sinks, "always_fails", status["job"])
+    assert len(hooks) == 1 and len(mails) == 1, (hooks, mails)
+    assert hooks[0]["details"]["attempts"] == 4 and "analyzer bug" in hooks[0]["details"]["error"]
