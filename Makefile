@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report
+.PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs
 
 setup: system-packages $(STAMP)
 
@@ -68,8 +68,18 @@ SOAK_ARGS ?=
 soak: setup
 	bench/run.sh soak $(SOAK_ARGS)
 
+# The manual (docs/, Sphinx + MyST) with warnings as errors; its tools are the `docs` extra.
+DOCS_STAMP := $(VENV)/.docs-installed
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install -q -e '.[test,docs]'
+	touch $(DOCS_STAMP)
+
+docs: setup $(DOCS_STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+	@echo "make docs: docs/_build/html/index.html"
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
 clean:
-	rm -rf $(VENV) crawl-data .pytest_cache
+	rm -rf $(VENV) crawl-data .pytest_cache docs/_build

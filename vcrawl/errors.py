@@ -1,18 +1,20 @@
 """One error hierarchy for vcrawl, safe to cross process boundaries.
 
-VcrawlError
-├── ConfigError        bad settings, raised at start-up
-├── PermanentError     retrying cannot help
-│   ├── InvalidTask        a payload field is wrong (refused at ``crawl.delay``)
-│   ├── UnknownComponent   no analyzer / fetcher / storage backend of that name
-│   ├── StorageRefused     a storage location outside the configured roots
-│   ├── MissingPage        the stored page an analysis needs is gone
-│   ├── DownloadFailed     final non-200 status, too large, too many redirects, ...
-│   │   └── RobotsDisallowed  robots.txt disallows the URL (never requested)
-│   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
-└── RetryableError     transient
-    ├── FetchFailed        timeout, connection error, 429, 5xx
-    └── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
+::
+
+    VcrawlError
+    ├── ConfigError        bad settings, raised at start-up
+    ├── PermanentError     retrying cannot help
+    │   ├── InvalidTask        a payload field is wrong (refused at ``crawl.delay``)
+    │   ├── UnknownComponent   no analyzer / fetcher / storage backend of that name
+    │   ├── StorageRefused     a storage location outside the configured roots
+    │   ├── MissingPage        the stored page an analysis needs is gone
+    │   ├── DownloadFailed     final non-200 status, too large, too many redirects, ...
+    │   │   └── RobotsDisallowed  robots.txt disallows the URL (never requested)
+    │   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
+    └── RetryableError     transient
+        ├── FetchFailed        timeout, connection error, 429, 5xx
+        └── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
 
 Every constructor passes its arguments to ``super().__init__`` unchanged so
 ``exc.args`` rebuilds the exception (Celery serializes exceptions as JSON).
