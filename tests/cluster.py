@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from celery import Celery
 
 from engine.trail import StatusTrail
+from tests.celery_setup import REPO, LocalWorkerProcess
 from tests.conftest import TEST_ALLOWED_NETWORKS
-from vcrawl.settings import Settings, celery_redis_url
+from vcrawl.settings import Settings
 
-REPO = Path(__file__).resolve().parents[1]
+__all__ = ["REPO", "cluster_env", "start_worker", "stop_worker", "submit", "wait_all"]
 
 
 def cluster_env(settings: Settings) -> dict[str, str]:
@@ -39,20 +39,13 @@ def start_worker(
     loglevel: str = "INFO",
     queues: str = "download,download.dynamic,analysis",
 ) -> subprocess.Popen[bytes]:
-    """Start ``celery -A tasks worker`` on ``queues`` (threads pool); wait until it answers a ping."""
-    command = [
-        sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", queues,
-        "-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h", "--without-mingle", "--without-gossip",
-        "-l", loglevel,
-    ]  # fmt: skip
-    with open(log, "ab") as out:
-        process = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        _wait_ready(env, name)
-    except BaseException:
-        stop_worker(process)
-        raise
-    return process
+    """Start ``celery -A tasks worker`` on ``queues`` (threads pool); wait until it answers a ping.
+
+    The same worker process as the ``celery_setup`` fixture's nodes (tests/celery_setup.py), for
+    tests that hold the process itself.
+    """
+    worker = LocalWorkerProcess(env, log, name, queues.split(","), concurrency, loglevel)
+    return worker.start().process  # type: ignore[return-value]
 
 
 def stop_worker(process: subprocess.Popen[bytes]) -> None:
@@ -85,13 +78,3 @@ def wait_all(env: dict[str, str], ids: list[str], states: set[str], timeout_s: f
         if time.monotonic() > deadline:
             raise AssertionError(f"not all tasks reached {states} in {timeout_s}s: {records}")
         time.sleep(0.1)
-
-
-def _wait_ready(env: dict[str, str], name: str, timeout_s: float = 30.0) -> None:
-    app = Celery(broker=celery_redis_url(env["VCRAWL_REDIS_URL"]))
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        replies = app.control.ping(timeout=0.5)
-        if any(name in node for reply in replies for node in reply):
-            return
-    raise AssertionError(f"worker {name} did not answer a ping within {timeout_s}s")

@@ -1,4 +1,5 @@
-"""Real parts for integration tests: redis-server, an SMTP server, a webhook receiver, a worker."""
+"""Real parts for integration tests: redis-server, an SMTP server, a webhook receiver, a worker,
+and pytest-celery's test setup on local processes (``celery_setup``)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,26 @@ from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 from aiosmtpd.controller import Controller
+from celery import Celery
+from pytest_celery import (
+    CeleryBackendCluster,
+    CeleryBrokerCluster,
+    CeleryTestBackend,
+    CeleryTestBroker,
+    CeleryTestSetup,
+    CeleryTestWorker,
+)
 
 import tasks
 from tasks.embedded import EmbeddedWorker
+from tests.celery_setup import LocalRedisProcess, LocalWorkerProcess, VcrawlTestSetup
+from tests.cluster import cluster_env
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.site import TestSite
 from vcrawl.local_redis import LocalRedis
@@ -214,3 +227,93 @@ def api_server(token: str | None) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+# pytest-celery's setup on local processes (tests/celery_setup.py). The plugin's own fixtures
+# assemble it (celery_setup from celery_setup_cls, celery_setup_app, celery_worker_cluster and the
+# broker and backend clusters' configs); the fixtures below replace the ones that start containers.
+
+
+@pytest.fixture
+def celery_setup_cls() -> type[CeleryTestSetup]:
+    """The setup class of ``celery_setup``: its app speaks vcrawl's queues and serializers."""
+    return VcrawlTestSetup
+
+
+@pytest.fixture
+def celery_redis_config() -> dict[str, str]:
+    """``CONFIG SET`` values for the setup's Redis, applied before any worker starts; override per test."""
+    return {}
+
+
+@pytest.fixture
+def celery_redis(tmp_path: Path, celery_redis_config: dict[str, str]) -> Iterator[LocalRedisProcess]:
+    """A private redis-server per test: the setup's broker and result backend."""
+    server = LocalRedisProcess(tmp_path / "redis").start()
+    try:
+        with server.client as client:
+            for name, value in celery_redis_config.items():
+                client.config_set(name, value)
+        yield server
+    finally:
+        server.teardown()
+
+
+@pytest.fixture
+def celery_broker_cluster(celery_redis: LocalRedisProcess) -> CeleryBrokerCluster:
+    """The setup's broker: the private Redis."""
+    return CeleryBrokerCluster(CeleryTestBroker(celery_redis))
+
+
+@pytest.fixture
+def celery_backend_cluster(celery_redis: LocalRedisProcess) -> CeleryBackendCluster:
+    """The setup's result backend: the same Redis, as in vcrawl's own configuration.
+
+    A plain ``CeleryTestBackend``: the Redis vendor's ``RedisTestBackend.teardown`` detaches every
+    ``AsyncResult`` alive in this process, the session's too.
+    """
+    return CeleryBackendCluster(CeleryTestBackend(celery_redis))
+
+
+@pytest.fixture
+def celery_worker_overrides() -> dict[str, Any]:
+    """``Settings`` fields of the setup's workers beyond their Redis and data directory; a module overrides this."""
+    return {}
+
+
+@pytest.fixture
+def celery_worker_env(
+    celery_redis: LocalRedisProcess, celery_worker_overrides: dict[str, Any], tmp_path: Path
+) -> dict[str, str]:
+    """The environment of the setup's workers and of producers in other processes (``submit``)."""
+    settings = Settings(redis_url=celery_redis.url, data=str(tmp_path / "data"), **celery_worker_overrides)
+    return cluster_env(settings)
+
+
+@pytest.fixture
+def start_celery_worker(
+    celery_worker_env: dict[str, str], celery_setup_app: Celery, tmp_path: Path
+) -> Iterator[Callable[..., CeleryTestWorker]]:
+    """``start_celery_worker(name, **options)``: one more vcrawl worker subprocess on the setup's Redis.
+
+    Options are ``LocalWorkerProcess``'s (``concurrency``, ``loglevel``, ``queues``); every worker
+    started is killed (by PID) after the test.
+    """
+    started: list[CeleryTestWorker] = []
+
+    def start(name: str, **options: Any) -> CeleryTestWorker:
+        process = LocalWorkerProcess(celery_worker_env, tmp_path / f"{name}.log", name=name, **options)
+        node = CeleryTestWorker(process, app=celery_setup_app)
+        started.append(node)
+        process.start()
+        return node
+
+    yield start
+    for node in started:
+        node.teardown()
+
+
+@pytest.fixture
+def celery_worker(start_celery_worker: Callable[..., CeleryTestWorker]) -> CeleryTestWorker:
+    """The setup's first worker: ``celery -A tasks worker`` on vcrawl's three queues."""
+    return start_celery_worker("vcrawl")

@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-import redis
-
-from tests.cluster import cluster_env, start_worker, stop_worker
-from vcrawl.local_redis import LocalRedis
-from vcrawl.settings import Settings
+from pytest_celery import CeleryTestSetup
 
 pytestmark = pytest.mark.slow
 
-
-def test_a_worker_warns_when_redis_can_lose_data(tmp_path: Path) -> None:
-    with LocalRedis(tmp_path / "redis") as server:
-        client = redis.Redis.from_url(server.url)
-        client.config_set("appendonly", "no")
-        client.config_set("save", "")
-        client.config_set("maxmemory", "100mb")
-        client.config_set("maxmemory-policy", "allkeys-lru")
-        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
-        log = tmp_path / "worker.log"
-        worker = start_worker(env, "careless-redis", log)  # it still starts: a warning, not a refusal
-        stop_worker(worker)
-    text = log.read_text()
-    assert "REDIS CAN LOSE DATA: appendonly is no and save is empty" in text
-    assert "REDIS CAN LOSE DATA: maxmemory-policy is allkeys-lru" in text
+CARELESS_REDIS = {"appendonly": "no", "save": "", "maxmemory": "100mb", "maxmemory-policy": "allkeys-lru"}
 
 
-def test_a_worker_on_a_persistent_redis_does_not_warn(tmp_path: Path) -> None:
-    with LocalRedis(tmp_path / "redis") as server:  # AOF on, noeviction: what the README asks for
-        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
-        log = tmp_path / "worker.log"
-        stop_worker(start_worker(env, "careful-redis", log))
-    assert "REDIS CAN LOSE DATA" not in log.read_text()
+@pytest.mark.parametrize("celery_redis_config", [CARELESS_REDIS], ids=["careless-redis"])
+def test_a_worker_warns_when_redis_can_lose_data(celery_setup: CeleryTestSetup) -> None:
+    assert celery_setup.ready(control=True, docker=True)  # it still starts: a warning, not a refusal
+    celery_setup.worker.assert_log_exists("REDIS CAN LOSE DATA: appendonly is no and save is empty")
+    celery_setup.worker.assert_log_exists("REDIS CAN LOSE DATA: maxmemory-policy is allkeys-lru")
+
+
+def test_a_worker_on_a_persistent_redis_does_not_warn(celery_setup: CeleryTestSetup) -> None:
+    # The setup's Redis has AOF on and noeviction: what the README asks for. The check runs at
+    # worker_init, before the worker answered the ping that made it ready.
+    celery_setup.worker.assert_log_exists(f"{celery_setup.worker.hostname()} ready.")
+    celery_setup.worker.assert_log_does_not_exist("REDIS CAN LOSE DATA")

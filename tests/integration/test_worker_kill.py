@@ -1,21 +1,23 @@
 """A worker SIGKILLed during a slow download: the task is redelivered to a new worker and completes.
 
-Runs against its own redis-server and `celery worker` subprocesses, so the session's
-in-process worker cannot take the task.
+Runs on pytest-celery's ``celery_setup`` (its own redis-server and `celery worker` subprocesses,
+tests/celery_setup.py), so the session's in-process worker cannot take the task.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pytest_celery import CeleryTestSetup, CeleryTestWorker
 
-from tests.cluster import REPO, cluster_env, start_worker, stop_worker, submit, wait_all
+from tests.cluster import REPO, cluster_env, submit, wait_all
 from tests.site import Response, TestSite
 from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
@@ -25,41 +27,41 @@ VISIBILITY_TIMEOUT_S = 6.0
 pytestmark = pytest.mark.slow
 
 
-def test_sigkilled_worker_task_is_redelivered_and_completes(tmp_path: Path) -> None:
-    with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
-        env = cluster_env(
-            Settings(
-                redis_url=server.url,
-                data=str(tmp_path / "data"),
-                min_interval_s=0.0,
-                total_timeout_s=4.0,
-                read_timeout_s=3.0,
-                max_retry_after_s=1.0,
-                visibility_timeout_s=VISIBILITY_TIMEOUT_S,
-            )
-        )
+@pytest.fixture
+def celery_worker_overrides() -> dict[str, Any]:
+    """Short timeouts, so a killed worker's message comes back within seconds."""
+    return {
+        "min_interval_s": 0.0,
+        "total_timeout_s": 4.0,
+        "read_timeout_s": 3.0,
+        "max_retry_after_s": 1.0,
+        "visibility_timeout_s": VISIBILITY_TIMEOUT_S,
+    }
+
+
+def test_sigkilled_worker_task_is_redelivered_and_completes(
+    celery_setup: CeleryTestSetup,
+    celery_worker_env: dict[str, str],
+    start_celery_worker: Callable[..., CeleryTestWorker],
+) -> None:
+    first = celery_setup.worker
+    with TestSite() as site:
         url = site.add_response("/slow.html", Response(b"<a href='/next'>next</a>", delay_s=2.5))
-        first = start_worker(env, "first", tmp_path / "first.log")
-        second = None
-        try:
-            [task_id] = submit(env, [{"url": url}])
-            deadline = time.monotonic() + 20
-            while not site.requests_to("/slow.html") and time.monotonic() < deadline:
-                time.sleep(0.05)
-            assert site.requests_to("/slow.html"), "the first worker never started the download"
+        [task_id] = submit(celery_worker_env, [{"url": url}])
+        deadline = time.monotonic() + 20
+        while not site.requests_to("/slow.html") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert site.requests_to("/slow.html"), "the first worker never started the download"
 
-            os.kill(first.pid, signal.SIGKILL)  # mid-download: the message is still unacked
-            first.wait(10)
-            second = start_worker(env, "second", tmp_path / "second.log")
+        first.kill("SIGKILL")  # mid-download: the message is still unacked
+        assert first.container.status == "exited"
+        second = start_celery_worker("second")
 
-            record = wait_all(env, [task_id], {"analyzed"}, VISIBILITY_TIMEOUT_S + 40)[task_id]
-            assert record["attempts"] == 2  # the killed attempt and the redelivered one
-            assert len(site.requests_to("/slow.html")) == 2
-            assert Path(record["save_path"]).read_bytes() == b"<a href='/next'>next</a>"
-        finally:
-            stop_worker(first)
-            if second is not None:
-                stop_worker(second)
+        record = wait_all(celery_worker_env, [task_id], {"analyzed"}, VISIBILITY_TIMEOUT_S + 40)[task_id]
+        assert record["attempts"] == 2  # the killed attempt and the redelivered one
+        assert len(site.requests_to("/slow.html")) == 2
+        assert Path(record["save_path"]).read_bytes() == b"<a href='/next'>next</a>"
+    second.assert_log_exists(f"Task vcrawl.fetch[{task_id}] succeeded")
 
 
 def test_worker_with_a_clashing_analyzer_plugin_refuses_to_start(tmp_path: Path) -> None:
