@@ -2,6 +2,65 @@
 
 ``tasks/`` (the Celery shell) decodes messages and calls these functions; the CLI and the API reach
 them through the ``tasks`` facade. Below this floor: fetchers, analyzers, frontier, storage, vcrawl.
+
+- ``fetch_one`` (``engine.fetch_step``): the one fetch step, robots.txt to stored body, one outcome per URL.
+- ``analyze_one`` (``engine.analysis_step``): the one analysis step, links and the analyzer's result.
+- ``run_fetch_batch`` / ``fold_release`` (``engine.batch``): a job's fetch batch and its lease's release.
+- ``run_analyze_batch`` (``engine.analysis_batch``): a job's analysis batch, retries and admission.
+- ``run_single_fetch`` / ``analyze_page`` (``engine.single``): a single ``crawl.delay`` task's steps.
+- ``engine.jobs``: job runtime, admission, status; ``engine.trail``: a single task's status trail;
+  ``engine.pump``: the frontier pump; ``engine.cycles``: scheduled cycles; ``engine.alerts``: alerts.
 """
 
 from __future__ import annotations
+
+from engine.analysis_batch import AnalysisRetry, CarriedAnalysis, abandon_analysis, run_analyze_batch
+from engine.analysis_step import Analysis, analyze_one
+from engine.batch import CrawlEnv, fetch_context, fold_release, run_fetch_batch
+from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, read_robots_rules, stops_batch
+from engine.outcomes import (
+    Failed,
+    FetchOutcome,
+    Redirected,
+    Retry,
+    RobotsBlocked,
+    RobotsFetched,
+    Stored,
+    Unchanged,
+    Visit,
+)
+from engine.single import ComeBack, SingleEnv, analyze_page, fetch_single, run_single_fetch, validate
+
+__all__ = [
+    "Analysis",
+    "AnalysisRetry",
+    "CarriedAnalysis",
+    "ComeBack",
+    "CrawlEnv",
+    "Cycle",
+    "Failed",
+    "FetchContext",
+    "FetchItem",
+    "FetchOutcome",
+    "Redirected",
+    "Retry",
+    "RobotsBlocked",
+    "RobotsFetched",
+    "SingleEnv",
+    "Stored",
+    "Unchanged",
+    "Visit",
+    "abandon_analysis",
+    "analyze_one",
+    "analyze_page",
+    "fetch_context",
+    "fetch_one",
+    "fetch_single",
+    "fold_release",
+    "read_robots_rules",
+    "run_analyze_batch",
+    "run_fetch_batch",
+    "run_single_fetch",
+    "stops_batch",
+    "validate",
+]
