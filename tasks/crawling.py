@@ -32,6 +32,7 @@ from fetchers import (
 )
 from frontier import (
     Batch,
+    BatchRelease,
     Entry,
     Frontier,
     History,
@@ -107,16 +108,18 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     if batch.cycle:
         nothing["cycle"] = batch.cycle
     run = _BatchRun([], [], [], Counter())
-    started = env.frontier.start_lease(job_id, batch.batch_id, lease_ms(runtime))
+    started = env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime))
     if started == "stale":
-        handed_on = env.frontier.handed_on(job_id, batch.batch_id)
+        handed_on = env.frontier.queue.handed_on(job_id, batch.batch_id)
         if handed_on is not None:  # released, but its worker died before it sent the analysis
             logger.warning("job %s: batch %s was fetched before; its analysis goes again", job_id, batch.batch_id)
             return handed_on
         logger.warning("job %s: batch %s came after its lease ran out; skipped", job_id, batch.batch_id)
         return nothing  # its URLs went back to the queue
     if started == "stopped":  # cancelled while the batch waited in the queue: give it back
-        env.frontier.release(job_id, batch, pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+        env.frontier.queue.release(
+            job_id, batch, BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+        )
         return nothing
     if runtime.cycle:
         assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
@@ -127,7 +130,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         # which spares a Redis round trip per URL when the host answers fast.
         if index > 0 and env.clock() - checked_at >= _STATE_CHECK_S:
             checked_at = env.clock()
-            if not env.frontier.is_running(job_id, batch.cycle):  # hand the rest back
+            if not env.frontier.jobs.is_running(job_id, batch.cycle):  # hand the rest back
                 run.requeue.extend(batch.entries[index:])
                 break
         if entry.not_before_s > env.clock():  # a retry still in its Retry-After: the host's other URLs go first
@@ -139,21 +142,23 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     pause, host_delay_s = _host_wait_s(env, runtime, run)
     result = {**nothing, "pages": run.pages, "redirects": run.redirects}
     handed_on = json.dumps(result, separators=(",", ":")) if run.pages or run.redirects else ""
-    released = env.frontier.release(
+    released = env.frontier.queue.release(
         job_id,
         batch,
-        pause_ms=pause * 1000,
-        host_delay_ms=host_delay_s * 1000,
-        done=run.done,
-        requeue=run.requeue,
-        requeue_back=run.requeue_back,
-        counters=run.counters,
-        crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
-        history=run.revisited,
-        failures=[{"url": url, "reason": reason, "at": round(env.clock(), 3)} for url, reason in run.failures],
-        host_done=run.done + len(run.pages) + len(run.redirects),
-        fetched=run.last_start is not None,  # else its Crawl-delay (or unknown robots.txt) still holds
-        handed_on=handed_on,
+        BatchRelease(
+            pause_ms=pause * 1000,
+            host_delay_ms=host_delay_s * 1000,
+            done=run.done,
+            requeue=tuple(run.requeue),
+            requeue_back=tuple(run.requeue_back),
+            counters=run.counters,
+            crawl_delay_s=run.crawl_delay_s if runtime.spec.politeness.obey_robots else None,
+            history=run.revisited,
+            failures=tuple({"url": url, "reason": reason, "at": round(env.clock(), 3)} for url, reason in run.failures),
+            host_done=run.done + len(run.pages) + len(run.redirects),
+            fetched=run.last_start is not None,  # else its Crawl-delay (or unknown robots.txt) still holds
+            handed_on=handed_on,
+        ),
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing
@@ -191,7 +196,7 @@ def _host_wait_s(env: CrawlEnv, runtime: JobRuntime, run: _BatchRun) -> tuple[fl
 def _check_host(env: CrawlEnv, runtime: JobRuntime, host: str, failures: list[tuple[str, str]]) -> None:
     """Alert (once per window) when most of a host's URLs fail: the site is down or blocking us."""
     rate, at_least = env.host_alert
-    done, failed = env.frontier.host_totals(runtime.job_id, host)
+    done, failed = env.frontier.stats.host_totals(runtime.job_id, host)
     if done < at_least or failed < rate * done:
         return
     reasons = Counter(reason for _, reason in failures)
