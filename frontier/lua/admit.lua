@@ -2,7 +2,7 @@
 --
 -- KEYS: meta, ready, next, busy, admit_tokens, bloom segment (1..s), queue (host 1..n), delays,
 --       history, due
--- ARGV (built by frontier.queue._admit_argv):
+-- ARGV (built by frontier.queue._admit_call):
 --   1 max_pages   2 per_host   3 done   4 token ('' for none)   5 hashes (Bloom k)
 --   6 n_segments   7 n_counters   8 history_mode   9 cycle   10 n_history
 --   then [counter name, increment] * n_counters,
