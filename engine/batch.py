@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.alerts import Alert, Alerter
@@ -22,7 +22,7 @@ from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, stops_b
 from engine.jobs import JobRuntime, RuntimeCache, lease_ms
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, Stored
 from fetchers import FetcherRegistry, ProxyHealth
-from frontier import Batch, Entry, Frontier, History, RobotsCache, UrlHistory
+from frontier import Batch, BatchRelease, Entry, Frontier, History, RobotsCache, UrlHistory
 from storage import Storage, job_page_location
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
@@ -93,16 +93,17 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     """Fetch a leased batch, store its pages, release the lease; return what analysis needs."""
     runtime = env.runtimes.get(job_id, batch.cycle)
     nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
-    started = env.frontier.start_lease(job_id, batch.batch_id, lease_ms(runtime))
+    started = env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime))
     if started == "stale":
-        handed_on = env.frontier.handed_on(job_id, batch.batch_id)
+        handed_on = env.frontier.queue.handed_on(job_id, batch.batch_id)
         if handed_on is not None:  # released, but its worker died before it sent the analysis
             logger.warning("job %s: batch %s was fetched before; its analysis goes again", job_id, batch.batch_id)
             return handed_on
         logger.warning("job %s: batch %s came after its lease ran out; skipped", job_id, batch.batch_id)
         return nothing.to_dict()  # its URLs went back to the queue
     if started == "stopped":  # cancelled while the batch waited in the queue: give it back
-        env.frontier.release(job_id, batch, pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+        handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+        env.frontier.queue.release(job_id, batch, handed_back)
         return nothing.to_dict()
     outcomes, handed_back, waiting = _fetch_entries(env, runtime, batch)
     release = fold_release(outcomes, handed_back, waiting, runtime, env.clock)
@@ -117,13 +118,15 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     handed_on = json.dumps(result, separators=(",", ":")) if fetched.done else ""
     now = round(env.clock(), 3)
     failures = [(outcome.entry.url, outcome.reason) for outcome in outcomes if isinstance(outcome, Failed)]
-    released = env.frontier.release(
+    released = env.frontier.queue.release(
         job_id,
         batch,
-        **release,
-        failures=[{"url": url, "reason": reason, "at": now} for url, reason in failures],
-        host_done=release["done"] + fetched.done,
-        handed_on=handed_on,
+        replace(
+            release,
+            failures=tuple({"url": url, "reason": reason, "at": now} for url, reason in failures),
+            host_done=release.done + fetched.done,
+            handed_on=handed_on,
+        ),
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing.to_dict()
@@ -150,7 +153,7 @@ def _fetch_entries(
         # which spares a Redis round trip per URL when the host answers fast.
         if index > 0 and env.clock() - checked_at >= _STATE_CHECK_S:
             checked_at = env.clock()
-            if not env.frontier.is_running(runtime.job_id, batch.cycle):  # hand the rest back
+            if not env.frontier.jobs.is_running(runtime.job_id, batch.cycle):  # hand the rest back
                 handed_back.extend(batch.entries[index:])
                 break
         if entry.not_before_s > env.clock():  # a retry still in its Retry-After: the host's other URLs go first
@@ -172,8 +175,8 @@ def fold_release(
     waiting: Sequence[Entry],
     runtime: JobRuntime,
     clock: Callable[[], float] = time.time,
-) -> dict[str, Any]:
-    """Fold a batch's outcomes into the arguments of ``Frontier.release`` (named as it names them).
+) -> BatchRelease:
+    """Fold a batch's outcomes into the release of its lease.
 
     Stored pages and redirects are finished by the analysis; every other final outcome is ``done``
     now. Retries of a struggling host and a URL whose robots.txt read took the slot go first again;
@@ -225,17 +228,17 @@ def fold_release(
         # Counted from the release (Redis time, after the last response ended), the next request
         # to the host can never come early, however late in its slot this batch's request went out.
         host_delay_s = max(host_delay_s, pause)
-    return {
-        "pause_ms": pause * 1000,
-        "host_delay_ms": host_delay_s * 1000,
-        "done": done,
-        "requeue": requeue,
-        "requeue_back": requeue_back,
-        "counters": counters,
-        "crawl_delay_s": crawl_delay_s if obey_robots else None,
-        "history": history,
-        "fetched": fetched,  # else its Crawl-delay (or unknown robots.txt) still holds
-    }
+    return BatchRelease(
+        pause_ms=pause * 1000,
+        host_delay_ms=host_delay_s * 1000,
+        done=done,
+        requeue=tuple(requeue),
+        requeue_back=tuple(requeue_back),
+        counters=counters,
+        crawl_delay_s=crawl_delay_s if obey_robots else None,
+        history=history,
+        fetched=fetched,  # else its Crawl-delay (or unknown robots.txt) still holds
+    )
 
 
 def _redirect_link(outcome: Redirected) -> RedirectLink:
@@ -246,7 +249,7 @@ def _redirect_link(outcome: Redirected) -> RedirectLink:
 def _check_host(env: CrawlEnv, runtime: JobRuntime, host: str, failures: list[tuple[str, str]]) -> None:
     """Alert (once per window) when most of a host's URLs fail: the site is down or blocking us."""
     rate, at_least = env.host_alert
-    done, failed = env.frontier.host_totals(runtime.job_id, host)
+    done, failed = env.frontier.stats.host_totals(runtime.job_id, host)
     if done < at_least or failed < rate * done:
         return
     reasons = Counter(reason for _, reason in failures)

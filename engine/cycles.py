@@ -44,10 +44,12 @@ def start_cycle(
     """
     check_job(spec, fetchers)
     bloom_keys = set(job_bloom(spec, client).keys)
-    previous = frontier.raw_state(spec.id).get("spec")
+    previous = frontier.jobs.raw_state(spec.id).get("spec")
     if previous:  # the last cycle's filter may have had another size
         bloom_keys.update(job_bloom(JobSpec.from_dict(json.loads(previous)), client).keys)
-    started = frontier.new_cycle(spec.id, spec.to_json(), firing=firing, overlap=overlap, bloom_keys=sorted(bloom_keys))
+    started = frontier.jobs.new_cycle(
+        spec.id, spec.to_json(), firing=firing, overlap=overlap, bloom_keys=sorted(bloom_keys)
+    )
     if started.status == "one-off":
         raise InvalidTask("id", f"{spec.id!r} is a one-off job's id; a schedule needs a name of its own")
     if started.status == "skipped":
@@ -67,6 +69,6 @@ def start_cycle(
         admit_links(runtime, frontier, due, done=0, token=f"{token}:due:{index}", counters=Counter(), known=True)
     # Release the hold the cycle started with: from here on it may complete.
     admit_links(runtime, frontier, [], done=1, token=f"{token}:started", counters=Counter())
-    frontier.finish_start(spec.id, started.cycle)
+    frontier.jobs.finish_start(spec.id, started.cycle)
     logger.info("job %s: cycle %d %s, %d known URLs due", spec.id, started.cycle, started.status, started.due)
     return started

@@ -17,6 +17,7 @@ from engine.validation import check_rule
 from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher, proxy_stats
 from frontier import (
     Admission,
+    AdmitRequest,
     BloomFilter,
     Candidate,
     Entry,
@@ -28,7 +29,7 @@ from frontier import (
     host_key,
     reject_reason,
 )
-from vcrawl import redis_keys
+from vcrawl import names, redis_keys
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec, LimitsSpec
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
@@ -202,10 +203,10 @@ class RuntimeCache:
             runtime, checked = cached
             if self._clock() - checked < self._recheck_s:
                 return runtime
-            if self._frontier.spec_rev(job_id) == runtime.spec_rev:
+            if self._frontier.jobs.spec_rev(job_id) == runtime.spec_rev:
                 self._cache[(job_id, cycle)] = (runtime, self._clock())
                 return runtime
-        state = self._frontier.raw_state(job_id)
+        state = self._frontier.jobs.raw_state(job_id)
         if not state.get("spec"):
             raise InvalidTask("job", f"no job {job_id!r}")
         spec = JobSpec.from_dict(json.loads(state["spec"]))
@@ -284,19 +285,21 @@ def admit_links(
     for index, chunk in enumerate(chunks):
         last = index == len(chunks) - 1
         chunk_token = f"{token}:final" if last else f"{token}:{index}"
-        admission = frontier.admit(
+        admission = frontier.queue.admit(
             runtime.job_id,
-            chunk,
-            bloom=runtime.bloom,
-            max_pages=runtime.spec.max_pages,
-            per_host=runtime.spec.politeness.per_host,
-            done=done if last else 0,  # finish the pages only after all their links are queued
-            token=chunk_token if token else "",
-            counters=counters if index == 0 else None,
-            history_mode=history_mode,
-            cycle=runtime.cycle,
-            history=history if last else None,  # with the pages it finishes
-            analysed_batch=analysed_batch if last else None,
+            AdmitRequest(
+                chunk,
+                bloom=runtime.bloom,
+                max_pages=runtime.spec.max_pages,
+                per_host=runtime.spec.politeness.per_host,
+                done=done if last else 0,  # finish the pages only after all their links are queued
+                token=chunk_token if token else "",
+                counters=counters if index == 0 else {},
+                history_mode=history_mode,
+                cycle=runtime.cycle,
+                history=(history or {}) if last else {},  # with the pages it finishes
+                analysed_batch=analysed_batch if last else None,
+            ),
         )
         if admission.admitted + admission.duplicates == len(chunk):
             in_filter.extend(chunk)  # each one is in the filter now
@@ -316,7 +319,7 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     """
     check_job(spec, fetchers)
     now = time.time()
-    if not frontier.create(spec.id, spec.to_json(), now):
+    if not frontier.jobs.create(spec.id, spec.to_json(), now):
         raise InvalidTask("id", f"a job {spec.id!r} exists already")
     runtime = runtimes.get(spec.id)
     seeds = [(seed, 0, runtime.limits.max_redirects) for seed in spec.seeds]
@@ -340,7 +343,7 @@ def reconfigure(frontier: Frontier, job_id: str, changes: Mapping[str, Any]) -> 
         InvalidTask: a key that cannot change live, a bad value (naming its path), or no such
             running job (``job``).
     """
-    raw = frontier.raw_state(job_id)
+    raw = frontier.jobs.raw_state(job_id)
     if not raw.get("spec"):
         raise InvalidTask("job", f"no job {job_id!r}")
     if not isinstance(changes, Mapping) or not changes:
@@ -359,21 +362,21 @@ def reconfigure(frontier: Frontier, job_id: str, changes: Mapping[str, Any]) -> 
         else:
             data[key] = value
     spec = JobSpec.from_dict(data)
-    if frontier.update_spec(job_id, spec.to_json()) is None:
+    if frontier.jobs.update_spec(job_id, spec.to_json()) is None:
         raise InvalidTask("job", f"job {job_id!r} is not running or paused")
     return spec
 
 
 def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
     """State and counters of a job, or None if unknown."""
-    raw = frontier.raw_state(job_id)
+    raw = frontier.jobs.raw_state(job_id)
     if not raw:
         return None
     counters = Counter({name: int(value) for name, value in raw.items() if _is_counter(name, value)})
-    failed = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("failed:")}
-    filtered = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith("filtered:")}
-    analysis_failed = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith("analysis_failed:")}
-    statuses = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith("status:")}
+    failed = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith(names.PREFIX_FAILED)}
+    filtered = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith(names.PREFIX_FILTERED)}
+    analysis_failed = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith(names.PREFIX_ANALYSIS_FAILED)}
+    statuses = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith(names.PREFIX_STATUS)}
     created = float(raw.get("created_at", "0"))
     finished = float(raw["finished_at"]) if raw.get("finished_at") else None
     spec = json.loads(raw.get("spec", "{}"))
@@ -387,8 +390,8 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
         "admitted": counters["admitted"],
         "queued": max(0, counters["queued_now"]),
         "pending": max(0, counters["pending"]),
-        "in_flight_batches": frontier.in_flight(job_id),
-        "hosts": frontier.hosts_seen(job_id),
+        "in_flight_batches": frontier.queue.in_flight(job_id),
+        "hosts": frontier.stats.hosts_seen(job_id),
         "pages_fetched": counters["fetched"],
         "pages_stored": counters["stored"],
         "failed": failed,
@@ -407,6 +410,8 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
         "proxies": proxy_stats(counters),  # per proxy (password masked): ok, failed (its fault), errors
         "spec_rev": counters["spec_rev"],
     }
+    if raw.get(names.META_ERROR):  # a failed job says why
+        status["error"] = raw[names.META_ERROR]
     if raw.get("cycle"):
         status.update(
             cycle=int(raw["cycle"]),
@@ -414,7 +419,7 @@ def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
             skipped_firings=int(raw.get("skipped_firings") or 0),
             **{name: counters[name] for name in CYCLE_COUNTERS},
         )
-        status["cycles"] = [*(_past_cycle(past) for past in frontier.cycles(job_id)), _current_cycle(status)]
+        status["cycles"] = [*(_past_cycle(past) for past in frontier.jobs.cycles(job_id)), _current_cycle(status)]
     return status
 
 
@@ -444,8 +449,7 @@ def _current_cycle(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def _is_counter(name: str, value: str) -> bool:
-    skip = {"spec", "state", "created_at", "finished_at", "started_at", "firing", "last_skipped_at", "progress_at"}
-    return name not in skip and (value.lstrip("-").isdigit())
+    return name not in names.TEXT_FIELDS and (value.lstrip("-").isdigit())
 
 
 def _add(a: Admission, b: Admission) -> Admission:

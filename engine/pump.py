@@ -80,19 +80,19 @@ class FrontierPump:
             self._last_reclaim = now
         next_due: float | None = None
         dispatched = 0
-        for job_id in self._frontier.running_jobs():
+        for job_id in self._frontier.jobs.running_jobs():
             try:
-                runtime = self._runtimes.get(job_id, self._frontier.cycle(job_id))
+                runtime = self._runtimes.get(job_id, self._frontier.jobs.cycle(job_id))
             except VcrawlError as exc:
                 logger.warning("pump: skipping job %s: %s", job_id, exc)
                 continue
             interval_ms = runtime.spec.politeness.min_interval_s * 1000
             if reclaim:
-                requeued, failed = self._frontier.reclaim_expired(job_id, runtime.limits.retries + 1, interval_ms)
+                requeued, failed = self._frontier.queue.reclaim_expired(job_id, runtime.limits.retries + 1, interval_ms)
                 if requeued or failed:
                     logger.warning("job %s: leases ran out: %d URLs requeued, %d failed", job_id, requeued, failed)
                 self._check_stuck(job_id, now)
-            result = self._frontier.pump(
+            result = self._frontier.queue.pump(
                 job_id,
                 max_batches=_MAX_BATCHES_PER_CALL,
                 batch_size=runtime.batch_size,
@@ -102,7 +102,7 @@ class FrontierPump:
                 cap=self._settings.frontier_inflight,
             )
             if result.stopped:
-                self._frontier.forget_if_stopped(job_id, runtime.bloom.keys)
+                self._frontier.jobs.forget_if_stopped(job_id, runtime.bloom.keys)
                 continue
             producer = self._producer() if (self._producer and result.batches) else None
             try:
@@ -122,7 +122,7 @@ class FrontierPump:
         return next_due
 
     def _check_stuck(self, job_id: str, now: float) -> None:
-        stalled_s = self._frontier.stalled_s(job_id, now)
+        stalled_s = self._frontier.stats.stalled_s(job_id, now)
         if self._alert is None or stalled_s < self._settings.alert_stuck_s:
             return
         self._alert(
@@ -134,7 +134,7 @@ class FrontierPump:
                 details={
                     "job": job_id,
                     "stalled_s": round(stalled_s),
-                    "in_flight_batches": self._frontier.in_flight(job_id),
+                    "in_flight_batches": self._frontier.queue.in_flight(job_id),
                 },
             ),
         )
@@ -157,7 +157,7 @@ class FrontierPump:
                 continue
             timeout = self._max_sleep_s if wait_s is None else min(self._max_sleep_s, wait_s - _REDIS_TICK_S)
             try:
-                self._frontier.wait_for_work(timeout)
+                self._frontier.queue.wait_for_work(timeout)
             except Exception:
                 logger.exception("frontier pump wait failed")
                 self._stop.wait(1.0)

@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from frontier.dedup import BloomFilter, RecentUrls, bloom_bits, bloom_hashes, expected_fpr
 from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, reject_reason
+from frontier.frontier import Frontier
 from frontier.history import History, UrlHistory, content_hash, next_interval, parse_http_date
+from frontier.lifecycle import JobLifecycle
 from frontier.politeness import HostGate
-from frontier.queue import Admission, Batch, Candidate, CycleStart, Entry, Frontier, PumpResult
+from frontier.queue import FrontierQueue
+from frontier.records import (
+    Admission,
+    AdmitRequest,
+    Batch,
+    BatchRelease,
+    Candidate,
+    CycleStart,
+    Entry,
+    PumpResult,
+)
 from frontier.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsResponse, RobotsRules, read_robots, robots_url
+from frontier.statistics import FrontierStats
 from frontier.urls import DEFAULT_TRACKING_PARAMS, canonical_url, host_key, origin
 
 __all__ = [
@@ -16,14 +29,19 @@ __all__ = [
     "MAX_ROBOTS_BYTES",
     "REASONS",
     "Admission",
+    "AdmitRequest",
     "Batch",
+    "BatchRelease",
     "BloomFilter",
     "Candidate",
     "CycleStart",
     "Entry",
     "Frontier",
+    "FrontierQueue",
+    "FrontierStats",
     "History",
     "HostGate",
+    "JobLifecycle",
     "PumpResult",
     "RecentUrls",
     "RobotsCache",

@@ -1,10 +1,10 @@
 """Seen-URL filter: a Bloom filter in Redis bitmaps, split over several keys (segments).
 
 Debian's Redis has no Bloom module, so the filter is plain strings read and written with
-``BITFIELD`` from one Lua script. Every URL belongs to exactly one segment and all its k
-bits live there, so one check-and-add touches one key: segments can sit on different
-Redis Cluster nodes (each key carries its own hash tag ``{<name>:<i>}``) and no string
-comes near Redis's 512 MB limit.
+``BITFIELD`` from one Lua script (``frontier/lua/bloom_check_and_add.lua``). Every URL
+belongs to exactly one segment and all its k bits live there, so one check-and-add touches
+one key: segments can sit on different Redis Cluster nodes (each key carries its own hash
+tag ``{<name>:<i>}``) and no string comes near Redis's 512 MB limit.
 
 Hashing happens in Python: ``blake2b`` (128 bits) gives two 64-bit words h1, h2. The
 segment is ``h1 % segments``; the first offset is ``(h1 // segments) % segment_bits``
@@ -30,6 +30,7 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
+from frontier.scripts import lua_source
 from vcrawl import redis_keys
 
 __all__ = [
@@ -51,37 +52,6 @@ MAX_SEGMENT_BITS = 2**32
 
 MAX_BATCH = 1000
 """Advised most URLs per batch: a script call blocks Redis ~10 us per URL at k=7, ~25 us at k=20."""
-
-# KEYS[1]: one segment. ARGV[1]: k; ARGV[2]: "1" to add, "0" to only test; then k offsets
-# per URL. URLs are handled in order, so a URL repeated in one batch is new only the first
-# time. BITFIELD_RO reads first: a URL already present costs no write (and nothing is
-# replicated or appended to the AOF for it).
-_CHECK_AND_ADD = """
-local key = KEYS[1]
-local k = tonumber(ARGV[1])
-local add = ARGV[2] == '1'
-local get, set, out = {}, {}, {}
-for j = 1, k do
-  get[3 * j - 2] = 'GET'; get[3 * j - 1] = 'u1'
-  set[4 * j - 3] = 'SET'; set[4 * j - 2] = 'u1'; set[4 * j] = 1
-end
-local p = 3
-for u = 1, (#ARGV - 2) / k do
-  for j = 1, k do get[3 * j] = ARGV[p + j - 1] end
-  local bits = redis.call('BITFIELD_RO', key, unpack(get))
-  local seen = 1
-  for j = 1, k do
-    if bits[j] == 0 then seen = 0; break end
-  end
-  if seen == 0 and add then
-    for j = 1, k do set[4 * j - 1] = ARGV[p + j - 1] end
-    redis.call('BITFIELD', key, unpack(set))
-  end
-  out[u] = seen
-  p = p + k
-end
-return out
-"""
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +135,7 @@ class BloomFilter:
         self._redis = client
         key_of = segment_key if segment_key is not None else lambda index: redis_keys.bloom_segment(name, index)
         self._keys = tuple(key_of(i) for i in range(self._segments))
-        self._script: Script = client.register_script(_CHECK_AND_ADD)
+        self._script: Script = client.register_script(lua_source("bloom_check_and_add"))
         logger.debug(
             "bloom filter %s: %d items at %g -> %d bits in %d segment(s), %d hashes",
             name, capacity, error_rate, self.bits, self._segments, self._hashes,

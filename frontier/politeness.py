@@ -17,46 +17,13 @@ from collections.abc import Callable
 
 import redis
 
+from frontier.scripts import lua_source
 from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy
 
 __all__ = ["HostGate"]
 
 logger = logging.getLogger(__name__)
-
-# KEYS: next (the reservation chain), free (a pause after the last request ended), busy
-# ARGV: now_ms, pause_ms, reserved_ms (or -1), busy_ms
-# Returns 0 to start now, else the time (ms) to come back at, holding or taking a reservation.
-_RESERVE = """
-local now, pause = tonumber(ARGV[1]), tonumber(ARGV[2])
-local reserved, busy_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
-local nxt = tonumber(redis.call('GET', KEYS[1]) or '0')
-local free = tonumber(redis.call('GET', KEYS[2]) or '0')
-local busy = redis.call('EXISTS', KEYS[3]) == 1
-if reserved >= 0 and reserved <= now then
-  -- our slot has come: start if the host is idle and rested, else keep our place in line
-  if busy then return now + pause end
-  if now < free then return free end
-  redis.call('SET', KEYS[3], '1', 'PX', busy_ms)
-  return 0
-end
-if not busy and now >= free and nxt <= now then
-  redis.call('SET', KEYS[3], '1', 'PX', busy_ms)
-  redis.call('SET', KEYS[1], now + pause, 'PX', pause + busy_ms)
-  return 0
-end
-local slot = math.max(nxt, free, now + 1)
-redis.call('SET', KEYS[1], slot + pause, 'PX', slot + pause - now + busy_ms)
-return slot
-"""
-
-# KEYS: next, free, busy   ARGV: now_ms, pause_ms, busy_ms
-_RELEASE = """
-local now, pause, busy_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('DEL', KEYS[3])
-redis.call('SET', KEYS[2], now + pause, 'PX', pause + busy_ms)
-return 1
-"""
 
 
 class HostGate:
@@ -73,8 +40,8 @@ class HostGate:
         self._policy = policy
         self._busy_ms = int(busy_s * 1000)  # a crashed worker's marker expires after this
         self._rand, self._clock = rand, clock
-        self._reserve = client.register_script(_RESERVE)
-        self._release = client.register_script(_RELEASE)
+        self._reserve = client.register_script(lua_source("gate_reserve"))
+        self._release = client.register_script(lua_source("gate_release"))
 
     def reserve(self, host: str, reserved_ms: int | None = None, pause_s: float | None = None) -> int:
         """Start a request to ``host`` now (returns 0), or reserve a later slot (returns its time in ms).

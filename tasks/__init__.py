@@ -79,17 +79,17 @@ def job_status(job_id: str) -> dict[str, Any] | None:
 
 def cancel_job(job_id: str) -> bool:
     """Stop dispatching a job at once (in-flight fetches finish and are counted); False if not running."""
-    return deps.frontier().cancel(job_id, time.time())
+    return deps.frontier().jobs.cancel(job_id, time.time())
 
 
 def pause_job(job_id: str) -> bool:
     """Stop dispatching a job until ``resume_job`` (in-flight fetches finish); False if not running."""
-    return deps.frontier().pause(job_id, time.time())
+    return deps.frontier().jobs.pause(job_id, time.time())
 
 
 def resume_job(job_id: str) -> str | None:
     """Dispatch a paused job again; returns its state (``running`` or ``completed``), None if not paused."""
-    return deps.frontier().resume(job_id)
+    return deps.frontier().jobs.resume(job_id)
 
 
 def reconfigure_job(job_id: str, changes: Mapping[str, Any]) -> JobSpec:

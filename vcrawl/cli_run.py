@@ -149,7 +149,7 @@ def _resume(run: _LocalRun, job_id: str) -> int:
 
     status = tasks.job_status(job_id)
     if status is None:
-        known = ", ".join(tasks.deps.frontier().jobs(limit=10)) or "none"
+        known = ", ".join(tasks.deps.frontier().jobs.jobs(limit=10)) or "none"
         print(f"vcrawl: no job {job_id!r} in the saved state of {run.data_dir} (jobs there: {known})",
               file=sys.stderr)  # fmt: skip
         return 1
@@ -346,8 +346,8 @@ class _LocalRun:
         import tasks
 
         frontier = tasks.deps.frontier()
-        return [job for job in frontier.jobs(limit=1000)
-                if frontier.raw_state(job).get("state") in ("paused", "running")]  # fmt: skip
+        return [job for job in frontier.jobs.jobs(limit=1000)
+                if frontier.jobs.raw_state(job).get("state") in ("paused", "running")]  # fmt: skip
 
     def _discard_if_done(self) -> None:
         if self._discard_state and self.home is not None:

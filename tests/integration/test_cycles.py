@@ -211,23 +211,25 @@ def test_a_page_whose_analysis_failed_is_fetched_in_full_and_analysed_again(site
 
 
 def test_a_late_admission_from_an_earlier_cycle_changes_nothing(site: TestSite) -> None:
-    from frontier import Candidate, Entry, UrlHistory
+    from frontier import AdmitRequest, Candidate, Entry, UrlHistory
 
     site.add_versioned("/", page(title="home"))
     spec = job(site, "cycles-late", revisit=ALWAYS_DUE)
     run_cycle(spec)
     second = run_cycle(spec)
     runtime = tasks.deps.runtimes().get("cycles-late", 2)
-    late = tasks.deps.frontier().admit(
+    late = tasks.deps.frontier().queue.admit(
         "cycles-late",
-        [Candidate("x", Entry(site.url("/late")))],
-        bloom=runtime.bloom,
-        max_pages=100,
-        per_host=1,
-        done=1,
-        token="a:from-cycle-1",
-        cycle=1,
-        history={site.url("/new-in-1"): UrlHistory(2, 1.0, 0.0, '"v1"', 0, "00ff")},
+        AdmitRequest(
+            [Candidate("x", Entry(site.url("/late")))],
+            bloom=runtime.bloom,
+            max_pages=100,
+            per_host=1,
+            done=1,
+            token="a:from-cycle-1",
+            cycle=1,
+            history={site.url("/new-in-1"): UrlHistory(2, 1.0, 0.0, '"v1"', 0, "00ff")},
+        ),
     )
     assert late.repeated and late.admitted == 0
     after = tasks.job_status("cycles-late")
@@ -245,7 +247,7 @@ def test_a_start_that_died_half_way_is_finished_by_the_next_firing(site: TestSit
     frontier = tasks.deps.frontier()
     bloom_keys = tasks.deps.runtimes().get("cycles-half-started", 1).bloom.keys
     spec_json = json.dumps({**spec, "id": "cycles-half-started"})
-    dead = frontier.new_cycle("cycles-half-started", spec_json, firing="dead", bloom_keys=bloom_keys)
+    dead = frontier.jobs.new_cycle("cycles-half-started", spec_json, firing="dead", bloom_keys=bloom_keys)
     assert dead.status == "started" and tasks.job_status("cycles-half-started")["pending"] == 1
     resumed = fire(spec)
     assert resumed["status"] == "resumed" and resumed["cycle"] == 2

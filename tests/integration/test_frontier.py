@@ -15,8 +15,8 @@ import redis
 
 from engine.analysis_batch import abandon_analysis
 from engine.batch import CrawlEnv
-from engine.jobs import admit_links, build_runtime
-from frontier import Batch, Candidate, Entry, Frontier
+from engine.jobs import admit_links, build_runtime, job_status
+from frontier import AdmitRequest, Batch, BatchRelease, Candidate, Entry, Frontier, FrontierQueue
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.local_redis import LocalRedis
@@ -37,12 +37,12 @@ def client(private_redis: LocalRedis) -> redis.Redis:
 
 def _job(client: redis.Redis, frontier: Frontier, **spec: Any) -> Any:
     job = JobSpec.from_dict({"id": f"t-{uuid.uuid4().hex[:8]}", "seeds": ["http://a.test/"], **spec})
-    assert frontier.create(job.id, job.to_json(), time.time())
+    assert frontier.jobs.create(job.id, job.to_json(), time.time())
     return build_runtime(job, Settings(), session=None, client=client)
 
 
 def _status(frontier: Frontier, job_id: str) -> dict[str, str]:
-    return frontier.raw_state(job_id)
+    return frontier.jobs.raw_state(job_id)
 
 
 def test_a_reclaimed_lease_is_requeued_and_its_late_batch_counts_nothing(client: redis.Redis) -> None:
@@ -50,23 +50,25 @@ def test_a_reclaimed_lease_is_requeued_and_its_late_batch_counts_nothing(client:
     runtime = _job(client, frontier, politeness={"min_interval_s": 0})
     urls = ["http://a.test/1", "http://a.test/2"]
     admit_links(runtime, frontier, [(u, 0, 5) for u in urls], done=0, token="seeds", counters=Counter(), seeds=True)
-    [batch] = frontier.pump(runtime.job_id, max_batches=4, batch_size=1, per_host=1, interval_ms=0, lease_ms=1,
-                            cap=8).batches  # fmt: skip
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=4, batch_size=1, per_host=1, interval_ms=0, lease_ms=1,
+                                  cap=8).batches  # fmt: skip
     time.sleep(0.01)
 
-    assert frontier.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (1, 0)
+    assert frontier.queue.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (1, 0)
     # The worker that held the lease comes back late: it must neither start nor count.
-    assert frontier.start_lease(runtime.job_id, batch.batch_id, 60_000) == "stale"
-    assert frontier.release(runtime.job_id, batch, pause_ms=0, done=1, counters={"fetched": 1}) is None
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000) == "stale"
+    late = BatchRelease(pause_ms=0, done=1, counters={"fetched": 1})
+    assert frontier.queue.release(runtime.job_id, batch, late) is None
     state = _status(frontier, runtime.job_id)
     assert state["state"] == "running" and state["pending"] == "2" and "fetched" not in state
     assert state["lease_expired"] == "1"
     # The URL comes back first, with one more attempt; after too many it fails and is finished.
-    again = frontier.pump(runtime.job_id, max_batches=4, batch_size=2, per_host=1, interval_ms=0, lease_ms=1, cap=8)
+    again = frontier.queue.pump(runtime.job_id, max_batches=4, batch_size=2, per_host=1, interval_ms=0, lease_ms=1,
+                                cap=8)  # fmt: skip
     [entry] = [entry for b in again.batches for entry in b.entries]
     assert (entry.url, entry.attempt) == (batch.entries[0].url, 1)
     time.sleep(0.01)
-    assert frontier.reclaim_expired(runtime.job_id, max_attempts=1, interval_ms=0) == (0, 1)
+    assert frontier.queue.reclaim_expired(runtime.job_id, max_attempts=1, interval_ms=0) == (0, 1)
     state = _status(frontier, runtime.job_id)
     assert state["failed:lease_expired"] == "1" and state["pending"] == "1"
 
@@ -83,7 +85,7 @@ def test_concurrent_admissions_admit_each_url_once(client: redis.Redis, private_
             order = urls[seed * 37 % 300 :] + urls[: seed * 37 % 300]
             for start in range(0, 300, 50):
                 chunk = [Candidate("a.test", Entry(url)) for url in order[start : start + 50]]
-                own.admit(runtime.job_id, chunk, bloom=runtime.bloom, max_pages=100_000, per_host=1)
+                own.queue.admit(runtime.job_id, AdmitRequest(chunk, bloom=runtime.bloom, max_pages=100_000, per_host=1))
         except BaseException as exc:
             errors.append(exc)
 
@@ -108,7 +110,8 @@ def test_abandoned_analysis_finishes_its_pages_exactly_once(client: redis.Redis)
     links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(1500)]
     # The analysis admitted its first chunk of 1000 links, then failed for good.
     first = [Candidate("a.test", Entry(url, depth)) for url, depth, _ in links[:1000]]
-    frontier.admit(runtime.job_id, first, bloom=runtime.bloom, max_pages=100_000, per_host=1, token="a:9:0")
+    frontier.queue.admit(runtime.job_id, AdmitRequest(first, bloom=runtime.bloom, max_pages=100_000, per_host=1,
+                                                      token="a:9:0"))  # fmt: skip
     assert _status(frontier, runtime.job_id)["pending"] == "1001"
 
     abandon_analysis(env, fetched, "boom")
@@ -159,7 +162,7 @@ def test_scripts_lost_by_redis_are_loaded_again(client: redis.Redis) -> None:
 
 
 def test_an_admission_retried_after_a_failed_chunk_admits_every_link(client: redis.Redis) -> None:
-    class FailingOnce(Frontier):
+    class FailingOnce(FrontierQueue):
         calls = 0
 
         def admit(self, *args: Any, **kwargs: Any) -> Any:
@@ -171,8 +174,10 @@ def test_an_admission_retried_after_a_failed_chunk_admits_every_link(client: red
     frontier = Frontier(client)
     runtime = _job(client, frontier, max_pages=100_000)
     links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(2500)]  # 3 chunks of at most 1000
+    failing = Frontier(client)
+    failing.queue = FailingOnce(failing.scripts)
     with pytest.raises(redis.ConnectionError):
-        admit_links(runtime, FailingOnce(client), links, done=0, token="a:5", counters=Counter())
+        admit_links(runtime, failing, links, done=0, token="a:5", counters=Counter())
     # The retry (same process, same token) must send the same chunks: nothing was remembered.
     admit_links(runtime, frontier, links, done=0, token="a:5", counters=Counter())
     assert _status(frontier, runtime.job_id)["admitted"] == "2500"
@@ -184,13 +189,15 @@ def test_a_batch_that_fetched_nothing_keeps_the_hosts_crawl_delay(client: redis.
     admit_links(runtime, frontier, [("http://a.test/1", 0, 5)], done=0, token="s", counters=Counter(), seeds=True)
     delays = redis_keys.job_delays(runtime.job_id)
     client.hset(delays, "a.test", 1000)  # robots.txt said Crawl-delay: 1
-    [batch] = frontier.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
-                            cap=8).batches  # fmt: skip
-    frontier.release(runtime.job_id, batch, pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                                  cap=8).batches  # fmt: skip
+    handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+    frontier.queue.release(runtime.job_id, batch, handed_back)
     assert client.hget(delays, "a.test") == "1000"
-    [batch] = frontier.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
-                            cap=8).batches  # fmt: skip
-    frontier.release(runtime.job_id, batch, pause_ms=0, done=1, crawl_delay_s=None)  # fetched: no Crawl-delay now
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                                  cap=8).batches  # fmt: skip
+    fetched = BatchRelease(pause_ms=0, done=1, crawl_delay_s=None)  # fetched: no Crawl-delay now
+    frontier.queue.release(runtime.job_id, batch, fetched)
     assert client.hget(delays, "a.test") is None
 
 
@@ -198,17 +205,17 @@ def test_a_released_batch_keeps_what_it_hands_on_until_it_is_analysed(client: re
     frontier = Frontier(client)
     runtime = _job(client, frontier, politeness={"min_interval_s": 0})
     admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="s", counters=Counter(), seeds=True)
-    [batch] = frontier.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
-                            cap=8).batches  # fmt: skip
-    assert frontier.start_lease(runtime.job_id, batch.batch_id, 9000) == "go"
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                                  cap=8).batches  # fmt: skip
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 9000) == "go"
     fetched = {"job": runtime.job_id, "batch": batch.batch_id, "pages": [{"url": "http://a.test/"}], "redirects": []}
-    frontier.release(runtime.job_id, batch, pause_ms=0, done=0, handed_on=json.dumps(fetched))
+    frontier.queue.release(runtime.job_id, batch, BatchRelease(pause_ms=0, done=0, handed_on=json.dumps(fetched)))
     # Its worker dies before sending the analysis; the fetch message comes again and finds:
-    assert frontier.start_lease(runtime.job_id, batch.batch_id, 9000) == "stale"
-    assert frontier.handed_on(runtime.job_id, batch.batch_id) == fetched
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 9000) == "stale"
+    assert frontier.queue.handed_on(runtime.job_id, batch.batch_id) == fetched
     admit_links(runtime, frontier, [], done=1, token=f"a:{batch.batch_id}", counters=Counter(),
                 analysed_batch=batch.batch_id)  # fmt: skip
-    assert frontier.handed_on(runtime.job_id, batch.batch_id) is None
+    assert frontier.queue.handed_on(runtime.job_id, batch.batch_id) is None
     assert _status(frontier, runtime.job_id)["state"] == "completed"
 
 
@@ -218,18 +225,67 @@ def test_paced_hosts_batches_are_marked(client: redis.Redis) -> None:
     urls = [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5), ("http://b.test/1", 0, 5)]
     admit_links(eager, frontier, urls, done=0, token="seeds", counters=Counter(), seeds=True)
     client.hdel(redis_keys.job_delays(eager.job_id), "a.test")  # a.test's robots.txt is known: no delay
-    batches = frontier.pump(eager.job_id, max_batches=4, batch_size=8, per_host=4, interval_ms=0, lease_ms=9000,
-                            cap=8).batches  # fmt: skip
+    batches = frontier.queue.pump(eager.job_id, max_batches=4, batch_size=8, per_host=4, interval_ms=0, lease_ms=9000,
+                                cap=8).batches  # fmt: skip
     # b.test was never fetched: one request at a time until its robots.txt is known, so paced.
     assert {(batch.host, len(batch.entries), batch.paced) for batch in batches} == {("a.test", 2, False),
                                                                                      ("b.test", 1, True)}  # fmt: skip
     polite = _job(client, frontier, politeness={"min_interval_s": 0.5})
     admit_links(polite, frontier, urls[:1], done=0, token="seeds", counters=Counter(), seeds=True)
     client.hdel(redis_keys.job_delays(polite.job_id), "a.test")
-    [batch] = frontier.pump(polite.job_id, max_batches=4, batch_size=1, per_host=1, interval_ms=500, lease_ms=9000,
-                            cap=8).batches  # fmt: skip
+    [batch] = frontier.queue.pump(polite.job_id, max_batches=4, batch_size=1, per_host=1, interval_ms=500,
+                                  lease_ms=9000, cap=8).batches  # fmt: skip
     assert batch.paced  # an interval paces every host of the job
     assert Batch.from_dict(batch.to_dict()) == batch
+
+
+def test_a_failed_job_stops_like_a_cancelled_one_and_says_why(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0})
+    urls = [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5)]
+    admit_links(runtime, frontier, urls, done=0, token="seeds", counters=Counter(), seeds=True)
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0,
+                                  lease_ms=9000, cap=8).batches  # fmt: skip
+    assert client.exists(*runtime.bloom.keys)
+
+    assert frontier.jobs.fail(runtime.job_id, "ConfigError: VCRAWL_HDFS_USER must be set", 123.5)
+    state = _status(frontier, runtime.job_id)
+    assert (state["state"], state["error"], state["finished_at"]) == (
+        "failed", "ConfigError: VCRAWL_HDFS_USER must be set", "123.5")  # fmt: skip
+    assert not frontier.jobs.fail(runtime.job_id, "again", 124.0)  # final: neither failed again nor cancelled
+    assert not frontier.jobs.cancel(runtime.job_id, 124.0)
+    assert not frontier.jobs.is_running(runtime.job_id)
+    # The batch in flight is handed back unfetched; nothing more is dispatched.
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 9000) == "stopped"
+    handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
+    assert frontier.queue.release(runtime.job_id, batch, handed_back) is False
+    assert not client.zrange(redis_keys.job_ready(runtime.job_id), 0, -1)
+    pumped = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0,
+                                 lease_ms=9000, cap=8)  # fmt: skip
+    assert pumped.stopped and not pumped.batches
+    # The pump forgets it as it forgets a cancelled job: out of the running set, its filter gone.
+    frontier.jobs.forget_if_stopped(runtime.job_id, runtime.bloom.keys)
+    assert runtime.job_id not in frontier.jobs.running_jobs()
+    assert not client.exists(*runtime.bloom.keys)
+    status = job_status(frontier, runtime.job_id)
+    assert status is not None and status["state"] == "failed"
+    assert status["error"] == "ConfigError: VCRAWL_HDFS_USER must be set" and status["finished_at"] == 123.5
+
+
+def test_only_a_running_or_paused_job_can_fail(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    paused = _job(client, frontier)
+    assert frontier.jobs.pause(paused.job_id, time.time())
+    assert frontier.jobs.fail(paused.job_id, "boom", time.time())
+    assert frontier.jobs.resume(paused.job_id) is None  # a failed job does not come back
+    assert _status(frontier, paused.job_id)["state"] == "failed"
+
+    completed = _job(client, frontier)
+    admit_links(completed, frontier, [], done=0, token="seeds", counters=Counter(), seeds=True)
+    assert _status(frontier, completed.job_id)["state"] == "completed"
+    assert not frontier.jobs.fail(completed.job_id, "too late", time.time())
+    assert "error" not in _status(frontier, completed.job_id)
+    assert not frontier.jobs.fail("no-such-job", "nothing to fail", time.time())
 
 
 class _Runtimes:

@@ -129,7 +129,7 @@ def stored(status: dict[str, Any], url: str) -> bytes:
 
 def not_html(status: dict[str, Any]) -> int:
     """Stored pages not parsed for links (a counter ``job_status`` does not report)."""
-    return int(tasks.deps.frontier().raw_state(status["job"]).get("not_html", 0))
+    return int(tasks.deps.frontier().jobs.raw_state(status["job"]).get("not_html", 0))
 
 
 def paths_seen(site: TestSite) -> set[str]:

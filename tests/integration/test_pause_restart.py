@@ -53,11 +53,11 @@ def test_a_paused_job_survives_a_restart_of_every_worker_and_redis(tmp_path: Pat
                 deadline = time.monotonic() + 20
                 while len(site.seen) < 10 and time.monotonic() < deadline:
                     time.sleep(0.02)
-                assert frontier.pause(job_id, time.time())
+                assert frontier.jobs.pause(job_id, time.time())
                 deadline = time.monotonic() + 20
-                while frontier.in_flight(job_id) and time.monotonic() < deadline:
+                while frontier.queue.in_flight(job_id) and time.monotonic() < deadline:
                     time.sleep(0.05)
-                assert frontier.in_flight(job_id) == 0
+                assert frontier.queue.in_flight(job_id) == 0
                 seen_while_paused = len(site.seen)
                 time.sleep(0.5)
                 assert len(site.seen) == seen_while_paused
@@ -73,7 +73,7 @@ def test_a_paused_job_survives_a_restart_of_every_worker_and_redis(tmp_path: Pat
             assert job_status(frontier, job_id)["state"] == "paused"
             worker = start_worker(env, "after-restart", tmp_path / "worker-2.log")
             try:
-                assert frontier.resume(job_id) == "running"
+                assert frontier.jobs.resume(job_id) == "running"
                 deadline = time.monotonic() + 30
                 while (status := job_status(frontier, job_id))["state"] == "running" and time.monotonic() < deadline:
                     time.sleep(0.05)

@@ -54,7 +54,7 @@ def test_no_secret_reaches_the_worker_log(tmp_path: Path) -> None:
             deadline = time.monotonic() + 40
             while (status := job_status(frontier, job_id))["state"] == "running" and time.monotonic() < deadline:
                 time.sleep(0.1)
-            failures = frontier.failures(job_id)
+            failures = frontier.stats.failures(job_id)
         finally:
             stop_worker(worker)
     assert status["state"] == "completed" and status["failed"] == {"proxy_error": 1}, status

@@ -1,0 +1,28 @@
+"""The frontier of crawl jobs as one object: its queue, its job lifecycle and its statistics."""
+
+from __future__ import annotations
+
+import redis
+
+from frontier.lifecycle import JobLifecycle
+from frontier.queue import FrontierQueue
+from frontier.scripts import ScriptLoader
+from frontier.statistics import FrontierStats
+
+__all__ = ["Frontier"]
+
+
+class Frontier:
+    """The three rooms of the frontier over one Redis client and one script loader.
+
+    ``queue``: admission, leasing batches, their release and reclaim (``FrontierQueue``);
+    ``jobs``: create, cycles, pause, resume, cancel, fail, state (``JobLifecycle``);
+    ``stats``: per-minute counters, per-host totals, failures (``FrontierStats``).
+    One instance per process is enough.
+    """
+
+    def __init__(self, client: redis.Redis, stats_ttl_s: int = 3 * 86400) -> None:
+        self.scripts = ScriptLoader(client)
+        self.queue = FrontierQueue(self.scripts, stats_ttl_s=stats_ttl_s)
+        self.jobs = JobLifecycle(self.scripts)
+        self.stats = FrontierStats(client)

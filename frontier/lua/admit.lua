@@ -1,0 +1,119 @@
+-- Admit candidate URLs into a job's per-host queues: dedup, queue, count, finish `done` URLs.
+--
+-- KEYS: meta, ready, next, busy, admit_tokens, bloom segment (1..s), queue (host 1..n), delays,
+--       history, due
+-- ARGV (built by frontier.queue._admit_call):
+--   1 max_pages   2 per_host   3 done   4 token ('' for none)   5 hashes (Bloom k)
+--   6 n_segments   7 n_counters   8 history_mode   9 cycle   10 n_history
+--   then [counter name, increment] * n_counters,
+--        [url, history record, due_s] * n_history,
+--        n_hosts, [host] * n_hosts,
+--        per URL: [segment index, host index, depth, member, k Bloom offsets]
+-- Returns {completed (1 if this completed the job, -1 a repeated token, -2 another cycle),
+--          admitted, duplicates, over_limit, not_due}
+--
+-- A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
+-- so no URL can be marked seen without being queued. `token` makes a retried call a no-op.
+-- history_mode (scheduled jobs): 0 none; 1 a URL over the page limit is kept in the history as
+-- due, so a later cycle fetches it; 2 as 1, and a URL the history knows is left to its due time
+-- (a link to it from a changed page does not fetch it early). A call for another cycle than the
+-- job's current one does nothing (a late analysis of a finished cycle); the history records of
+-- the pages it finishes are written in the same step, so no cycle ends before they are.
+local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = clock_ms()
+local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local token, k, nseg = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local history_mode, cycle, nhist = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local i = 11
+if cycle > 0 and tonumber(redis.call('HGET', meta, {{META_CYCLE}}) or '0') ~= cycle then
+  -- A late analysis of an earlier cycle: its pages are not lost, they are due in a later cycle.
+  local nhosts_at = i + 2 * tonumber(ARGV[7]) + 3 * nhist
+  local hist, due = KEYS[7 + nseg + tonumber(ARGV[nhosts_at])], KEYS[8 + nseg + tonumber(ARGV[nhosts_at])]
+  for j = i + 2 * tonumber(ARGV[7]), nhosts_at - 1, 3 do
+    redis.call('HSETNX', hist, ARGV[j], '[' .. cjson.decode(ARGV[j + 1])[1] .. ']')
+    redis.call('ZADD', due, 'LT', 0, ARGV[j])
+  end
+  return {-2, 0, 0, 0, 0}
+end
+if token ~= '' and redis.call('SADD', tokens, token) == 0 then
+  return {-1, 0, 0, 0, 0}
+end
+for _ = 1, tonumber(ARGV[7]) do
+  redis.call('HINCRBY', meta, ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+local first_hist = i
+i = i + 3 * nhist
+local nhosts = tonumber(ARGV[i])
+local hosts = {}
+for h = 1, nhosts do hosts[h] = ARGV[i + h] end
+i = i + nhosts + 1
+local delays = KEYS[6 + nseg + nhosts]
+local hist, due = KEYS[7 + nseg + nhosts], KEYS[8 + nseg + nhosts]
+for j = first_hist, first_hist + 3 * nhist - 1, 3 do
+  redis.call('HSET', hist, ARGV[j], ARGV[j + 1])
+  redis.call('ZADD', due, ARGV[j + 2], ARGV[j])
+end
+local state = redis.call('HGET', meta, {{META_STATE}})
+local running = state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}  -- a paused job still takes its links
+local admitted = tonumber(redis.call('HGET', meta, {{META_ADMITTED}}) or '0')
+local fresh, dup, over, known = 0, 0, 0, 0
+local touched = {}
+local get, set = {}, {}
+for j = 1, k do
+  get[3 * j - 2] = 'GET'; get[3 * j - 1] = 'u1'
+  set[4 * j - 3] = 'SET'; set[4 * j - 2] = 'u1'; set[4 * j] = 1
+end
+while running and i <= #ARGV do
+  local seg = KEYS[5 + tonumber(ARGV[i])]
+  local hi, depth, member = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
+  for j = 1, k do get[3 * j] = ARGV[i + 3 + j]; set[4 * j - 1] = ARGV[i + 3 + j] end
+  i = i + 4 + k
+  local bits = redis.call('BITFIELD_RO', seg, unpack(get))
+  local seen = true
+  for j = 1, k do
+    if bits[j] == 0 then seen = false; break end
+  end
+  local url = nil
+  if history_mode > 0 and not seen then url = cjson.decode(member).u end
+  if seen then
+    dup = dup + 1
+  elseif history_mode == 2 and redis.call('HEXISTS', hist, url) == 1 then
+    known = known + 1
+  elseif admitted >= max_pages then
+    over = over + 1
+    if history_mode > 0 then
+      redis.call('HSETNX', hist, url, '[' .. depth .. ']')
+      redis.call('ZADD', due, 'LT', 0, url)
+    end
+  else
+    redis.call('BITFIELD', seg, unpack(set))
+    local seq = redis.call('HINCRBY', meta, {{META_SEQ}}, 1)
+    redis.call('ZADD', KEYS[5 + nseg + hi], depth * 1e12 + seq, member)
+    admitted = admitted + 1
+    fresh = fresh + 1
+    touched[hi] = true
+  end
+end
+if not running then
+  return {settle(meta, done, now), 0, 0, 0, 0}
+end
+for hi, _ in pairs(touched) do
+  local host = hosts[hi]
+  if redis.call('HEXISTS', nextk, host) == 0 then
+    -- never fetched: one request at a time until its robots.txt (and Crawl-delay) is known
+    redis.call('HSETNX', delays, host, -1)
+  end
+  if tonumber(redis.call('HGET', busy, host) or '0') < per_host then
+    local not_before = tonumber(redis.call('HGET', nextk, host) or '0')
+    if not_before < now then not_before = now end
+    redis.call('ZADD', ready, 'NX', not_before, host)
+  end
+end
+redis.call('HSET', meta, {{META_ADMITTED}}, admitted)
+redis.call('HINCRBY', meta, {{META_PENDING}}, fresh)
+redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, fresh)
+if dup > 0 then redis.call('HINCRBY', meta, {{COUNTER_DUPLICATES}}, dup) end
+if over > 0 then redis.call('HINCRBY', meta, {{PREFIX_FILTERED}} .. {{REASON_MAX_PAGES}}, over) end
+if known > 0 then redis.call('HINCRBY', meta, {{COUNTER_NOT_DUE}}, known) end
+return {settle(meta, done, now), fresh, dup, over, known}

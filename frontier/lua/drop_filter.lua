@@ -1,0 +1,12 @@
+-- Delete a finished job's Bloom filter (megabytes each).
+--
+-- KEYS: meta, then the job's Bloom filter segments
+-- ARGV: none
+-- Returns 1 if the filter was deleted, 0 if the job is not finished.
+--
+-- A paused or restarted job keeps its filter; checked here, in one step with the delete, so a
+-- new cycle's filter is safe.
+local state = redis.call('HGET', KEYS[1], {{META_STATE}})
+if state ~= {{STATE_COMPLETED}} and state ~= {{STATE_CANCELLED}} and state ~= {{STATE_FAILED}} then return 0 end
+for i = 2, #KEYS do redis.call('DEL', KEYS[i]) end
+return 1

@@ -1,0 +1,63 @@
+-- Lease due hosts' URLs as fetch batches.
+--
+-- KEYS: meta, ready, busy, leases, delays
+-- ARGV (built by frontier.queue._pump_argv):
+--   1 max_batches   2 batch_size   3 per_host   4 interval_ms   5 lease_ms   6 cap (most batches
+--   in flight per job)   7 qprefix (the key prefix of the job's per-host queues)
+-- Returns {next due (ms, '-1': no host waits; 'stopped': the job is not running), now (ms),
+--          cycle, then per batch: id, host, entries (JSON list), paced}
+--
+-- A host with a robots.txt Crawl-delay (or not yet fetched) gets one URL at a time, one batch
+-- at a time. Otherwise a host with a free slot stays in the heap, due again after the interval.
+-- paced is '1' when the host waits between requests (a Crawl-delay, robots.txt unknown, or the
+-- job's interval).
+local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local now = clock_ms()
+local max_batches, batch_size, per_host = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local interval, lease_ms, cap, qprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+local out = {'-1', tostring(now), redis.call('HGET', meta, {{META_CYCLE}}) or '0'}
+if redis.call('HGET', meta, {{META_STATE}}) ~= {{STATE_RUNNING}} then
+  out[1] = 'stopped'
+  return out
+end
+local room = cap - redis.call('HLEN', leases)
+if room > max_batches then room = max_batches end
+if room > 0 then
+  local hosts = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, room)
+  for _, host in ipairs(hosts) do
+    local q = qprefix .. host
+    local inflight = tonumber(redis.call('HGET', busy, host) or '0')
+    local slots, size, paced = per_host, batch_size, '0'
+    if redis.call('HEXISTS', delays, host) == 1 then
+      slots, size, paced = 1, 1, '1'
+    end
+    if inflight >= slots then
+      redis.call('ZREM', ready, host)
+    else
+      local popped = redis.call('ZPOPMIN', q, size)
+      if #popped == 0 then
+        redis.call('ZREM', ready, host)
+      else
+        local entries = {}
+        for j = 1, #popped, 2 do entries[#entries + 1] = popped[j] end
+        local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1)
+        redis.call('HINCRBY', busy, host, 1)
+        redis.call('HSET', leases, id, cjson.encode({h = host, e = entries, t = now + lease_ms}))
+        redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, -#entries)
+        redis.call('HINCRBY', meta, {{META_DISPATCHED}}, #entries)
+        if inflight + 1 < slots and redis.call('ZCARD', q) > 0 then
+          redis.call('ZADD', ready, now + interval, host)
+        else
+          redis.call('ZREM', ready, host)
+        end
+        out[#out + 1] = tostring(id)
+        out[#out + 1] = host
+        out[#out + 1] = cjson.encode(entries)
+        out[#out + 1] = (paced == '1' or interval > 0) and '1' or '0'
+      end
+    end
+  end
+end
+local first = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
+if #first > 0 then out[1] = first[2] end
+return out

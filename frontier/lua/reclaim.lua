@@ -1,0 +1,48 @@
+-- Take back the batches whose lease ran out: their worker died (or its message was lost).
+--
+-- KEYS: meta, ready, next, busy, leases
+-- ARGV: 1 qprefix (the key prefix of the job's per-host queues)   2 max_attempts   3 interval_ms
+-- Returns {URLs requeued, URLs failed}
+--
+-- A reclaimed URL goes back to the front of its host's queue with one more attempt, or fails
+-- once it had enough.
+local meta, ready, nextk, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local qprefix, max_attempts, interval = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local now = clock_ms()
+local all = redis.call('HGETALL', leases)
+local back, failed = 0, 0
+for j = 1, #all, 2 do
+  local lease = cjson.decode(all[j + 1])
+  if lease.t < now then
+    redis.call('HDEL', leases, all[j])
+    local requeued = 0
+    for _, member in ipairs(lease.e) do
+      local entry = cjson.decode(member)
+      entry.a = entry.a + 1
+      if entry.a > max_attempts then
+        failed = failed + 1
+      else
+        redis.call('ZADD', qprefix .. lease.h, entry.d * 1e12, cjson.encode(entry))
+        requeued = requeued + 1
+      end
+    end
+    if redis.call('HINCRBY', busy, lease.h, -1) <= 0 then
+      redis.call('HDEL', busy, lease.h)
+    end
+    if requeued > 0 then
+      local not_before = math.max(now, tonumber(redis.call('HGET', nextk, lease.h) or '0')) + interval
+      redis.call('HSET', nextk, lease.h, not_before)
+      redis.call('ZADD', ready, 'GT', not_before, lease.h)
+    end
+    back = back + requeued
+  end
+end
+if back > 0 then
+  redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, back)
+  redis.call('HINCRBY', meta, {{COUNTER_LEASE_EXPIRED}}, back)
+end
+if failed > 0 then
+  redis.call('HINCRBY', meta, {{PREFIX_FAILED}} .. {{REASON_LEASE_EXPIRED}}, failed)
+end
+settle(meta, failed, now)
+return {back, failed}

@@ -1,0 +1,82 @@
+-- End a fetch batch's lease: requeue what it hands back, count, set the host's next time.
+--
+-- KEYS: meta, ready, next, busy, leases, queue (the batch's host), delays, history, due,
+--       stats bucket (this minute), host stats, failures, released
+-- ARGV (built by frontier.queue._release_argv):
+--   1 batch_id   2 host   3 pause_ms   4 host_delay_ms   5 done   6 crawl_delay_ms (-1: nothing
+--   fetched, keep what is known)   7 n_requeue   8 n_history   9 bucket_ttl_s   10 n_failures
+--   11 host_done   12 handed_on ('' for nothing)
+--   then [score, member] * n_requeue, [url, history record, due_s] * n_history,
+--        [failure JSON] * n_failures, [counter name, increment]*
+-- Returns 1 if this completed the job, 0 if not, -1 if the lease was gone (reclaimed: nothing
+-- is counted twice).
+--
+-- handed_on: what the batch hands to its analysis (JSON), kept in `released` until the analysis
+-- has admitted it: a worker killed after this release but before it sent the analysis gets its
+-- fetch message again, finds the lease gone, and sends this instead.
+-- host_done: URLs of the batch taken to an end here, incl. pages handed on to analysis.
+-- History records (scheduled jobs: URLs found unchanged or failed) are written with the release
+-- that finishes them, so a cycle never completes before they are. The counters also go to the
+-- job's per-minute bucket and the host's totals; final failures to the job's recent failures.
+-- The host's next time: a pause after the batch started, never before it ended, and later
+-- still when the host asked to be left alone (host_delay_ms from now).
+local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local id, host, pause, host_delay = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local done, delay, nreq, nhist = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
+local raw = redis.call('HGET', leases, id)
+if not raw then
+  return -1
+end
+redis.call('HDEL', leases, id)
+local now = clock_ms()
+local started = cjson.decode(raw).s or now
+local nxt = math.max(now, started + pause, now + host_delay)
+if delay > 0 then
+  redis.call('HSET', KEYS[7], host, delay)
+elseif delay == 0 then
+  redis.call('HDEL', KEYS[7], host)
+end  -- below 0: nothing was fetched, so nothing new is known about the host's Crawl-delay
+if redis.call('HINCRBY', busy, host, -1) <= 0 then
+  redis.call('HDEL', busy, host)
+end
+local bucket_ttl, nfail, host_done = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
+if ARGV[12] ~= '' then redis.call('HSET', KEYS[13], id, ARGV[12]) end
+local i = 13
+for _ = 1, nreq do
+  redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for _ = 1, nhist do
+  redis.call('HSET', KEYS[8], ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', KEYS[9], ARGV[i + 2], ARGV[i])
+  i = i + 3
+end
+for _ = 1, nfail do
+  redis.call('LPUSH', KEYS[12], ARGV[i])
+  i = i + 1
+end
+if nfail > 0 then redis.call('LTRIM', KEYS[12], 0, 199) end
+redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, nreq)
+if host_done > 0 then redis.call('HINCRBY', KEYS[11], {{HOST_DONE}} .. host, host_done) end
+redis.call('HSET', meta, {{META_PROGRESS_AT}}, now / 1000)
+local counted = false
+local failed_prefix = {{PREFIX_FAILED}}
+while i <= #ARGV do
+  local name, incr = ARGV[i], tonumber(ARGV[i + 1])
+  redis.call('HINCRBY', meta, name, incr)
+  redis.call('HINCRBY', KEYS[10], name, incr)
+  counted = true
+  if name == {{COUNTER_FETCHED}} then
+    redis.call('HINCRBY', KEYS[11], {{HOST_FETCHED}} .. host, incr)
+  elseif string.sub(name, 1, #failed_prefix) == failed_prefix then
+    redis.call('HINCRBY', KEYS[11], {{HOST_FAILED}} .. host, incr)
+  end
+  i = i + 2
+end
+if counted then redis.call('EXPIRE', KEYS[10], bucket_ttl) end
+redis.call('HSET', nextk, host, nxt)
+local state = redis.call('HGET', meta, {{META_STATE}})
+if redis.call('ZCARD', q) > 0 and (state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}) then
+  redis.call('ZADD', ready, 'GT', nxt, host)
+end
+return settle(meta, done, now)

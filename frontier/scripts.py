@@ -1,0 +1,133 @@
+"""The frontier's Lua scripts: read from ``frontier/lua/*.lua``, named, and run over one client.
+
+How a script's text is made (``lua_source``):
+
+1. ``frontier/lua/<name>.lua`` is read as a package resource (``importlib.resources``), so an
+   installed wheel has it too. Each file starts with a comment block saying what its KEYS and
+   ARGV are and what it returns.
+2. Scripts that keep time or finish a job's URLs start with the shared prelude
+   ``frontier/lua/_common.lua`` (``clock_ms``, ``settle``); ``_WITH_COMMON`` says which.
+3. Every ``{{NAME}}`` is replaced by the value of ``vcrawl.names.NAME`` as a Lua string literal,
+   so job states, meta fields and counter names are spelled once, in Python
+   (``{{STATE_RUNNING}}`` becomes ``'running'``). An unknown name is an error at load time.
+
+``ScriptLoader`` registers each script on the client the first time it is used (no Redis call:
+redis-py only hashes the text) and runs it; a script Redis lost (restart, SCRIPT FLUSH) is loaded
+again on the next call.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from vcrawl import names, redis_keys
+
+__all__ = ["ScriptLoader", "job_keys", "lua_source", "text"]
+
+_WITH_COMMON = frozenset({"admit", "pump", "start_lease", "release", "reclaim", "new_cycle", "resume"})
+_PLACEHOLDER = re.compile(r"\{\{([A-Za-z0-9_]+)\}\}")
+
+
+@functools.cache
+def lua_source(name: str) -> str:
+    """The text of the script ``frontier/lua/<name>.lua``, with its prelude and names filled in.
+
+    Raises:
+        ValueError: the script names a ``{{NAME}}`` that ``vcrawl.names`` does not define.
+    """
+    folder = resources.files("frontier") / "lua"
+    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    if name in _WITH_COMMON:
+        body = (folder / "_common.lua").read_text(encoding="utf-8") + "\n" + body
+    return _PLACEHOLDER.sub(lambda match: _lua_string(name, match.group(1)), body)
+
+
+def _lua_string(script: str, placeholder: str) -> str:
+    value = getattr(names, placeholder, None) if placeholder.isupper() else None
+    if not isinstance(value, str):
+        raise ValueError(f"frontier/lua/{script}.lua: no name {{{{{placeholder}}}}} in vcrawl.names")
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class ScriptLoader:
+    """The frontier's scripts registered on one Redis client, each the first time it is used."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        self._scripts: dict[str, Script] = {}
+        self._lock = threading.Lock()
+
+    def script(self, name: str) -> Script:
+        """The registered script ``frontier/lua/<name>.lua``."""
+        script = self._scripts.get(name)
+        if script is None:
+            with self._lock:
+                script = self._scripts.setdefault(name, self.client.register_script(lua_source(name)))
+        return script
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run a script (EVALSHA; loaded again if Redis lost it); its reply."""
+        return self.script(name)(keys=list(keys), args=list(args))
+
+    def run_with_wake(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        wake: bool,
+        also: Sequence[tuple[Any, ...]] = (),
+    ) -> Any:
+        """Run a script and (with ``wake``) wake a waiting pump: one round trip; the script's reply.
+
+        The wake-up list is not one of the job's keys (they share a hash tag; it is global), so it
+        is pipelined, not written by the script; ``also`` are more commands for the same round
+        trip. redis-py would check with SCRIPT EXISTS before every pipeline that runs a script, one
+        more round trip each time; here a missing script (Redis restarted empty, or flushed) is
+        loaded once and the pipeline sent again.
+        """
+        script = self.script(name)
+        for attempt in (1, 2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.evalsha(script.sha, len(keys), *keys, *args)
+            if wake:
+                pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
+                pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
+            for command in also:
+                pipe.execute_command(*command)
+            try:
+                return pipe.execute()[0]
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                self.client.script_load(script.script)
+        raise AssertionError("unreachable")
+
+
+def job_keys(job_id: str, *parts: str) -> list[str]:
+    """The keys of a job's frontier structures named by ``parts`` (meta, ready, next, busy, leases, delays)."""
+    makers = {
+        "meta": redis_keys.job,
+        "ready": redis_keys.job_ready,
+        "next": redis_keys.job_next,
+        "busy": redis_keys.job_busy,
+        "leases": redis_keys.job_leases,
+        "delays": redis_keys.job_delays,
+    }
+    return [makers[part](job_id) for part in parts]
+
+
+def text(value: bytes | str | None) -> str:
+    """A Redis reply as text ('' for nothing), whether the client decodes responses or not."""
+    if value is None:
+        return ""
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,73 @@
+"""What a job's frontier reports: per-minute counters, per-host totals, recent failures, progress."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from frontier.scripts import text
+from vcrawl import names, redis_keys
+
+__all__ = ["FrontierStats", "stats_minute"]
+
+_HOST_KINDS = tuple(prefix.rstrip("|") for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED))
+
+
+class FrontierStats:
+    """Read-only views of a job's statistics (written by the queue's scripts)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    def stats(self, job_id: str, minutes: int, now: float) -> list[tuple[int, dict[str, int]]]:
+        """The job's per-minute counters over the last ``minutes`` minutes, oldest first."""
+        last = stats_minute(now)
+        pipe = self._redis.pipeline(transaction=False)
+        for minute in range(last - minutes + 1, last + 1):
+            pipe.hgetall(redis_keys.job_stats_bucket(job_id, minute))
+        rows = pipe.execute()
+        return [
+            (minute, {text(k): int(v) for k, v in row.items()})
+            for minute, row in zip(range(last - minutes + 1, last + 1), rows, strict=True)
+        ]
+
+    def host_stats(self, job_id: str) -> dict[str, dict[str, int]]:
+        """Per host: responses (``fetched``), URLs finished (``done``) and final failures (``failed``)."""
+        hosts: dict[str, dict[str, int]] = {}
+        for field, value in self._redis.hgetall(redis_keys.job_host_stats(job_id)).items():
+            kind, host = text(field).split("|", 1)
+            hosts.setdefault(host, dict.fromkeys(_HOST_KINDS, 0))[kind] = int(value)
+        return hosts
+
+    def stalled_s(self, job_id: str, now: float) -> float:
+        """Seconds a running job with work left has gone without finishing a fetch batch (0 otherwise)."""
+        fields = [names.META_STATE, names.META_PENDING, names.META_PROGRESS_AT, names.META_STARTED_AT,
+                  names.META_CREATED_AT]  # fmt: skip
+        state, pending, *times = self._redis.hmget(redis_keys.job(job_id), fields)
+        if text(state) != names.STATE_RUNNING or int(pending or 0) <= 0:
+            return 0.0
+        return max(0.0, now - max(float(t) for t in times if t is not None))
+
+    def host_totals(self, job_id: str, host: str) -> tuple[int, int]:
+        """(URLs finished, final failures) of one host in the job."""
+        fields = [names.HOST_DONE + host, names.HOST_FAILED + host]
+        done, failed = self._redis.hmget(redis_keys.job_host_stats(job_id), fields)
+        return int(done or 0), int(failed or 0)
+
+    def failures(self, job_id: str, limit: int = 50) -> list[dict[str, object]]:
+        """The job's most recent final failures, newest first."""
+        return [json.loads(raw) for raw in self._redis.lrange(redis_keys.job_failures(job_id), 0, limit - 1)]
+
+    def hosts_seen(self, job_id: str) -> int:
+        """Hosts the job has sent at least one request to."""
+        return int(self._redis.hlen(redis_keys.job_next(job_id)))
+
+
+def stats_minute(now_s: float) -> int:
+    """The per-minute statistics bucket of a moment (minutes since the epoch).
+
+    >>> stats_minute(120.5)
+    2
+    """
+    return int(now_s // 60)

@@ -1,0 +1,187 @@
+"""The words a crawl job is kept in: its states, its meta-hash fields and its counters, in one place.
+
+A job lives in one Redis hash (``redis_keys.job``): its spec, state, timestamps, the
+frontier's bookkeeping and the counters of what happened. Python and the frontier's Lua
+both read and write it, so every name is spelled here once; the Lua gets these values
+substituted for its ``{{NAME}}`` placeholders when the scripts are loaded
+(``frontier.scripts.lua_source``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACTIVE_STATES",
+    "COUNTER_ANALYSED",
+    "COUNTER_BYTES",
+    "COUNTER_CHANGED",
+    "COUNTER_DUPLICATES",
+    "COUNTER_FETCHED",
+    "COUNTER_LEASE_EXPIRED",
+    "COUNTER_NEW",
+    "COUNTER_NOT_DUE",
+    "COUNTER_NOT_HTML",
+    "COUNTER_NOT_MODIFIED",
+    "COUNTER_RECORDS",
+    "COUNTER_REDIRECTS",
+    "COUNTER_RETRIES",
+    "COUNTER_ROBOTS_BLOCKED",
+    "COUNTER_ROBOTS_FETCHED",
+    "COUNTER_STORED",
+    "COUNTER_UNCHANGED",
+    "COUNTER_WARC_FAILED",
+    "COUNTER_WARC_RECORDS",
+    "FINAL_STATES",
+    "HOST_DONE",
+    "HOST_FAILED",
+    "HOST_FETCHED",
+    "META_ADMITTED",
+    "META_BATCH_SEQ",
+    "META_CREATED_AT",
+    "META_CYCLE",
+    "META_DISPATCHED",
+    "META_ERROR",
+    "META_FINISHED_AT",
+    "META_FIRING",
+    "META_LAST_SKIPPED_AT",
+    "META_PAUSED_AT",
+    "META_PENDING",
+    "META_PROGRESS_AT",
+    "META_QUEUED_NOW",
+    "META_SEQ",
+    "META_SKIPPED_FIRINGS",
+    "META_SPEC",
+    "META_SPEC_REV",
+    "META_STARTED_AT",
+    "META_STARTING",
+    "META_STATE",
+    "PREFIX_ANALYSIS_FAILED",
+    "PREFIX_FAILED",
+    "PREFIX_FILTERED",
+    "PREFIX_STATUS",
+    "REASON_LEASE_EXPIRED",
+    "REASON_MAX_PAGES",
+    "STATE_CANCELLED",
+    "STATE_COMPLETED",
+    "STATE_FAILED",
+    "STATE_PAUSED",
+    "STATE_RUNNING",
+    "TEXT_FIELDS",
+]
+
+# Job states. A running or paused job is active: its links are still admitted; only a
+# running one is dispatched. A final job never changes state again (a scheduled job's next
+# cycle starts afresh).
+
+STATE_RUNNING = "running"
+STATE_PAUSED = "paused"
+STATE_COMPLETED = "completed"
+"""Every admitted URL was finished."""
+STATE_CANCELLED = "cancelled"
+"""Stopped on request; what was queued stays unfetched."""
+STATE_FAILED = "failed"
+"""Stopped by an error no retry can mend (a configuration error inside a task); see ``META_ERROR``."""
+
+ACTIVE_STATES = (STATE_RUNNING, STATE_PAUSED)
+FINAL_STATES = (STATE_COMPLETED, STATE_CANCELLED, STATE_FAILED)
+
+# Fields of a job's meta hash that are not counters.
+
+META_SPEC = "spec"
+"""The job spec (JSON)."""
+META_STATE = "state"
+"""One of the ``STATE_*`` values."""
+META_ERROR = "error"
+"""Why a ``failed`` job failed (text)."""
+META_CREATED_AT = "created_at"
+META_STARTED_AT = "started_at"
+"""When the current cycle of a scheduled job started (epoch seconds)."""
+META_FINISHED_AT = "finished_at"
+META_PAUSED_AT = "paused_at"
+META_PROGRESS_AT = "progress_at"
+"""When a fetch batch was last released (epoch seconds): how the pump tells a stuck job."""
+META_SPEC_REV = "spec_rev"
+"""How many times the spec was changed while the job ran."""
+META_CYCLE = "cycle"
+"""A scheduled job's current cycle (absent: a one-off job)."""
+META_FIRING = "firing"
+"""The schedule firing that started the current cycle."""
+META_STARTING = "starting"
+"""Set while a cycle's seeds and due URLs are being admitted."""
+META_SKIPPED_FIRINGS = "skipped_firings"
+META_LAST_SKIPPED_AT = "last_skipped_at"
+
+# The frontier's bookkeeping in the meta hash (numbers, reported with the counters).
+
+META_PENDING = "pending"
+"""URLs admitted and not yet finished; the job completes when it reaches 0."""
+META_ADMITTED = "admitted"
+"""URLs admitted so far (held to the job's ``max_pages``)."""
+META_QUEUED_NOW = "queued_now"
+"""URLs waiting in the per-host queues (not leased)."""
+META_DISPATCHED = "dispatched"
+"""URLs leased to fetch batches so far."""
+META_SEQ = "seq"
+"""Arrival sequence of admitted URLs (FIFO within a depth)."""
+META_BATCH_SEQ = "batch_seq"
+"""The last fetch batch id handed out."""
+
+TEXT_FIELDS = (
+    META_SPEC,
+    META_STATE,
+    META_ERROR,
+    META_CREATED_AT,
+    META_FINISHED_AT,
+    META_STARTED_AT,
+    META_FIRING,
+    META_LAST_SKIPPED_AT,
+    META_PAUSED_AT,
+    META_PROGRESS_AT,
+)
+"""Meta fields that are never counters, whatever their value looks like."""
+
+# Counters in the meta hash (and, for a fetch batch's, in the per-minute statistics).
+
+COUNTER_FETCHED = "fetched"
+"""Responses received."""
+COUNTER_STORED = "stored"
+COUNTER_BYTES = "bytes"
+COUNTER_ROBOTS_BLOCKED = "robots_blocked"
+COUNTER_ROBOTS_FETCHED = "robots_fetched"
+COUNTER_REDIRECTS = "redirects"
+COUNTER_RETRIES = "retries"
+COUNTER_DUPLICATES = "duplicates"
+COUNTER_NOT_DUE = "not_due"
+"""Links to URLs a scheduled job knows, left to their due time."""
+COUNTER_LEASE_EXPIRED = "lease_expired"
+"""URLs requeued because their batch's lease ran out."""
+COUNTER_ANALYSED = "analysed"
+COUNTER_RECORDS = "records"
+COUNTER_NOT_HTML = "not_html"
+COUNTER_NOT_MODIFIED = "not_modified"
+COUNTER_UNCHANGED = "unchanged"
+COUNTER_CHANGED = "changed"
+COUNTER_NEW = "new"
+COUNTER_WARC_RECORDS = "warc_records"
+COUNTER_WARC_FAILED = "warc_failed"
+
+# Counter families: the prefix, then a reason or a status code.
+
+PREFIX_FAILED = "failed:"
+"""URLs that failed for good, by reason (``failed:timeout``)."""
+PREFIX_FILTERED = "filtered:"
+"""Links dropped by the filters, by reason (``filtered:max_pages``)."""
+PREFIX_STATUS = "status:"
+"""Responses by HTTP status (``status:200``)."""
+PREFIX_ANALYSIS_FAILED = "analysis_failed:"
+"""Pages whose analysis failed, by reason."""
+
+REASON_MAX_PAGES = "max_pages"
+"""The filter reason of a link over the job's page limit."""
+REASON_LEASE_EXPIRED = "lease_expired"
+"""The failure reason of a URL whose leases ran out too often."""
+
+# Fields of a job's per-host totals hash (``redis_keys.job_host_stats``): the prefix, then the host.
+
+HOST_FETCHED = "fetched|"
+HOST_DONE = "done|"
+HOST_FAILED = "failed|"
