@@ -19,10 +19,10 @@ import redis
 from aiosmtpd.controller import Controller
 
 import tasks
+from cli.local_redis import LocalRedis
 from tasks.embedded import EmbeddedWorker
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.site import TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 TEST_USER_AGENTS = tuple(f"vcrawl-test-agent/{n}.0 (+loopback)" for n in range(1, 6))

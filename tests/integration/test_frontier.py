@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from frontier import Batch, Candidate, Entry, Frontier
 from tasks.crawling import CrawlEnv, abandon_analysis
 from tasks.jobs import admit_links, build_runtime
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import tasks
+from cli.local_redis import LocalRedis
 from frontier import Frontier
 from tasks.alerts import Alert
 from tasks.jobs import RuntimeCache, lease_s, start
@@ -19,7 +20,6 @@ from tasks.pump import FrontierPump
 from tests.integration.conftest import AlertSinks
 from tests.site import Response, TestSite
 from vcrawl import redis_keys
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")

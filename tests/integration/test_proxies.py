@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from fetchers import FetchLimits, FetchRequest, IdentityPool, ProxyHealth, StaticFetcher, fetch_through, make_session
 from fetchers.netguard import NetworkPolicy, parse_networks
 from storage import Storage
@@ -21,7 +22,6 @@ from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite
 from vcrawl import redis_keys
 from vcrawl.errors import FetchFailed
-from vcrawl.local_redis import LocalRedis
 from vcrawl.payloads import DownloadTask
 from vcrawl.settings import Settings
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from tests.cluster import cluster_env, start_worker, stop_worker
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow

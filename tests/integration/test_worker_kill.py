@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.local_redis import LocalRedis
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker, submit, wait_all
 from tests.site import Response, TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 VISIBILITY_TIMEOUT_S = 6.0

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cli.saved_state import RedisHome
 from vcrawl.errors import ConfigError
 from vcrawl.jobs import JobSpec
-from vcrawl.saved_state import RedisHome
-from vcrawl.settings import Settings
+from vcrawl.settings import Settings, child_environment
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -39,7 +39,6 @@ __all__ = [
     "add_run_options",
     "allowing",
     "follow",
-    "ping",
     "report",
     "resume_job_locally",
     "run_job_locally",
@@ -92,13 +91,17 @@ def allowing(settings: Settings, networks: list[str]) -> Settings:
     return replace(settings, allowed_networks=(*settings.allowed_networks, *networks)) if networks else settings
 
 
-def uses_private_redis() -> bool:
+def uses_private_redis(settings: Settings) -> bool:
     """True unless ``VCRAWL_REDIS_URL`` names a cluster's Redis."""
-    return not os.environ.get("VCRAWL_REDIS_URL")
+    return not settings.is_given("redis_url")
 
 
 def run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace) -> int:
-    """Run a new job to its end on the embedded default; return the exit code."""
+    """Run a new job to its end on the embedded default; return the exit code.
+
+    Raises:
+        ConfigError: the settings cannot run a crawl (before anything is started).
+    """
     import tasks
 
     run = _LocalRun(settings, args)
@@ -123,7 +126,11 @@ def run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace)
 
 
 def resume_job_locally(job_id: str, settings: Settings, args: argparse.Namespace) -> int:
-    """Restart the private Redis of ``--data`` from its saved state and run a job there to its end."""
+    """Restart the private Redis of ``--data`` from its saved state and run a job there to its end.
+
+    Raises:
+        ConfigError: the settings cannot run a crawl (before anything is started).
+    """
     run = _LocalRun(settings, args)
     if run.home is None:
         print(f"vcrawl: nothing to resume: a remote data root ({run.data_dir}) keeps no saved state", file=sys.stderr)
@@ -145,11 +152,10 @@ def resume_job_locally(job_id: str, settings: Settings, args: argparse.Namespace
 
 def _resume(run: _LocalRun, job_id: str) -> int:
     import tasks
-    from tasks.redelivery import requeue_unacked
 
     status = tasks.job_status(job_id)
     if status is None:
-        known = ", ".join(tasks.deps.frontier().jobs(limit=10)) or "none"
+        known = ", ".join(tasks.list_jobs(limit=10)) or "none"
         print(f"vcrawl: no job {job_id!r} in the saved state of {run.data_dir} (jobs there: {known})",
               file=sys.stderr)  # fmt: skip
         return 1
@@ -159,7 +165,7 @@ def _resume(run: _LocalRun, job_id: str) -> int:
     if status["state"] == "completed":
         print(f"job {job_id} had already completed; nothing to resume", file=sys.stderr)
         return run.finish(status)
-    restored = requeue_unacked(tasks.app)  # before any worker runs: every such message is an orphan
+    restored = tasks.requeue_unacked()  # before any worker runs: every such message is an orphan
     if restored:
         print(f"{restored} message(s) of workers stopped by force put back on their queues", file=sys.stderr)
     site = _demo_site_of(job_id, status)
@@ -203,13 +209,18 @@ class _LocalRun:
     """One local run: its data root, private Redis, workers, and how it stops."""
 
     def __init__(self, settings: Settings, args: argparse.Namespace) -> None:
+        import tasks
+
         data = args.data if args.data is not None else settings.data
         self.remote = "://" in data and not data.startswith("file://")
         self.data_dir = data.rstrip("/") if self.remote else str(Path(data).resolve())  # hdfs://... stays a URL
         self.settings = replace(settings, data=self.data_dir)
+        # Before Redis and the workers start: a setting the workers need but lack would otherwise
+        # fail every fetch batch while the run waits for pages that never come.
+        tasks.check_settings(self.settings)
         self.args = args
-        self.private = uses_private_redis()
-        if self.private and not os.environ.get("VCRAWL_TASK_EVENTS"):
+        self.private = uses_private_redis(settings)
+        if self.private and not settings.is_given("task_events"):
             # Task events cost a fanout publish per task (about a tenth of a worker's CPU here),
             # and nobody watches a private Redis; Flower, if pointed at it, turns them on itself.
             self.settings = replace(self.settings, task_events=False)
@@ -226,7 +237,7 @@ class _LocalRun:
         Returns an exit code when the data root's Redis is in use by another run, else None.
         """
         import tasks
-        from vcrawl.local_redis import LocalRedis
+        from cli.local_redis import LocalRedis
 
         if self.private:
             if self.home is None:  # a remote data root: a temporary Redis, as nothing is kept
@@ -266,16 +277,17 @@ class _LocalRun:
 
     def start_workers(self) -> None:
         """Start the local worker processes; they stop when the run ends."""
-        from vcrawl.cluster import LocalWorkers
+        import tasks
+        from cli.cluster import LocalWorkers
 
-        env = {**os.environ, **self.settings.to_env()}
+        env = child_environment(self.settings)
         if self.args.log_dir is not None:
             log_dir = self.args.log_dir
         elif self.remote:
             log_dir = Path(tempfile.mkdtemp(prefix="vcrawl-logs-"))
         else:
             log_dir = Path(self.data_dir) / "logs"
-        self._workers = LocalWorkers(self.args.workers, self.args.threads, env, log_dir, ping)
+        self._workers = LocalWorkers(self.args.workers, self.args.threads, env, log_dir, tasks.ping_workers)
         self.stack.callback(self._workers.stop, grace_s=_WORKER_STOP_S, hurry=lambda: self.signals.count > 1)
         self._workers.start()
         print(f"started {self.args.workers} worker processes (pids {self._workers.pids})", file=sys.stderr)
@@ -345,9 +357,7 @@ class _LocalRun:
     def _resumable_jobs(self) -> list[str]:
         import tasks
 
-        frontier = tasks.deps.frontier()
-        return [job for job in frontier.jobs(limit=1000)
-                if frontier.raw_state(job).get("state") in ("paused", "running")]  # fmt: skip
+        return [job for job in tasks.list_jobs(limit=1000) if tasks.job_state(job) in ("paused", "running")]
 
     def _discard_if_done(self) -> None:
         if self._discard_state and self.home is not None:
@@ -370,7 +380,7 @@ def _drain(job_id: str, deadline: float, hurry: Callable[[], bool]) -> bool:
 
 def _demo_site_of(job_id: str, status: dict[str, Any]) -> Any:
     """The bundled demo site again on its old port, for a job ``vcrawl demo`` started (else None)."""
-    from vcrawl.demo import DemoSite
+    from cli.demo import DemoSite
 
     seeds = status.get("seeds", [])
     if not job_id.startswith("demo-") or len(seeds) != 1:
@@ -382,14 +392,6 @@ def _demo_site_of(job_id: str, status: dict[str, Any]) -> Any:
         return DemoSite(port=parts.port)
     except OSError as exc:
         raise ConfigError(f"the demo site cannot listen on port {parts.port} again: {exc}") from None
-
-
-def ping(names: list[str]) -> set[str]:
-    """Names of the workers among ``names`` that answer a ping."""
-    import tasks
-
-    replies = tasks.app.control.ping(destination=names, timeout=0.5)
-    return {name for reply in replies for name in reply}
 
 
 def follow(
@@ -433,7 +435,7 @@ def _redis_cost() -> dict[str, float]:
     scripts ran) and CPU seconds of the private Redis since it started."""
     import tasks
 
-    info = tasks.deps.redis_client().info()
+    info = tasks.redis_info()
     return {
         "requests": int(info.get("total_reads_processed", 0)),
         "commands": int(info.get("total_commands_processed", 0)),
