@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from cli.ops import add_ops_commands
-from cli.run import add_network_option, add_run_options, allowing, follow, report, run_job_locally, summary_of
+from cli.progress import follow, report, summary_of
+from cli.run import add_network_option, add_run_options, allowing, run_job_locally
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
 from vcrawl.settings import Settings, child_environment
 
-__all__ = ["main", "summary_of"]
+__all__ = ["main"]
 
 logger = logging.getLogger("vcrawl")
 
