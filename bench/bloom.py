@@ -15,8 +15,8 @@ from collections.abc import Iterator
 
 import redis
 
+from cli.local_redis import LocalRedis
 from frontier.dedup import DEFAULT_SEGMENT_BITS, BloomFilter, expected_fpr
-from vcrawl.local_redis import LocalRedis
 
 logger = logging.getLogger("bench.bloom")
 

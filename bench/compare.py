@@ -137,8 +137,8 @@ class Cluster:
     deployment keeps them running; ``pids`` go to measure.py's ``--extra-pid``."""
 
     def __init__(self, work: Path, data: Path, workers: int, threads: int) -> None:
-        from vcrawl.cluster import LocalWorkers
-        from vcrawl.local_redis import LocalRedis
+        from cli.cluster import LocalWorkers
+        from cli.local_redis import LocalRedis
         from vcrawl.settings import Settings
 
         self.redis = LocalRedis(tempfile.mkdtemp(prefix="redis-", dir=work)).start()
@@ -171,10 +171,9 @@ class Cluster:
 def _pinger(settings: Any) -> Any:
     """A ping over this cluster's Redis (each cluster has a Redis of its own)."""
     import tasks
-    from vcrawl.cli_run import ping
 
     tasks.configure(settings)
-    return ping
+    return tasks.ping_workers
 
 
 def _clean_env() -> dict[str, str]:

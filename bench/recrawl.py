@@ -31,9 +31,8 @@ sys.path.append(str(HERE))  # after the project: bench/storage.py must not shado
 from crawl_universe import start_universe, stop_universe  # noqa: E402
 
 import tasks  # noqa: E402
-from vcrawl.cli import _ping  # noqa: E402
-from vcrawl.cluster import LocalWorkers  # noqa: E402
-from vcrawl.local_redis import LocalRedis  # noqa: E402
+from cli.cluster import LocalWorkers  # noqa: E402
+from cli.local_redis import LocalRedis  # noqa: E402
 from vcrawl.settings import Settings  # noqa: E402
 
 JOB = "recrawl-bench"
@@ -70,7 +69,7 @@ def main() -> int:
             )
             tasks.configure(settings)
             env = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")} | settings.to_env()
-            stack.enter_context(LocalWorkers(args.workers, args.threads, env, work / "logs", _ping))
+            stack.enter_context(LocalWorkers(args.workers, args.threads, env, work / "logs", tasks.ping_workers))
             spec = {
                 "id": JOB,
                 "seeds": manifest["seeds"],

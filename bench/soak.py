@@ -57,10 +57,9 @@ from crawl_universe import BENCH_PY, SHARED, start_universe, stop_universe  # no
 
 import tasks  # noqa: E402
 from celeryconfig import DOWNLOAD_QUEUE, queue_lists  # noqa: E402
+from cli.cluster import LocalWorkers  # noqa: E402
+from cli.local_redis import LocalRedis  # noqa: E402
 from storage import page_location  # noqa: E402
-from vcrawl.cli import _ping  # noqa: E402
-from vcrawl.cluster import LocalWorkers  # noqa: E402
-from vcrawl.local_redis import LocalRedis  # noqa: E402
 from vcrawl.settings import Settings  # noqa: E402
 
 LOOPBACK = "127.0.0.0/8"
@@ -100,7 +99,9 @@ def main() -> int:
             settings = Settings.from_env(soak_env)
             tasks.configure(settings)
             env = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")} | settings.to_env() | soak_env
-            workers = stack.enter_context(LocalWorkers(args.workers, args.threads, env, work / "logs", _ping))
+            workers = stack.enter_context(
+                LocalWorkers(args.workers, args.threads, env, work / "logs", tasks.ping_workers)
+            )
             soak = Soak(args, served, data, workers.pids)
             report = soak.run()
             report["samples"], report["jobs"] = soak.samples, soak.job_rows()

@@ -56,6 +56,20 @@ class Storage:
 
         return cls(settings.data, backends={**BACKENDS, "hdfs": webhdfs_factory(settings)})
 
+    @classmethod
+    def check_settings(cls, settings: Settings) -> None:
+        """Check what the data root of ``settings`` needs (a remote root: its user, NameNodes), sending nothing.
+
+        Called before a job starts and when a worker starts, so that a broken configuration stops
+        the run at once instead of failing every fetch batch later.
+
+        Raises:
+            ConfigError: naming the variable (e.g. ``VCRAWL_HDFS_USER`` for an ``hdfs://`` root).
+        """
+        store = cls.from_settings(settings)
+        if store._scheme != "file":  # a remote backend checks its settings when built, before any request
+            store._root_backend()  # (a local one would make its directory: nothing to check there)
+
     def __repr__(self) -> str:
         return f"Storage({self._root!r})"
 

@@ -1,6 +1,8 @@
 """The Celery task graph: ``crawl`` -> ``fetch`` (download queue) -> ``analyze`` (analysis queue).
 
 Use ``from tasks import crawl; crawl.delay({"url": ...})``; ``status(id)`` reads the trail.
+The functions here are the façade the command line and the API use to reach the cluster;
+they never reach into ``tasks.deps`` or the other modules of this package.
 """
 
 from __future__ import annotations
@@ -8,25 +10,30 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, TextIO
 
 from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
 
 from analyzers import load_plugins
 from engine import jobs as _jobs
 from engine.trail import STATES, TERMINAL_STATES
+from storage import Storage
+from storage import records as _records
 from tasks import deps
+from tasks import queues as _queues
 from tasks.analyze import analyze
 from tasks.app import app
 from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
-from tasks.broker_guard import guard_redis_qos, reuse_redis_clients
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
+from tasks.redelivery import requeue_unacked as _requeue_unacked
+from tasks.redis_check import check_redis_persistence
 from tasks.scheduled import start_cycle
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec
-from vcrawl.redis_check import check_redis_persistence
+from vcrawl.schedules import ScheduleStore
 from vcrawl.settings import Settings
 
 __all__ = [
@@ -38,15 +45,29 @@ __all__ = [
     "analyze_batch",
     "app",
     "cancel_job",
+    "check_job",
+    "check_settings",
     "configure",
     "crawl",
+    "export_records",
     "fetch",
     "fetch_batch",
+    "host_stats",
+    "job_failures",
+    "job_state",
+    "job_stats",
     "job_status",
+    "list_jobs",
     "pause_job",
+    "ping_workers",
+    "queue_lengths",
     "reconfigure_job",
     "record_failure",
+    "redis_info",
+    "requeue_unacked",
     "resume_job",
+    "schedule_store",
+    "settings",
     "start_cycle",
     "start_job",
     "status",
@@ -67,8 +88,10 @@ def start_job(job: JobSpec | Mapping[str, Any]) -> str:
 
     Raises:
         InvalidTask: ``field`` is the path of the bad key.
+        ConfigError: this process's settings cannot run a crawl (checked before anything is written).
     """
     spec = job if isinstance(job, JobSpec) else JobSpec.from_dict(job)
+    check_settings()
     return _jobs.start(spec, deps.frontier(), deps.runtimes(), deps.fetchers())
 
 
@@ -113,8 +136,89 @@ def configure(settings: Settings) -> None:
     deps.reset(settings)
 
 
-guard_redis_qos()  # workers must survive a Redis restart (see tasks/broker_guard.py)
-reuse_redis_clients()  # one kombu client per channel, not one per publish and ack
+def settings() -> Settings:
+    """This process's settings (as given to ``configure``, else read from the environment)."""
+    return deps.settings()
+
+
+def check_settings(current: Settings | None = None) -> None:
+    """Check what a run needs of ``current`` (default: this process's settings), connecting to nothing.
+
+    Raises:
+        ConfigError: naming the variable, e.g. ``VCRAWL_HDFS_USER`` for an ``hdfs://`` data root.
+    """
+    Storage.check_settings(deps.settings() if current is None else current)
+
+
+def check_job(spec: JobSpec) -> None:
+    """Check a job's analyzers and selectors as starting it would, without starting it.
+
+    Raises:
+        InvalidTask: naming the bad key.
+    """
+    _jobs.check_job(spec, deps.fetchers())
+
+
+def list_jobs(limit: int = 100) -> list[str]:
+    """Job ids, newest first."""
+    return deps.frontier().jobs.jobs(limit)
+
+
+def job_state(job_id: str) -> str | None:
+    """A job's state alone (``running``, ``paused``, ...; None if unknown), cheaper than ``job_status``."""
+    return deps.frontier().jobs.raw_state(job_id).get("state")
+
+
+def job_failures(job_id: str, limit: int = 50) -> list[dict[str, object]]:
+    """A job's most recent final failures, newest first."""
+    return deps.frontier().stats.failures(job_id, limit)
+
+
+def host_stats(job_id: str) -> dict[str, dict[str, int]]:
+    """Per host of a job: responses (``fetched``), URLs finished (``done``) and final failures (``failed``)."""
+    return deps.frontier().stats.host_stats(job_id)
+
+
+def job_stats(job_id: str, minutes: int, now: float) -> list[tuple[int, dict[str, int]]]:
+    """A job's per-minute counters over the last ``minutes`` minutes, oldest first."""
+    return deps.frontier().stats.stats(job_id, minutes, now)
+
+
+def queue_lengths() -> dict[str, int]:
+    """Messages waiting on each queue (``download``, ``download.dynamic``, ``analysis``)."""
+    return _queues.queue_lengths(deps.redis_client())
+
+
+def redis_info() -> dict[str, Any]:
+    """Redis's ``INFO`` (all default sections) for this process's Redis."""
+    return deps.redis_client().info()
+
+
+def ping_workers(names: list[str]) -> set[str]:
+    """Names of the workers among ``names`` that answer a ping within half a second."""
+    return {name for reply in app.control.ping(destination=names, timeout=0.5) for name in reply}
+
+
+def requeue_unacked() -> int:
+    """Put every message that stopped workers took and never acknowledged back on its queue; return how many.
+
+    Only while no worker consumes from this broker: a running worker's messages would run twice.
+    """
+    return _requeue_unacked(app)
+
+
+def schedule_store() -> ScheduleStore:
+    """The schedules in this process's Redis (RedBeat entries), to add, list, change and remove."""
+    return ScheduleStore(app)
+
+
+def export_records(job_id: str, out: TextIO, fmt: str, data: str | None = None) -> int:
+    """Write a job's records to ``out`` as ``jsonl`` or ``csv`` (from data root ``data``, default the configured one).
+
+    Returns how many records were written.
+    """
+    current = deps.settings() if data is None else replace(deps.settings(), data=data)
+    return _records.export_records(Storage.from_settings(current), f"jobs/{job_id}/records", out, fmt)
 
 
 @worker_init.connect
@@ -122,7 +226,7 @@ def _check_configuration(**_: Any) -> None:
     # Fail at start-up, naming the variable or plugin, rather than on the first task.
     # Celery logs and swallows exceptions from signal handlers, but not SystemExit.
     try:
-        deps.settings()
+        check_settings()
         load_plugins()
         check_redis_persistence(deps.redis_client())  # warns loudly; a worker still starts
     except ConfigError as exc:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
+
+from tasks.broker_guard import guard_redis_qos, reuse_redis_clients
 
 __all__ = ["app"]
 
@@ -11,3 +15,11 @@ app = Celery(
     include=["tasks.crawl", "tasks.fetch", "tasks.analyze", "tasks.failures", "tasks.batches"],
 )
 app.config_from_object("celeryconfig")
+
+
+@app.on_after_configure.connect
+def _patch_kombu(**_: Any) -> None:
+    # When the app first reads its configuration: before a worker consumes or a producer publishes,
+    # since both need it to connect, and never at import. Both patches are idempotent.
+    guard_redis_qos()  # workers must survive a Redis restart (see tasks/broker_guard.py)
+    reuse_redis_clients()  # one kombu client per channel, not one per publish and ack

@@ -30,7 +30,7 @@ from celery import Celery
 from pytest_celery import CeleryTestSetup
 
 from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE, DYNAMIC_QUEUE, celery_settings
-from vcrawl.local_redis import LocalRedis
+from cli.local_redis import LocalRedis
 from vcrawl.settings import Settings, celery_redis_url
 
 __all__ = ["LocalRedisProcess", "LocalWorkerProcess", "VcrawlTestSetup"]
@@ -45,7 +45,7 @@ def _signal_number(sig: str | int) -> int:
 
 
 class LocalRedisProcess:
-    """A private ``redis-server`` (``vcrawl.local_redis.LocalRedis``) in the shape of a node's container."""
+    """A private ``redis-server`` (``cli.local_redis.LocalRedis``) in the shape of a node's container."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory

@@ -1,8 +1,9 @@
 """vcrawl: a distributed vertical web crawler built as a Celery task graph.
 
-This package holds the shared vocabulary (payloads, errors, settings, Redis keys)
-and the command line; the stages live in ``tasks``, ``fetchers``, ``analyzers``,
-``storage`` and ``frontier``.
+This package holds the shared vocabulary (payloads, errors, settings, Redis keys, job
+specs, policies, schedules) and imports no other package of the project; the stages live in
+``fetchers``, ``analyzers``, ``storage`` and ``frontier``, the Celery shell in ``tasks``, and
+the command line and job API on the top floor, in ``cli`` and ``api``.
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ import ipaddress
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from vcrawl.errors import ConfigError
 
-__all__ = ["DEFAULT_REFERERS", "DEFAULT_USER_AGENTS", "Settings", "celery_redis_url"]
+__all__ = ["DEFAULT_REFERERS", "DEFAULT_USER_AGENTS", "Settings", "celery_redis_url", "child_environment"]
 
 # Current desktop and mobile browsers (late 2026); sites treat unknown agents worse.
 DEFAULT_USER_AGENTS: tuple[str, ...] = (
@@ -101,6 +101,10 @@ class Settings:
     alert_stuck_s: float = 900.0
     # Non-public networks workers may fetch from (CIDRs); empty: public addresses only (SSRF guard).
     allowed_networks: tuple[str, ...] = ()
+    # Not a variable: the fields ``from_env`` found set, for the few defaults that depend on it
+    # (no VCRAWL_REDIS_URL: ``vcrawl crawl`` runs a private Redis). Not compared: where a value
+    # came from does not change the settings.
+    given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for network in self.allowed_networks:
@@ -146,19 +150,29 @@ class Settings:
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for spec in fields(cls):
+        for spec in _variables(cls):
             name = _PREFIX + spec.name.upper()
             raw = env.get(name)
             if raw is None or raw.strip() == "":
                 continue
             parse = _FIELD_PARSERS.get(spec.name) or _PARSERS[str(spec.type)]
             values[spec.name] = parse(name, raw.strip())
-        return cls(**values)
+        return cls(**values, given=frozenset(values))
+
+    def is_given(self, name: str) -> bool:
+        """True if the field ``name`` was set by its variable (``from_env``), not left at its default.
+
+        >>> Settings.from_env({"VCRAWL_REDIS_URL": "redis://r:6379/0"}).is_given("redis_url")
+        True
+        >>> Settings.from_env({}).is_given("redis_url")
+        False
+        """
+        return name in self.given
 
     def to_env(self) -> dict[str, str]:
         """Return the ``VCRAWL_*`` variables that reproduce these settings in a child process."""
         env: dict[str, str] = {}
-        for spec in fields(self):
+        for spec in _variables(self):
             value = getattr(self, spec.name)
             if value is None:
                 continue
@@ -170,6 +184,20 @@ class Settings:
                 text = str(value)
             env[_PREFIX + spec.name.upper()] = text
         return env
+
+
+def child_environment(settings: Settings | None = None) -> dict[str, str]:
+    """A copy of this process's environment for a child process, with ``settings`` as its ``VCRAWL_*``
+    variables when given (the one place outside ``Settings.from_env`` that reads ``os.environ``)."""
+    env = dict(os.environ)
+    if settings is not None:
+        env.update(settings.to_env())
+    return env
+
+
+def _variables(settings: Settings | type[Settings]) -> list[Field[Any]]:
+    """The fields that have a ``VCRAWL_*`` variable (all but ``given``)."""
+    return [spec for spec in fields(settings) if spec.name != "given"]
 
 
 def celery_redis_url(url: str) -> str:

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from engine.jobs import job_status
 from frontier import Frontier
 from storage import Storage
@@ -31,7 +32,6 @@ from storage.records import read_records
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.conftest import PLUGIN_SITE
 from tests.site import TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]

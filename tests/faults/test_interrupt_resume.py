@@ -38,7 +38,7 @@ class CliRun:
 
     def __init__(self, *args: str, env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "vcrawl.cli", *args], env=env, cwd=REPO,
+            [sys.executable, "-m", "cli", *args], env=env, cwd=REPO,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         self.out: list[str] = []

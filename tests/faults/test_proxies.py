@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from engine.jobs import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite
 from vcrawl import redis_keys
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]

@@ -30,12 +30,12 @@ from pytest_celery import (
 )
 
 import tasks
+from cli.local_redis import LocalRedis
 from tasks.embedded import EmbeddedWorker
 from tests.celery_setup import LocalRedisProcess, LocalWorkerProcess, VcrawlTestSetup
 from tests.cluster import cluster_env
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.site import TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 TEST_USER_AGENTS = tuple(f"vcrawl-test-agent/{n}.0 (+loopback)" for n in range(1, 6))

@@ -20,11 +20,11 @@ import pytest
 import redis
 import yaml
 
+from cli.local_redis import LocalRedis
 from engine.jobs import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -101,7 +101,7 @@ def start_beat(cluster: dict[str, Any], name: str) -> subprocess.Popen[bytes]:
 
 def vcrawl(cluster: dict[str, Any], *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "vcrawl", *args],
+        [sys.executable, "-m", "cli", *args],
         env=cluster["env"], cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr

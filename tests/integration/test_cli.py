@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slow
 def _vcrawl(*args: str, env: dict[str, str] | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
     return subprocess.run(
-        [sys.executable, "-m", "vcrawl.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         env={**base, "PYTHONPATH": str(REPO), **(env or {})},
         cwd=REPO, capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
@@ -129,7 +129,7 @@ def test_interrupt_stops_promptly_and_leaves_no_redis_behind(site: TestSite, tmp
     url = site.add_response("/stuck", Response(b"late", delay_s=20))
     base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "vcrawl.cli", "crawl", url, "--workers", "1", "--data", str(tmp_path / "data"),
+        [sys.executable, "-m", "cli", "crawl", url, "--workers", "1", "--data", str(tmp_path / "data"),
          "--allow-network", "127.0.0.1/32"],
         env={**base, "PYTHONPATH": str(REPO)}, cwd=REPO, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

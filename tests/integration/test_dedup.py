@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from frontier.dedup import BloomFilter, bloom_bits, expected_fpr
-from vcrawl.local_redis import LocalRedis
 
 
 @pytest.fixture(params=[False, True], ids=["bytes", "decoded"])

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import requests
 
+from cli.local_redis import LocalRedis
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker, submit, wait_all
 from tests.site import TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def flower(tmp_path: Path) -> Iterator[Flower]:
             log = tmp_path / "flower.log"
             with open(log, "ab") as out:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "vcrawl", "flower", "--port", str(port)],
+                    [sys.executable, "-m", "cli", "flower", "--port", str(port)],
                     env={**env, "FLOWER_BASIC_AUTH": f"{USER}:{PASSWORD}"},
                     cwd=REPO, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 )  # fmt: skip
@@ -165,7 +165,7 @@ def test_flower_sees_the_worker_and_a_finished_fetch_behind_basic_auth(flower: F
 def test_flower_refuses_to_start_without_credentials(args: tuple[str, ...], message: str) -> None:
     env = {name: value for name, value in os.environ.items() if not name.startswith(("VCRAWL_", "FLOWER_"))}
     done = subprocess.run(
-        [sys.executable, "-m", "vcrawl", "flower", "--port", str(_free_port()), *args],
+        [sys.executable, "-m", "cli", "flower", "--port", str(_free_port()), *args],
         env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import tasks
+from cli.local_redis import LocalRedis
 from engine.alerts import Alert
 from engine.jobs import RuntimeCache, lease_s, start
 from engine.pump import FrontierPump
@@ -19,7 +20,6 @@ from frontier import Frontier
 from tests.integration.conftest import AlertSinks
 from tests.site import Response, TestSite
 from vcrawl import redis_keys
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")

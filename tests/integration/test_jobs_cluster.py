@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from cli.cluster import LocalWorkers
+from cli.local_redis import LocalRedis
 from engine.jobs import job_status
 from tests.cluster import cluster_env
 from tests.site import TestSite
-from vcrawl.cluster import LocalWorkers
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 INTERVAL_S = 0.4

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("worker")
 
 
 def vcrawl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "vcrawl", *args], env=env, cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=60)  # fmt: skip
 
 
@@ -41,7 +41,7 @@ def test_serve_needs_a_token_and_answers_with_it(vcrawl_settings: Settings) -> N
     assert exposed.returncode == 2 and "loopback" in exposed.stderr
 
     token = "cli-test-token-0123456789"
-    command = [sys.executable, "-m", "vcrawl", "serve", "--port", "0"]
+    command = [sys.executable, "-m", "cli", "serve", "--port", "0"]
     env = {**env, "VCRAWL_API_TOKEN": token}
     process = subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from frontier import HostGate
 from tests.cluster import cluster_env, start_worker, stop_worker, submit, wait_all
 from tests.site import TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.policies import PolitenessPolicy
 from vcrawl.settings import Settings
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from engine.fetch_step import FetchContext
 from engine.outcomes import Retry, Stored
 from engine.single import fetch_single
@@ -23,7 +24,6 @@ from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite
 from vcrawl import redis_keys
 from vcrawl.errors import FetchFailed
-from vcrawl.local_redis import LocalRedis
 from vcrawl.payloads import DownloadTask
 from vcrawl.policies import RetryPolicy
 from vcrawl.settings import Settings

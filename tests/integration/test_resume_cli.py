@@ -12,16 +12,16 @@ from pathlib import Path
 
 import redis
 
+from cli.local_redis import LocalRedis
+from cli.saved_state import HOME_NAME, RedisHome
 from tests.cluster import REPO
 from vcrawl import redis_keys
-from vcrawl.local_redis import LocalRedis
-from vcrawl.saved_state import HOME_NAME, RedisHome
 
 
 def _vcrawl(*args: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}  # the embedded default
     return subprocess.run(
-        [sys.executable, "-m", "vcrawl.cli", *args], env={**base, "PYTHONPATH": str(REPO)},
+        [sys.executable, "-m", "cli", *args], env={**base, "PYTHONPATH": str(REPO)},
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import redis
 
+from cli.local_redis import LocalRedis
 from engine.jobs import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow

@@ -249,7 +249,7 @@ def test_the_cli_cluster_list_is_the_ceiling_and_allow_network_widens_it(tmp_pat
                                         "allowed_networks": ["127.0.0.0/8"]}))  # fmt: skip
         env = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
         done = subprocess.run(
-            [sys.executable, "-m", "vcrawl.cli", "crawl", "--job", str(job_file), "--allow-network", "127.0.0.4/32",
+            [sys.executable, "-m", "cli", "crawl", "--job", str(job_file), "--allow-network", "127.0.0.4/32",
              "--delay", "0", "--workers", "1", "--threads", "4", "--data", str(tmp_path / "data"), "--json"],
             env={**env, "PYTHONPATH": str(REPO), "VCRAWL_ALLOWED_NETWORKS": "127.0.0.2/32"},
             cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -264,13 +264,13 @@ def test_the_cli_cluster_list_is_the_ceiling_and_allow_network_widens_it(tmp_pat
 def test_a_bad_allowed_networks_setting_stops_the_cli_naming_it(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
     done = subprocess.run(
-        [sys.executable, "-m", "vcrawl.cli", "crawl", "http://example.test/", "--data", str(tmp_path)],
+        [sys.executable, "-m", "cli", "crawl", "http://example.test/", "--data", str(tmp_path)],
         env={**env, "PYTHONPATH": str(REPO), "VCRAWL_ALLOWED_NETWORKS": "10.0.0.0/33"},
         cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2 and "VCRAWL_ALLOWED_NETWORKS" in done.stderr
     bad_flag = subprocess.run(
-        [sys.executable, "-m", "vcrawl.cli", "crawl", "http://example.test/", "--allow-network", "nope"],
+        [sys.executable, "-m", "cli", "crawl", "http://example.test/", "--allow-network", "nope"],
         env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad_flag.returncode == 2 and "not a CIDR network" in bad_flag.stderr

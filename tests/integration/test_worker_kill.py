@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from pytest_celery import CeleryTestSetup, CeleryTestWorker
 
+from cli.local_redis import LocalRedis
 from tests.cluster import REPO, cluster_env, submit, wait_all
 from tests.site import Response, TestSite
-from vcrawl.local_redis import LocalRedis
 from vcrawl.settings import Settings
 
 VISIBILITY_TIMEOUT_S = 6.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from vcrawl.cli import _parser
+from cli.flower import FlowerOptions, check_basic_auth, flower_command, flower_env, is_loopback
+from cli.main import _parser
 from vcrawl.errors import ConfigError
-from vcrawl.flower import FlowerOptions, check_basic_auth, flower_command, flower_env, is_loopback
 from vcrawl.settings import Settings
 
 SETTINGS = Settings(redis_url="redis://:redispass@10.0.0.5:6379/2")

@@ -7,13 +7,15 @@ so Ctrl-C or SIGTERM *pauses* the job: nothing more is dispatched, work in fligh
 grace time to finish (what does not is redelivered later, ``acks_late``), the workers and then
 Redis stop cleanly, and ``vcrawl resume JOB --data DATA`` goes on where it stopped. A second
 Ctrl-C stops at once.
+
+The cluster is reached through the ``tasks`` façade, imported where it is used: ``tasks`` reads
+the configuration when imported, and the command line reports a broken one itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
-import json
 import logging
 import os
 import shlex
@@ -28,22 +30,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cli.progress import follow, redis_cost, report, summary_of
+from cli.saved_state import RedisHome
 from vcrawl.errors import ConfigError
 from vcrawl.jobs import JobSpec
-from vcrawl.saved_state import RedisHome
-from vcrawl.settings import Settings
+from vcrawl.settings import Settings, child_environment
 
 __all__ = [
     "EXIT_INTERRUPTED",
     "add_network_option",
     "add_run_options",
     "allowing",
-    "follow",
-    "ping",
-    "report",
     "resume_job_locally",
     "run_job_locally",
-    "summary_of",
     "uses_private_redis",
 ]
 
@@ -55,10 +54,6 @@ _MIN_STOP_S = 2.0  # a warm shutdown of idle workers still takes a moment
 _WORKER_STOP_S = 10.0  # at the end of a run: workers ship their records and WARC files
 _REDIS_STOP_S = 60.0  # a clean Redis shutdown writes the AOF; never cut it short lightly
 _REDIS_START_S = 300.0  # a big saved state takes a while to load (Redis answers LOADING meanwhile)
-_SUMMARY_KEYS = (
-    "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
-    "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted", "hosts",
-)  # fmt: skip
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -92,13 +87,17 @@ def allowing(settings: Settings, networks: list[str]) -> Settings:
     return replace(settings, allowed_networks=(*settings.allowed_networks, *networks)) if networks else settings
 
 
-def uses_private_redis() -> bool:
+def uses_private_redis(settings: Settings) -> bool:
     """True unless ``VCRAWL_REDIS_URL`` names a cluster's Redis."""
-    return not os.environ.get("VCRAWL_REDIS_URL")
+    return not settings.is_given("redis_url")
 
 
 def run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace) -> int:
-    """Run a new job to its end on the embedded default; return the exit code."""
+    """Run a new job to its end on the embedded default; return the exit code.
+
+    Raises:
+        ConfigError: the settings cannot run a crawl (before anything is started).
+    """
     import tasks
 
     run = _LocalRun(settings, args)
@@ -123,7 +122,11 @@ def run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace)
 
 
 def resume_job_locally(job_id: str, settings: Settings, args: argparse.Namespace) -> int:
-    """Restart the private Redis of ``--data`` from its saved state and run a job there to its end."""
+    """Restart the private Redis of ``--data`` from its saved state and run a job there to its end.
+
+    Raises:
+        ConfigError: the settings cannot run a crawl (before anything is started).
+    """
     run = _LocalRun(settings, args)
     if run.home is None:
         print(f"vcrawl: nothing to resume: a remote data root ({run.data_dir}) keeps no saved state", file=sys.stderr)
@@ -145,11 +148,10 @@ def resume_job_locally(job_id: str, settings: Settings, args: argparse.Namespace
 
 def _resume(run: _LocalRun, job_id: str) -> int:
     import tasks
-    from tasks.redelivery import requeue_unacked
 
     status = tasks.job_status(job_id)
     if status is None:
-        known = ", ".join(tasks.deps.frontier().jobs.jobs(limit=10)) or "none"
+        known = ", ".join(tasks.list_jobs(limit=10)) or "none"
         print(f"vcrawl: no job {job_id!r} in the saved state of {run.data_dir} (jobs there: {known})",
               file=sys.stderr)  # fmt: skip
         return 1
@@ -159,7 +161,7 @@ def _resume(run: _LocalRun, job_id: str) -> int:
     if status["state"] == "completed":
         print(f"job {job_id} had already completed; nothing to resume", file=sys.stderr)
         return run.finish(status)
-    restored = requeue_unacked(tasks.app)  # before any worker runs: every such message is an orphan
+    restored = tasks.requeue_unacked()  # before any worker runs: every such message is an orphan
     if restored:
         print(f"{restored} message(s) of workers stopped by force put back on their queues", file=sys.stderr)
     site = _demo_site_of(job_id, status)
@@ -203,13 +205,18 @@ class _LocalRun:
     """One local run: its data root, private Redis, workers, and how it stops."""
 
     def __init__(self, settings: Settings, args: argparse.Namespace) -> None:
+        import tasks
+
         data = args.data if args.data is not None else settings.data
         self.remote = "://" in data and not data.startswith("file://")
         self.data_dir = data.rstrip("/") if self.remote else str(Path(data).resolve())  # hdfs://... stays a URL
         self.settings = replace(settings, data=self.data_dir)
+        # Before Redis and the workers start: a setting the workers need but lack would otherwise
+        # fail every fetch batch while the run waits for pages that never come.
+        tasks.check_settings(self.settings)
         self.args = args
-        self.private = uses_private_redis()
-        if self.private and not os.environ.get("VCRAWL_TASK_EVENTS"):
+        self.private = uses_private_redis(settings)
+        if self.private and not settings.is_given("task_events"):
             # Task events cost a fanout publish per task (about a tenth of a worker's CPU here),
             # and nobody watches a private Redis; Flower, if pointed at it, turns them on itself.
             self.settings = replace(self.settings, task_events=False)
@@ -226,7 +233,7 @@ class _LocalRun:
         Returns an exit code when the data root's Redis is in use by another run, else None.
         """
         import tasks
-        from vcrawl.local_redis import LocalRedis
+        from cli.local_redis import LocalRedis
 
         if self.private:
             if self.home is None:  # a remote data root: a temporary Redis, as nothing is kept
@@ -266,16 +273,17 @@ class _LocalRun:
 
     def start_workers(self) -> None:
         """Start the local worker processes; they stop when the run ends."""
-        from vcrawl.cluster import LocalWorkers
+        import tasks
+        from cli.cluster import LocalWorkers
 
-        env = {**os.environ, **self.settings.to_env()}
+        env = child_environment(self.settings)
         if self.args.log_dir is not None:
             log_dir = self.args.log_dir
         elif self.remote:
             log_dir = Path(tempfile.mkdtemp(prefix="vcrawl-logs-"))
         else:
             log_dir = Path(self.data_dir) / "logs"
-        self._workers = LocalWorkers(self.args.workers, self.args.threads, env, log_dir, ping)
+        self._workers = LocalWorkers(self.args.workers, self.args.threads, env, log_dir, tasks.ping_workers)
         self.stack.callback(self._workers.stop, grace_s=_WORKER_STOP_S, hurry=lambda: self.signals.count > 1)
         self._workers.start()
         print(f"started {self.args.workers} worker processes (pids {self._workers.pids})", file=sys.stderr)
@@ -308,7 +316,7 @@ class _LocalRun:
         """Report the run; the saved state goes too once no job in it can be resumed."""
         summary = summary_of(status, time.monotonic() - self.started, self.data_dir)
         if self.private:  # the run had Redis to itself: what it cost there is this run's
-            summary["redis"] = _redis_cost()
+            summary["redis"] = redis_cost()
         report(summary, as_json=self.args.json)
         self._discard_state = self.home is not None and not self._resumable_jobs()
         return 0 if summary["state"] == "completed" else 1
@@ -345,9 +353,7 @@ class _LocalRun:
     def _resumable_jobs(self) -> list[str]:
         import tasks
 
-        frontier = tasks.deps.frontier()
-        return [job for job in frontier.jobs.jobs(limit=1000)
-                if frontier.jobs.raw_state(job).get("state") in ("paused", "running")]  # fmt: skip
+        return [job for job in tasks.list_jobs(limit=1000) if tasks.job_state(job) in ("paused", "running")]
 
     def _discard_if_done(self) -> None:
         if self._discard_state and self.home is not None:
@@ -370,7 +376,7 @@ def _drain(job_id: str, deadline: float, hurry: Callable[[], bool]) -> bool:
 
 def _demo_site_of(job_id: str, status: dict[str, Any]) -> Any:
     """The bundled demo site again on its old port, for a job ``vcrawl demo`` started (else None)."""
-    from vcrawl.demo import DemoSite
+    from cli.demo import DemoSite
 
     seeds = status.get("seeds", [])
     if not job_id.startswith("demo-") or len(seeds) != 1:
@@ -382,92 +388,3 @@ def _demo_site_of(job_id: str, status: dict[str, Any]) -> Any:
         return DemoSite(port=parts.port)
     except OSError as exc:
         raise ConfigError(f"the demo site cannot listen on port {parts.port} again: {exc}") from None
-
-
-def ping(names: list[str]) -> set[str]:
-    """Names of the workers among ``names`` that answer a ping."""
-    import tasks
-
-    replies = tasks.app.control.ping(destination=names, timeout=0.5)
-    return {name for reply in replies for name in reply}
-
-
-def follow(
-    job_id: str, timeout_s: float | None, interrupted: Callable[[], bool] = lambda: False
-) -> dict[str, Any] | None:
-    """Show progress until the job ends (its status) or ``interrupted()`` (None); cancel it after ``timeout_s``."""
-    import tasks
-
-    deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
-    tty = sys.stderr.isatty()
-    last_print, last = 0.0, ""
-    while not interrupted():
-        status = tasks.job_status(job_id) or {}
-        if status.get("state") != "running":
-            if tty:
-                print(file=sys.stderr)
-            return status
-        elapsed = max(status["elapsed_s"], 0.001)
-        line = (
-            f"pages {status['pages_stored']} ({status['pages_stored'] / elapsed:.1f}/s), "
-            f"queued {status['queued']}, in flight {status['in_flight_batches']}, "
-            f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}, "
-            f"hosts {status['hosts']}"
-        )
-        now = time.monotonic()
-        if tty:
-            print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
-        elif line != last and now - last_print >= 2.0:
-            print(line, file=sys.stderr)
-            last_print, last = now, line
-        if now > deadline:
-            tasks.cancel_job(job_id)
-            print(f"\ntimeout: job {job_id} cancelled after {timeout_s}s", file=sys.stderr)
-            deadline = float("inf")
-        time.sleep(0.25)
-    return None
-
-
-def _redis_cost() -> dict[str, float]:
-    """Requests (socket reads, so a pipeline or a script is one), commands (with the commands
-    scripts ran) and CPU seconds of the private Redis since it started."""
-    import tasks
-
-    info = tasks.deps.redis_client().info()
-    return {
-        "requests": int(info.get("total_reads_processed", 0)),
-        "commands": int(info.get("total_commands_processed", 0)),
-        "cpu_s": round(float(info.get("used_cpu_user", 0)) + float(info.get("used_cpu_sys", 0)), 3),
-    }
-
-
-def summary_of(status: dict[str, Any], elapsed_s: float, data_dir: str) -> dict[str, Any]:
-    """The run summary: the job's counters plus elapsed time and where the output went."""
-    summary = {key: status.get(key) for key in _SUMMARY_KEYS}
-    summary["pages_failed"] = sum(status.get("failed", {}).values())
-    summary["elapsed_s"] = round(elapsed_s, 3)
-    summary["data_dir"] = data_dir
-    summary["job_dir"] = f"{data_dir.rstrip('/')}/jobs/{status.get('job')}"
-    return summary
-
-
-def report(summary: dict[str, Any], as_json: bool) -> None:
-    """Print the summary (and, with ``as_json``, the JSON object as the last stdout line)."""
-    failed = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["failed"].items())) or "none"
-    filtered = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["filtered"].items())) or "none"
-    print(
-        f"job {summary['job']} {summary['state']}: {summary['pages_stored']} pages stored of "
-        f"{summary['pages_fetched']} fetched, {summary['analysed']} analysed, {summary['records']} records, "
-        f"{summary['bytes']} bytes in {summary['elapsed_s']} s\n"
-        f"failed: {failed}; robots-blocked {summary['robots_blocked']}; duplicates {summary['duplicates']}\n"
-        f"filtered links: {filtered}\n"
-        f"pages and results are under {summary['job_dir']}"
-    )
-    if summary.get("redis"):
-        cost, pages = summary["redis"], max(1, summary["pages_fetched"] or 0)
-        print(
-            f"redis: {cost['requests']} requests ({cost['requests'] / pages:.1f} per page fetched), "
-            f"{cost['commands']} commands, {cost['cpu_s']} s CPU ({1000 * cost['cpu_s'] / pages:.2f} ms per page)"
-        )
-    if as_json:
-        print(json.dumps(summary, sort_keys=True))

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vcrawl.cli_run import add_network_option, add_run_options, allowing, resume_job_locally, uses_private_redis
+from cli.run import add_network_option, add_run_options, allowing, resume_job_locally, uses_private_redis
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import masked_url
 from vcrawl.settings import Settings
@@ -110,8 +110,9 @@ def _cmd_pause(args: argparse.Namespace) -> int:
 def _cmd_resume(args: argparse.Namespace) -> int:
     import tasks
 
-    if uses_private_redis():
-        return resume_job_locally(args.job, allowing(Settings.from_env(), args.allow_network or []), args)
+    settings = Settings.from_env()
+    if uses_private_redis(settings):
+        return resume_job_locally(args.job, allowing(settings, args.allow_network or []), args)
 
     state = tasks.resume_job(args.job)
     if state is None:

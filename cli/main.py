@@ -1,27 +1,29 @@
 """The ``vcrawl`` command line: ``demo``, ``crawl``, ``submit``, ``status``, ``cancel``, ``export``,
-``schedule``, ``flower``, and the operator commands of ``vcrawl.cli_ops`` (``serve``, ``pause``,
-``resume``, ``config``)."""
+``schedule``, ``flower``, and the operator commands of ``cli.ops`` (``serve``, ``pause``,
+``resume``, ``config``).
+
+``tasks`` is imported inside the commands: it reads the configuration when imported, and a
+broken one is reported by ``main`` as a configuration error, not as a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
-import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from vcrawl.cli_ops import add_ops_commands
-from vcrawl.cli_run import add_network_option, add_run_options, allowing, follow, report, run_job_locally, summary_of
-from vcrawl.cli_run import ping as _ping  # noqa: F401 - bench/recrawl.py starts workers with it
+from cli.ops import add_ops_commands
+from cli.progress import follow, report, summary_of
+from cli.run import add_network_option, add_run_options, allowing, run_job_locally
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
-from vcrawl.settings import Settings
+from vcrawl.settings import Settings, child_environment
 
-__all__ = ["main", "summary_of"]
+__all__ = ["main"]
 
 logger = logging.getLogger("vcrawl")
 
@@ -120,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from vcrawl.demo import DemoSite, demo_job
+    from cli.demo import DemoSite, demo_job
 
     with DemoSite() as site:
         print(f"demo site at {site.url}", file=sys.stderr)
@@ -171,7 +173,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if not status:  # follow returns a status unless interrupted; an empty one: the job is gone
         print(f"vcrawl: job {job_id} disappeared from the cluster's Redis while it ran", file=sys.stderr)
         return 1
-    summary = summary_of(status, time.monotonic() - started, tasks.deps.settings().data)
+    summary = summary_of(status, time.monotonic() - started, tasks.settings().data)
     report(summary, as_json=args.json)
     return 0 if summary["state"] == "completed" else 1
 
@@ -199,19 +201,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _schedule_store() -> Any:
     import tasks
-    from vcrawl.schedules import ScheduleStore
 
-    return ScheduleStore(tasks.app)
+    return tasks.schedule_store()
 
 
 def _cmd_schedule_add(args: argparse.Namespace) -> int:
     import tasks
-    from engine.jobs import check_job
     from vcrawl.schedules import Schedule
 
     spec = load_job_file(args.job)
     item = Schedule(args.name, spec, every_s=args.every, cron=args.cron, overlap=args.overlap)
-    check_job(item.spec, tasks.deps.fetchers())  # analyzers and selectors, as a firing would
+    tasks.check_job(item.spec)  # analyzers and selectors, as a firing would
     existing = tasks.job_status(item.name)
     if existing is not None and "cycle" not in existing:
         raise InvalidTask("name", f"{item.name!r} is a one-off job's id; a schedule needs a name of its own")
@@ -249,19 +249,13 @@ def _cmd_schedule_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from storage import Storage
-    from storage.records import export_records
+    import tasks
 
-    settings = Settings.from_env()
-    if args.data is not None:
-        settings = replace(settings, data=args.data)
-    store = Storage.from_settings(settings)
-    prefix = f"jobs/{args.job}/records"
     if args.out is None:
-        count = export_records(store, prefix, sys.stdout, args.format)
+        count = tasks.export_records(args.job, sys.stdout, args.format, data=args.data)
     else:
         with open(args.out, "w", newline="", encoding="utf-8") as out:
-            count = export_records(store, prefix, out, args.format)
+            count = tasks.export_records(args.job, out, args.format, data=args.data)
     print(f"{count} records of job {args.job}", file=sys.stderr)
     return 0
 
@@ -277,12 +271,9 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_flower(args: argparse.Namespace) -> int:
-    from vcrawl import flower
+    from cli import flower
 
     options = flower.FlowerOptions(address=args.address, port=args.port, insecure_local=args.insecure_local)
-    env = flower.flower_env(os.environ, Settings.from_env(), options)
+    env = flower.flower_env(child_environment(), Settings.from_env(), options)
     flower.exec_flower(flower.flower_command(options), env)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
