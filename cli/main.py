@@ -175,7 +175,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         return 1
     summary = summary_of(status, time.monotonic() - started, tasks.settings().data)
     report(summary, as_json=args.json)
-    return 0 if summary["state"] == "completed" else 1
+    return 0 if summary.state == "completed" else 1
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["follow", "redis_cost", "report", "summary_of"]
+from engine.status import JobStatus
+
+__all__ = ["RunSummary", "follow", "redis_cost", "report", "summary_of"]
 
 _SUMMARY_KEYS = (
     "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
@@ -65,33 +68,73 @@ def redis_cost() -> dict[str, float]:
     }
 
 
-def summary_of(status: dict[str, Any], elapsed_s: float, data_dir: str) -> dict[str, Any]:
-    """The run summary: the job's counters plus elapsed time and where the output went."""
-    summary = {key: status.get(key) for key in _SUMMARY_KEYS}
-    summary["pages_failed"] = sum(status.get("failed", {}).values())
-    summary["elapsed_s"] = round(elapsed_s, 3)
-    summary["data_dir"] = data_dir
-    summary["job_dir"] = f"{data_dir.rstrip('/')}/jobs/{status.get('job')}"
-    return summary
+@dataclass(frozen=True)
+class RunSummary:
+    """What a run of a job came to: its status's counters, its time and where its output went.
+
+    ``to_dict`` is the JSON object ``vcrawl crawl --json`` and ``vcrawl submit --wait --json`` print last.
+    """
+
+    status: JobStatus
+    elapsed_s: float
+    data_dir: str
+    redis: Mapping[str, float] | None = None  # a private Redis's cost of the run (see ``redis_cost``)
+
+    @property
+    def state(self) -> str | None:
+        """The job's state at the end."""
+        return self.status.state
+
+    @property
+    def job_dir(self) -> str:
+        """Where the job's pages, records and WARC files are."""
+        return f"{self.data_dir.rstrip('/')}/jobs/{self.status.job}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        full = self.status.to_dict()
+        data = {key: full.get(key) for key in _SUMMARY_KEYS}
+        if self.status.error is not None:
+            data["error"] = self.status.error
+        data.update(pages_failed=sum(self.status.failed.values()), elapsed_s=round(self.elapsed_s, 3),
+                    data_dir=self.data_dir, job_dir=self.job_dir)  # fmt: skip
+        if self.redis is not None:
+            data["redis"] = dict(self.redis)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunSummary:
+        """Read the JSON form back (its status holds the summary's counters only)."""
+        status = JobStatus.from_dict({**data, "seeds": (), "created_at": 0.0, "finished_at": None,
+                                      "elapsed_s": data["elapsed_s"]})  # fmt: skip
+        return cls(status, float(data["elapsed_s"]), str(data["data_dir"]), data.get("redis"))
 
 
-def report(summary: dict[str, Any], as_json: bool) -> None:
+def summary_of(status: Mapping[str, Any], elapsed_s: float, data_dir: str) -> RunSummary:
+    """The run summary of a job's final status."""
+    return RunSummary(JobStatus.from_dict(status), elapsed_s, data_dir)
+
+
+def report(summary: RunSummary, as_json: bool) -> None:
     """Print the summary (and, with ``as_json``, the JSON object as the last stdout line)."""
-    failed = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["failed"].items())) or "none"
-    filtered = ", ".join(f"{reason} {n}" for reason, n in sorted(summary["filtered"].items())) or "none"
+    status = summary.status
+    failed = ", ".join(f"{reason} {n}" for reason, n in sorted(status.failed.items())) or "none"
+    filtered = ", ".join(f"{reason} {n}" for reason, n in sorted(status.filtered.items())) or "none"
     print(
-        f"job {summary['job']} {summary['state']}: {summary['pages_stored']} pages stored of "
-        f"{summary['pages_fetched']} fetched, {summary['analysed']} analysed, {summary['records']} records, "
-        f"{summary['bytes']} bytes in {summary['elapsed_s']} s\n"
-        f"failed: {failed}; robots-blocked {summary['robots_blocked']}; duplicates {summary['duplicates']}\n"
+        f"job {status.job} {status.state}: {status.pages_stored} pages stored of "
+        f"{status.pages_fetched} fetched, {status.analysed} analysed, {status.records} records, "
+        f"{status.bytes} bytes in {round(summary.elapsed_s, 3)} s\n"
+        f"failed: {failed}; robots-blocked {status.robots_blocked}; duplicates {status.duplicates}\n"
         f"filtered links: {filtered}\n"
-        f"pages and results are under {summary['job_dir']}"
+        f"pages and results are under {summary.job_dir}"
     )
-    if summary.get("redis"):
-        cost, pages = summary["redis"], max(1, summary["pages_fetched"] or 0)
+    if status.error is not None:
+        print(f"error: {status.error}")
+    if summary.redis:
+        cost, pages = summary.redis, max(1, status.pages_fetched or 0)
         print(
             f"redis: {cost['requests']} requests ({cost['requests'] / pages:.1f} per page fetched), "
             f"{cost['commands']} commands, {cost['cpu_s']} s CPU ({1000 * cost['cpu_s'] / pages:.2f} ms per page)"
         )
     if as_json:
-        print(json.dumps(summary, sort_keys=True))
+        print(json.dumps(summary.to_dict(), sort_keys=True))

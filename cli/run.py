@@ -155,8 +155,8 @@ def _resume(run: _LocalRun, job_id: str) -> int:
         print(f"vcrawl: no job {job_id!r} in the saved state of {run.data_dir} (jobs there: {known})",
               file=sys.stderr)  # fmt: skip
         return 1
-    if status["state"] == "cancelled":
-        print(f"vcrawl: job {job_id} was cancelled; it cannot be resumed", file=sys.stderr)
+    if status["state"] in ("cancelled", "failed"):
+        print(f"vcrawl: job {job_id} was {status['state']}; it cannot be resumed", file=sys.stderr)
         return 1
     if status["state"] == "completed":
         print(f"job {job_id} had already completed; nothing to resume", file=sys.stderr)
@@ -316,10 +316,10 @@ class _LocalRun:
         """Report the run; the saved state goes too once no job in it can be resumed."""
         summary = summary_of(status, time.monotonic() - self.started, self.data_dir)
         if self.private:  # the run had Redis to itself: what it cost there is this run's
-            summary["redis"] = redis_cost()
+            summary = replace(summary, redis=redis_cost())
         report(summary, as_json=self.args.json)
         self._discard_state = self.home is not None and not self._resumable_jobs()
-        return 0 if summary["state"] == "completed" else 1
+        return 0 if summary.state == "completed" else 1
 
     def _interrupt(self, job_id: str) -> int:
         import tasks
@@ -332,7 +332,7 @@ class _LocalRun:
             return EXIT_INTERRUPTED
         if not tasks.pause_job(job_id):
             status = tasks.job_status(job_id) or {}
-            if status.get("state") in ("completed", "cancelled"):  # it ended as the signal came
+            if status.get("state") in ("completed", "cancelled", "failed"):  # it ended as the signal came
                 return self.finish(status)
         print(f"\ninterrupted: job {job_id} paused; in-flight work may finish for up to {self.args.grace:g}s "
               f"(Ctrl-C again to stop at once)", file=sys.stderr)  # fmt: skip

@@ -21,6 +21,7 @@ from engine.analysis_step import Analysis, analyze_one
 from engine.batch import CrawlEnv
 from engine.jobs import JobRuntime, admit_links
 from frontier import UrlHistory
+from vcrawl import names
 from vcrawl.errors import InvalidTask, MissingPage, PermanentError
 from vcrawl.payloads import FetchedBatch, FetchedPage
 from vcrawl.policies import RetryPolicy
@@ -116,8 +117,8 @@ def run_analyze_batch(
                            batch.job, len(failing), batch.batch, state.attempt, delay_s)  # fmt: skip
             return AnalysisRetry(carried_on, delay_s, {url: error for url, (_, error) in failing.items()})
         for page, error in failing.values():  # retries spent: count, alert once, still follow the links
-            counters["analysed"] += 1
-            counters["analysis_failed:error"] += 1
+            counters[names.COUNTER_ANALYSED] += 1
+            counters[f"{names.PREFIX_ANALYSIS_FAILED}error"] += 1
             _alert_analysis(env, runtime, page, error, state.attempt)
             _follow_links_only(env, runtime, page, counters, links)
             not_analysed.append(page.url)
@@ -145,17 +146,17 @@ def _analyze_page(
     try:
         analysis = analyze_one(env.storage, page, rule.analyzer, rule.fields, follow_links=True)
     except MissingPage:
-        counters["analysis_failed:missing_page"] += 1
+        counters[f"{names.PREFIX_ANALYSIS_FAILED}missing_page"] += 1
         return ""
     except PermanentError as exc:  # retrying cannot help (a bad rule, an unknown analyzer)
-        counters["analysed"] += 1
-        counters[f"analysis_failed:{exc.reason}"] += 1
+        counters[names.COUNTER_ANALYSED] += 1
+        counters[f"{names.PREFIX_ANALYSIS_FAILED}{exc.reason}"] += 1
         _alert_analysis(env, runtime, page, f"{type(exc).__name__}: {exc}", 1)
         _follow_links_only(env, runtime, page, counters, links)
         return ""
     except Exception as exc:  # an analyzer plugin's bug: retried, then counted; it must not stop the crawl
         return f"{type(exc).__name__}: {exc}"
-    counters["analysed"] += 1
+    counters[names.COUNTER_ANALYSED] += 1
     _count_links(analysis, page, runtime, counters, links)
     if analysis.result is not None:
         assert env.records is not None, "a crawl environment that runs analyzers has record writers"
@@ -169,7 +170,7 @@ def _analyze_page(
                 "data": analysis.result,
             }
         )
-        counters["records"] += 1
+        counters[names.COUNTER_RECORDS] += 1
     return None
 
 
@@ -189,9 +190,9 @@ def _count_links(
     links: list[tuple[str, int, int]],
 ) -> None:  # fmt: skip
     if not analysis.html:
-        counters["not_html"] += 1
+        counters[names.COUNTER_NOT_HTML] += 1
     for reason, count in analysis.skipped.items():  # javascript:, mailto:, empty ... : counted as filtered
-        counters[f"filtered:{reason}"] += count
+        counters[f"{names.PREFIX_FILTERED}{reason}"] += count
     max_redirects = runtime.limits.max_redirects
     links.extend((url, page.depth + 1, max_redirects) for url in analysis.links)
 
@@ -226,7 +227,7 @@ def abandon_analysis(env: CrawlEnv, fetched: Mapping[str, Any], error: str) -> N
     job_id, batch_id = str(fetched["job"]), str(fetched["batch"])
     pages, redirects = list(fetched.get("pages") or ()), list(fetched.get("redirects") or ())
     runtime = env.runtimes.get(job_id, int(fetched.get("cycle") or 0))
-    counters: Counter[str] = Counter({"analysis_failed:batch": len(pages)})
+    counters: Counter[str] = Counter({f"{names.PREFIX_ANALYSIS_FAILED}batch": len(pages)})
     logger.error("analysis of batch %s of job %s failed for good: %s", batch_id, job_id, error)
     readable = tuple(page for page in map(_page_or_none, pages) if page is not None)
     # The same token as the analysis: if it did admit before failing, this changes nothing.

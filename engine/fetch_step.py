@@ -57,6 +57,7 @@ from frontier import (
 )
 from storage import Storage
 from storage.warc import WarcWriter
+from vcrawl import names
 from vcrawl.errors import DownloadFailed, FetchFailed, VcrawlError
 from vcrawl.jobs import RevisitSpec
 from vcrawl.payloads import FetchedPage, Rule
@@ -142,7 +143,7 @@ def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         if fetched_now and (ctx.pace_after_robots or crawl_delay_s):
             return RobotsFetched(entry, visit)  # the robots.txt request used this politeness slot
         if not rules.can_fetch(entry.url, ctx.robots_token):
-            counts["robots_blocked"] += 1
+            counts[names.COUNTER_ROBOTS_BLOCKED] += 1
             return RobotsBlocked(entry, _visit(ctx, item, counts, fetched_now, crawl_delay_s))
     request = FetchRequest(
         url=entry.url,
@@ -160,8 +161,8 @@ def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         return _retry_or_fail(ctx, item, exc.reason, exc.retry_after_s, exc.http_status, counts, crawl_delay_s)
     except DownloadFailed as exc:
         return _failed(ctx, item, exc.reason, exc.http_status, str(exc), counts, crawl_delay_s=crawl_delay_s)
-    counts["fetched"] += 1
-    counts[f"status:{result.status}"] += 1
+    counts[names.COUNTER_FETCHED] += 1
+    counts[f"{names.PREFIX_STATUS}{result.status}"] += 1
     if ctx.warc is not None:
         _archive(ctx, entry, result, counts)
     return _sort_response(ctx, item, result, counts, crawl_delay_s)
@@ -200,8 +201,8 @@ def _sort_response(
 ) -> FetchOutcome:
     entry, known = item.entry, item.known
     if result.status == 304 and known is not None and known.fetched:
-        counts["not_modified"] += 1
-        counts["unchanged"] += 1
+        counts[names.COUNTER_NOT_MODIFIED] += 1
+        counts[names.COUNTER_UNCHANGED] += 1
         return Unchanged(entry, _visit(ctx, item, counts, True, crawl_delay_s, result))
     if result.status == 200:
         return _store(ctx, item, result, counts, crawl_delay_s)
@@ -211,7 +212,7 @@ def _sort_response(
         if entry.redirects_left <= 0:
             return _failed(ctx, item, "too_many_redirects", result.status, "", counts, crawl_delay_s=crawl_delay_s,
                            result=remember)  # fmt: skip
-        counts["redirects"] += 1
+        counts[names.COUNTER_REDIRECTS] += 1
         target = _join(result.final_url, result.headers["location"])  # admission filters a malformed one
         return Redirected(entry, target, result.status, _visit(ctx, item, counts, True, crawl_delay_s, remember))
     if result.status in RETRYABLE_STATUSES:
@@ -230,14 +231,14 @@ def _store(
     if ctx.cycle is not None:
         digest = content_hash(result.body)
         if known is not None and known.content_hash == digest:
-            counts["unchanged"] += 1
+            counts[names.COUNTER_UNCHANGED] += 1
             return Unchanged(entry, _visit(ctx, item, counts, True, crawl_delay_s, result))
         changed = known is not None and bool(known.content_hash)  # else: its first page
-        counts["changed" if changed else "new"] += 1
+        counts[names.COUNTER_CHANGED if changed else names.COUNTER_NEW] += 1
         history = _history_of(ctx.cycle, item, result, changed=True, digest=digest).encode()
     ctx.store.write_bytes(item.save_path, result.body)
-    counts["stored"] += 1
-    counts["bytes"] += len(result.body)
+    counts[names.COUNTER_STORED] += 1
+    counts[names.COUNTER_BYTES] += len(result.body)
     page = FetchedPage(
         url=entry.url,
         final_url=result.final_url,
@@ -278,7 +279,7 @@ def _retry_or_fail(
         # A host that asked for a long wait gets it, even though this URL gives up.
         host_wait_s = min(retry_after_s, _LONGEST_HOST_WAIT_S) if retry_after_s is not None and not url_only else 0.0
         return _failed(ctx, item, reason, http_status, "", counts, crawl_delay_s=crawl_delay_s, host_wait_s=host_wait_s)
-    counts["retries"] += 1
+    counts[names.COUNTER_RETRIES] += 1
     visit = Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts)
     retry = _next_attempt(entry)
     if url_only:
@@ -308,7 +309,7 @@ def _failed(
     host_wait_s: float = 0.0,
     result: FetchResult | None = None,
 ) -> Failed:
-    counts[f"failed:{reason}"] += 1
+    counts[f"{names.PREFIX_FAILED}{reason}"] += 1
     visit = _visit(ctx, item, counts, requested, crawl_delay_s, result)
     return Failed(item.entry, reason, http_status, error or reason, host_wait_s, visit)
 
@@ -362,7 +363,7 @@ def _read_robots(ctx: FetchContext, url: str, counts: Counter[str]) -> RobotsRul
         logger.info("job %s: %s refused by the network policy", ctx.job_id or "-", origin(url))
         return None
     ctx.robots.put(origin(url), rules)
-    counts["robots_fetched"] += 1
+    counts[names.COUNTER_ROBOTS_FETCHED] += 1
     if rules.kind == "disallow_all" and ctx.alert is not None:  # unreachable or 5xx: the host's URLs wait (RFC 9309)
         where = f"job {ctx.job_id}" if ctx.job_id else "single tasks"
         ctx.alert(
@@ -391,10 +392,10 @@ def _archive(ctx: FetchContext, entry: Entry, result: FetchResult, counts: Count
             body=result.body,
             fetched_at=datetime.now(UTC),
         )
-        counts["warc_records"] += 1
+        counts[names.COUNTER_WARC_RECORDS] += 1
     except (VcrawlError, OSError, ValueError) as exc:
         logger.warning("WARC write of %s failed: %r", entry.url, exc)
-        counts["warc_failed"] += 1
+        counts[names.COUNTER_WARC_FAILED] += 1
 
 
 def _join(base: str, location: str) -> str:

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from engine.alerts import Alert
 from engine.validation import check_rule
-from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher, proxy_stats
+from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher
 from frontier import (
     Admission,
     AdmitRequest,
+    Batch,
+    BatchRelease,
     BloomFilter,
     Candidate,
     Entry,
@@ -29,18 +33,20 @@ from frontier import (
     host_key,
     reject_reason,
 )
-from vcrawl import names, redis_keys
+from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec, LimitsSpec
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "JobRuntime",
     "RuntimeCache",
     "admit_links",
     "check_job",
-    "job_status",
+    "fail_job",
     "reconfigure",
     "scope_of",
     "start",
@@ -367,91 +373,6 @@ def reconfigure(frontier: Frontier, job_id: str, changes: Mapping[str, Any]) -> 
     return spec
 
 
-def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
-    """State and counters of a job, or None if unknown."""
-    raw = frontier.jobs.raw_state(job_id)
-    if not raw:
-        return None
-    counters = Counter({name: int(value) for name, value in raw.items() if _is_counter(name, value)})
-    failed = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith(names.PREFIX_FAILED)}
-    filtered = {name.split(":", 1)[1]: n for name, n in counters.items() if name.startswith(names.PREFIX_FILTERED)}
-    analysis_failed = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith(names.PREFIX_ANALYSIS_FAILED)}
-    statuses = {n.split(":", 1)[1]: c for n, c in counters.items() if n.startswith(names.PREFIX_STATUS)}
-    created = float(raw.get("created_at", "0"))
-    finished = float(raw["finished_at"]) if raw.get("finished_at") else None
-    spec = json.loads(raw.get("spec", "{}"))
-    status: dict[str, Any] = {
-        "job": job_id,
-        "state": raw.get("state"),
-        "seeds": spec.get("seeds", []),
-        "created_at": created,
-        "finished_at": finished,
-        "elapsed_s": round((finished or time.time()) - float(raw.get("started_at") or created), 3),
-        "admitted": counters["admitted"],
-        "queued": max(0, counters["queued_now"]),
-        "pending": max(0, counters["pending"]),
-        "in_flight_batches": frontier.queue.in_flight(job_id),
-        "hosts": frontier.stats.hosts_seen(job_id),
-        "pages_fetched": counters["fetched"],
-        "pages_stored": counters["stored"],
-        "failed": failed,
-        "robots_blocked": counters["robots_blocked"],
-        "filtered": filtered,
-        "duplicates": counters["duplicates"],
-        "bytes": counters["bytes"],
-        "analysed": counters["analysed"],
-        "records": counters["records"],
-        "analysis_failed": analysis_failed,
-        "redirects": counters["redirects"],
-        "retries": counters["retries"],
-        "robots_fetched": counters["robots_fetched"],
-        "lease_expired": counters["lease_expired"],
-        "statuses": statuses,
-        "proxies": proxy_stats(counters),  # per proxy (password masked): ok, failed (its fault), errors
-        "spec_rev": counters["spec_rev"],
-    }
-    if raw.get(names.META_ERROR):  # a failed job says why
-        status["error"] = raw[names.META_ERROR]
-    if raw.get("cycle"):
-        status.update(
-            cycle=int(raw["cycle"]),
-            started_at=float(raw.get("started_at") or 0),
-            skipped_firings=int(raw.get("skipped_firings") or 0),
-            **{name: counters[name] for name in CYCLE_COUNTERS},
-        )
-        status["cycles"] = [*(_past_cycle(past) for past in frontier.jobs.cycles(job_id)), _current_cycle(status)]
-    return status
-
-
-CYCLE_COUNTERS = ("fetched", "not_modified", "unchanged", "changed", "new", "analysed", "not_due", "stored", "bytes")
-"""What every cycle summary of a scheduled job reports."""
-
-
-def _past_cycle(past: dict[str, Any]) -> dict[str, Any]:
-    counters = past.get("counters") or {}
-    return {
-        "cycle": past["cycle"],
-        "state": past["state"],
-        "started": past.get("started_at"),
-        "finished": past.get("finished_at"),
-        **{name: int(counters.get(name, 0)) for name in CYCLE_COUNTERS},
-    }
-
-
-def _current_cycle(status: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "cycle": status["cycle"],
-        "state": status["state"],
-        "started": status["started_at"],
-        "finished": status["finished_at"],
-        **{name: status[name] for name in CYCLE_COUNTERS},
-    }
-
-
-def _is_counter(name: str, value: str) -> bool:
-    return name not in names.TEXT_FIELDS and (value.lstrip("-").isdigit())
-
-
 def _add(a: Admission, b: Admission) -> Admission:
     return Admission(
         a.completed or b.completed,
@@ -461,3 +382,26 @@ def _add(a: Admission, b: Admission) -> Admission:
         a.over_limit + b.over_limit,
         a.not_due + b.not_due,
     )
+
+
+def fail_job(
+    frontier: Frontier, job_id: str, error: str, alert: Callable[[str, Alert], bool], batch: Batch | None = None
+) -> bool:
+    """Fail a job that cannot go on (a configuration error inside a task): its state says why, what
+    ``batch`` holds goes back to the queue, and one alert goes out. False if it was not running or paused.
+    """
+    if batch is not None:  # hand the lease back at once rather than let it run out
+        frontier.queue.release(job_id, batch, BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False))
+    failed = frontier.jobs.fail(job_id, error, time.time())
+    if failed:
+        logger.error("job %s failed: %s", job_id, error)
+        alert(
+            f"{job_id}:failed",
+            Alert(
+                subject=f"job {job_id} failed: configuration error",
+                text=f"Job {job_id} was stopped: {error}. Fix the workers' configuration and start the job again.",
+                details={"job": job_id, "error": error},
+            ),
+        )
+    return failed
+

@@ -17,6 +17,7 @@ from celery.signals import worker_init, worker_process_init, worker_process_shut
 
 from analyzers import load_plugins
 from engine import jobs as _jobs
+from engine import status as _status
 from engine.trail import STATES, TERMINAL_STATES
 from storage import Storage
 from storage import records as _records
@@ -97,7 +98,7 @@ def start_job(job: JobSpec | Mapping[str, Any]) -> str:
 
 def job_status(job_id: str) -> dict[str, Any] | None:
     """State and counters of a job (None if unknown): as ``vcrawl status JOB --json`` prints."""
-    return _jobs.job_status(deps.frontier(), job_id)
+    return _status.job_status(deps.frontier(), job_id)
 
 
 def cancel_job(job_id: str) -> bool:

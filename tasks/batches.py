@@ -8,13 +8,13 @@ from typing import Any
 from celery import Task
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
-from engine import analysis_batch
+from engine import analysis_batch, jobs
 from engine import batch as crawling
 from engine.analysis_batch import AnalysisRetry
 from frontier import Batch
 from tasks import deps
 from tasks.app import app
-from vcrawl.errors import InvalidTask, PermanentError
+from vcrawl.errors import ConfigError, InvalidTask, PermanentError
 
 __all__ = ["analysis_batch_failed", "analyze_batch", "dispatch_batch", "fetch_batch"]
 
@@ -23,14 +23,18 @@ logger = logging.getLogger(__name__)
 
 # No Celery retries: a batch that dies with its worker keeps its lease, and the frontier
 # requeues its URLs when the lease runs out; retries of single URLs go through the frontier.
-@app.task(name="vcrawl.fetch_batch", acks_late=True, ignore_result=True, throws=(InvalidTask,))
+@app.task(name="vcrawl.fetch_batch", acks_late=True, ignore_result=True, throws=(InvalidTask, ConfigError))
 def fetch_batch(job_id: str, batch: dict) -> dict:
     """Fetch one leased batch of a job's URLs; return the stored pages for analysis."""
     try:
         parsed = Batch.from_dict(batch)
     except ValueError as exc:
         raise InvalidTask("batch", str(exc)) from None
-    return crawling.run_fetch_batch(deps.crawl_env(), job_id, parsed)
+    try:
+        return crawling.run_fetch_batch(deps.crawl_env(), job_id, parsed)
+    except ConfigError as exc:  # no retry can mend it: the job fails and says why
+        jobs.fail_job(deps.frontier(), job_id, str(exc), deps.alert, batch=parsed)
+        raise
 
 
 @app.task(name="vcrawl.analyze_batch", bind=True, acks_late=True, ignore_result=True, max_retries=None)
@@ -41,6 +45,9 @@ def analyze_batch(self: Task, fetched: dict, carried: dict | None = None) -> dic
     """
     try:
         outcome = analysis_batch.run_analyze_batch(deps.crawl_env(), fetched, carried, deps.analysis_retry())
+    except ConfigError as exc:  # no retry can mend it: the job fails and says why
+        jobs.fail_job(deps.frontier(), str(fetched.get("job")), str(exc), deps.alert)
+        raise
     except PermanentError:
         raise
     except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry

@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.jobs import job_status
+from engine.status import job_status
 from frontier import Frontier
 from storage import Storage
 from storage.records import read_records

@@ -5,6 +5,7 @@ waits forever while every fetch batch fails in a worker."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,10 +18,15 @@ import pytest
 
 import tasks
 from cli.local_redis import LocalRedis
+from cli.progress import report, summary_of
+from engine.jobs import start
+from tasks import deps
 from tests.cluster import REPO
+from tests.integration.conftest import AlertSinks
 from tests.site import TestSite
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.errors import ConfigError
+from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -115,3 +121,41 @@ def test_a_worker_with_hdfs_data_and_no_user_exits_naming_the_variable(
     assert done.returncode == 1 and took_s < 30
     assert f"vcrawl: configuration error: {_NO_USER}" in done.stderr
     assert hdfs.requests == []
+
+
+def test_a_configuration_error_inside_a_task_fails_the_job_releases_its_batch_and_alerts(
+    worker: object, site: TestSite, vcrawl_settings: Settings, alert_sinks: AlertSinks, hdfs: WebHdfsTestServer
+) -> None:
+    # A worker whose configuration cannot store (its environment differs from the submitter's, which
+    # passed the check): the job is recorded past the submitter's check, and its fetch batch raises
+    # when it comes to store the page.
+    site.add_page("/", "<html><body><a href='/a.html'>a</a></body></html>")
+    tasks.configure(replace(vcrawl_settings, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user=None))
+    try:
+        spec = JobSpec.from_dict({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0}})
+        job_id = start(spec, deps.frontier(), deps.runtimes(), deps.fetchers())
+        deadline = time.monotonic() + 30
+        while (status := tasks.job_status(job_id))["state"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        tasks.configure(vcrawl_settings)
+
+    assert status["state"] == "failed" and _NO_USER in status["error"], status
+    assert status["in_flight_batches"] == 0 and status["queued"] == 1, status  # the seed went back to its queue
+    assert not hdfs.requests  # the store was never reached: nothing half-written
+    subject = f"job {job_id} failed: configuration error"
+    deadline = time.monotonic() + 5
+    while not [hook for hook in alert_sinks.webhooks if hook["subject"] == subject] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # a second alert would have arrived by now
+    hooks = [hook for hook in alert_sinks.webhooks if hook["subject"] == subject]
+    assert len(hooks) == 1 and _NO_USER in hooks[0]["details"]["error"]
+
+
+def test_the_summary_of_a_failed_job_prints_its_error(capsys: pytest.CaptureFixture[str]) -> None:
+    status = {"job": "j1", "state": "failed", "seeds": ["http://a.test/"], "created_at": 1.0, "finished_at": 2.0,
+              "elapsed_s": 1.0, "error": _NO_USER}  # fmt: skip
+    report(summary_of(status, 1.0, "/data"), as_json=True)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("job j1 failed:") and f"error: {_NO_USER}" in out
+    assert json.loads(out[-1])["error"] == _NO_USER

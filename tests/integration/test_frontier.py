@@ -16,7 +16,8 @@ import redis
 from cli.local_redis import LocalRedis
 from engine.analysis_batch import abandon_analysis
 from engine.batch import CrawlEnv
-from engine.jobs import admit_links, build_runtime, job_status
+from engine.jobs import admit_links, build_runtime
+from engine.status import job_status
 from frontier import AdmitRequest, Batch, BatchRelease, Candidate, Entry, Frontier, FrontierQueue
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec

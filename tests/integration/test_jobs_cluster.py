@@ -11,7 +11,7 @@ import pytest
 
 from cli.cluster import LocalWorkers
 from cli.local_redis import LocalRedis
-from engine.jobs import job_status
+from engine.status import job_status
 from tests.cluster import cluster_env
 from tests.site import TestSite
 from vcrawl.settings import Settings

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.jobs import job_status
+from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import TestSite
