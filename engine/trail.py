@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from importlib import resources
 from typing import Any
 
 import redis
@@ -30,31 +31,6 @@ STATES = (
     "analysis_failed",
 )
 TERMINAL_STATES = frozenset({"download_failed", "robots_blocked", "analyzed", "analysis_failed"})
-# A state never moves back (a late or redelivered message cannot undo a later state),
-# except a retry, which moves back one step from the state it interrupts.
-_TRANSITION = """
-local ranks = {queued = 0, downloading = 1, downloaded = 2, download_failed = 3, robots_blocked = 3,
-               analyzing = 3, analyzed = 4, analysis_failed = 4}
-local key, new, ttl, now = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
-local counter, retry_from = ARGV[4], ARGV[5]
-local count = 0
-if counter ~= '' then count = redis.call('HINCRBY', key, counter, 1) end
-local current = redis.call('HGET', key, 'state')
-local applied = 1
-if current and ranks[current] then
-  if retry_from ~= '' then
-    if current ~= retry_from then applied = 0 end
-  elseif ranks[new] < ranks[current] then
-    applied = 0
-  end
-end
-if applied == 1 then
-  redis.call('HSET', key, 'state', new, new .. '_at', now)
-  for i = 6, #ARGV, 2 do redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
-end
-redis.call('EXPIRE', key, ttl)
-return {applied, count}
-"""
 _INT_FIELDS = frozenset({"http_status", "bytes", "attempts", "analysis_attempts", "result_bytes", "items"})
 _FLOAT_FIELDS = frozenset({"retry_at", "elapsed_s"} | {f"{state}_at" for state in STATES})
 
@@ -66,7 +42,9 @@ class StatusTrail:
         self._redis = client
         self._ttl_s = ttl_s
         self._clock = clock
-        self._transition = client.register_script(_TRANSITION)
+        self._transition = client.register_script(
+            resources.files("engine").joinpath("lua/trail_transition.lua").read_text(encoding="utf-8")
+        )
 
     def queued(self, trail_id: str, task: DownloadTask) -> None:
         """Record a newly submitted task."""

@@ -33,6 +33,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from typing import Any
 
 import redis
@@ -214,39 +215,7 @@ def fetch_through(fetcher: Fetcher, request: FetchRequest, health: ProxyHealth |
     return result
 
 
-# KEYS: health hash   ARGV: proxy, base_ms, cap_ms
-# Returns {cool-off ms left, strikes, 1 if marked now / 0 if it was cooling off already}.
-# Redis's clock (TIME), so workers whose clocks differ agree on when a cool-off ends.
-_MARK = """
-local key, proxy, base, cap = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local until_ms, strikes = 0, -1
-local raw = redis.call('HGET', key, proxy)
-if raw then
-  local sep = string.find(raw, ':', 1, true)
-  until_ms, strikes = tonumber(string.sub(raw, 1, sep - 1)), tonumber(string.sub(raw, sep + 1))
-end
-if until_ms > now then
-  return {until_ms - now, strikes, 0}
-end
-if now - until_ms > cap then strikes = -1 end
-strikes = math.min(strikes + 1, 30)
-local cool = math.floor(math.min(cap, base * 2 ^ strikes))
-redis.call('HSET', key, proxy, string.format('%d:%d', now + cool, strikes))
-redis.call('PEXPIRE', key, 2 * cap + 1000)
-return {cool, strikes, 1}
-"""
 
-# KEYS: health hash   ARGV: proxy.  Forget a proxy's record once its cool-off is over (it works again).
-_CLEAR = """
-local raw = redis.call('HGET', KEYS[1], ARGV[1])
-if not raw then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if tonumber(string.sub(raw, 1, string.find(raw, ':', 1, true) - 1)) > now then return 0 end
-return redis.call('HDEL', KEYS[1], ARGV[1])
-"""
 
 
 class ProxyHealth:
@@ -272,8 +241,8 @@ class ProxyHealth:
         self._redis = client
         self._base_ms, self._cap_ms = int(cooloff_s * 1000), int(cooloff_max_s * 1000)
         self._refresh_s, self._clock = refresh_s, clock
-        self._mark = client.register_script(_MARK)
-        self._clear = client.register_script(_CLEAR)
+        self._mark = client.register_script(_lua("proxy_mark"))
+        self._clear = client.register_script(_lua("proxy_clear"))
         self._lock = threading.Lock()
         self._until: dict[str, float] = {}  # masked proxy -> end of its cool-off, on self._clock
         self._read_at = float("-inf")
@@ -362,3 +331,8 @@ class ProxyHealth:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def _lua(name: str) -> str:
+    """A script of ``fetchers/lua/`` (its KEYS and ARGV are documented at its top)."""
+    return resources.files("fetchers").joinpath(f"lua/{name}.lua").read_text(encoding="utf-8")

@@ -11,6 +11,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -125,13 +126,7 @@ def fetchers() -> FetcherRegistry:
 
     def build() -> FetcherRegistry:
         current = settings()
-        limits = FetchLimits(
-            connect_timeout_s=current.connect_timeout_s,
-            read_timeout_s=current.read_timeout_s,
-            total_timeout_s=current.total_timeout_s,
-            max_body_bytes=current.max_body_bytes,
-            max_redirects=current.max_redirects,
-        )
+        limits = _fetch_limits(current)
         browser = BrowserConfig(
             chromium_path=current.chromium_path,
             chromedriver_path=current.chromedriver_path,
@@ -169,20 +164,26 @@ def runtimes() -> RuntimeCache:
     return _once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), redis_client()))
 
 
+def _fetch_limits(current: Settings) -> FetchLimits:
+    return FetchLimits(
+        connect_timeout_s=current.connect_timeout_s,
+        read_timeout_s=current.read_timeout_s,
+        total_timeout_s=current.total_timeout_s,
+        max_body_bytes=current.max_body_bytes,
+        max_redirects=current.max_redirects,
+    )
+
+
 def single_context() -> FetchContext:
     """What the one fetch step needs for a single ``crawl.delay`` task: the cluster's settings as its policy."""
 
     def build() -> FetchContext:
         current = settings()
-        robots_limits = FetchLimits(
-            connect_timeout_s=current.connect_timeout_s,
-            read_timeout_s=current.read_timeout_s,
-            total_timeout_s=current.total_timeout_s,
-            max_body_bytes=MAX_ROBOTS_BYTES,
-            max_redirects=0,
-            follow_redirects=False,
-            truncate_body=True,  # RFC 9309: the first 500 KiB are parsed, the rest ignored
-        )
+        # robots.txt: redirects followed hop by hop by the fetch step; RFC 9309: the first 500 KiB are parsed.
+        robots_limits = replace(
+            _fetch_limits(current), max_body_bytes=MAX_ROBOTS_BYTES, max_redirects=0, follow_redirects=False,
+            truncate_body=True,
+        )  # fmt: skip
         return FetchContext(
             fetcher=fetchers().get("static"),
             robots_fetcher=StaticFetcher(session(), robots_limits, policy=NetworkPolicy.from_settings(current)),
