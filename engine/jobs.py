@@ -18,6 +18,7 @@ from engine.alerts import Alert
 from engine.validation import check_rule
 from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher
 from frontier import (
+    MAX_ROBOTS_BYTES,
     Admission,
     AdmitRequest,
     Batch,
@@ -116,24 +117,16 @@ def build_runtime(
     """Derive a job's runtime objects from its spec and the cluster settings."""
     limits = spec.limits.resolved(cluster_limits(settings))
     assert limits.total_timeout_s is not None and limits.retries is not None
-    fetch_limits = FetchLimits(
-        connect_timeout_s=limits.connect_timeout_s,
-        read_timeout_s=limits.read_timeout_s,
-        total_timeout_s=limits.total_timeout_s,
-        max_body_bytes=limits.max_body_bytes,
-        max_redirects=0,
-        follow_redirects=False,
-    )
-    # robots.txt: the first 500 KiB are parsed (RFC 9309); redirects are followed hop by hop by the caller.
-    robots_limits = replace(fetch_limits, max_body_bytes=500 * 1024, truncate_body=True)
+    # A job follows redirects as links of their own (admission sees every hop).
+    page_limits = replace(fetch_limits(limits), max_redirects=0, follow_redirects=False)
     politeness = PolitenessPolicy(spec.politeness.min_interval_s, spec.politeness.jitter)
     # The cluster's policy; the job's allowed_networks narrow it request by request (FetchRequest.networks).
     policy = NetworkPolicy.from_settings(settings)
     return JobRuntime(
         spec=spec,
         scope=scope_of(spec),
-        fetcher=StaticFetcher(session, fetch_limits, policy=policy),
-        robots_fetcher=StaticFetcher(session, robots_limits, policy=policy),
+        fetcher=StaticFetcher(session, page_limits, policy=policy),
+        robots_fetcher=StaticFetcher(session, robots_limits(page_limits), policy=policy),
         identities=IdentityPool(
             spec.user_agents if spec.user_agents is not None else settings.user_agents,
             spec.referers if spec.referers is not None else settings.referers,
@@ -161,6 +154,26 @@ def job_bloom(spec: JobSpec, client: Any) -> BloomFilter:
         spec.dedup.error_rate,
         segment_key=lambda index: redis_keys.job_bloom_segment(spec.id, index),
     )
+
+
+def fetch_limits(limits: LimitsSpec) -> FetchLimits:
+    """A fetcher's limits from resolved job limits (every field set)."""
+    assert limits.connect_timeout_s is not None and limits.read_timeout_s is not None
+    assert limits.total_timeout_s is not None and limits.max_body_bytes is not None
+    assert limits.max_redirects is not None
+    return FetchLimits(
+        connect_timeout_s=limits.connect_timeout_s,
+        read_timeout_s=limits.read_timeout_s,
+        total_timeout_s=limits.total_timeout_s,
+        max_body_bytes=limits.max_body_bytes,
+        max_redirects=limits.max_redirects,
+    )
+
+
+def robots_limits(limits: FetchLimits) -> FetchLimits:
+    """A robots.txt request's limits: RFC 9309's 500 KiB parsed (the rest cut), redirects followed hop by hop
+    by ``frontier.read_robots``."""
+    return replace(limits, max_body_bytes=MAX_ROBOTS_BYTES, truncate_body=True, max_redirects=0, follow_redirects=False)
 
 
 def cluster_limits(settings: Settings) -> LimitsSpec:

@@ -11,7 +11,6 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import redis
@@ -20,7 +19,7 @@ import requests
 from engine.alerts import Alert, Alerter
 from engine.batch import CrawlEnv
 from engine.fetch_step import FetchContext
-from engine.jobs import RuntimeCache
+from engine.jobs import RuntimeCache, cluster_limits, fetch_limits, robots_limits
 from engine.pump import FrontierPump
 from engine.single import SingleEnv
 from engine.trail import StatusTrail
@@ -29,14 +28,13 @@ from fetchers import (
     BrowserFetcher,
     Fetcher,
     FetcherRegistry,
-    FetchLimits,
     IdentityPool,
     NetworkPolicy,
     ProxyHealth,
     StaticFetcher,
     make_session,
 )
-from frontier import MAX_ROBOTS_BYTES, Batch, Frontier, History, HostGate, RobotsCache
+from frontier import Batch, Frontier, History, HostGate, RobotsCache
 from storage import Storage
 from storage.records import RecordWriter
 from storage.records import recover_spools as recover_record_spools
@@ -126,7 +124,7 @@ def fetchers() -> FetcherRegistry:
 
     def build() -> FetcherRegistry:
         current = settings()
-        limits = _fetch_limits(current)
+        limits = fetch_limits(cluster_limits(current))
         browser = BrowserConfig(
             chromium_path=current.chromium_path,
             chromedriver_path=current.chromedriver_path,
@@ -164,29 +162,15 @@ def runtimes() -> RuntimeCache:
     return _once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), redis_client()))
 
 
-def _fetch_limits(current: Settings) -> FetchLimits:
-    return FetchLimits(
-        connect_timeout_s=current.connect_timeout_s,
-        read_timeout_s=current.read_timeout_s,
-        total_timeout_s=current.total_timeout_s,
-        max_body_bytes=current.max_body_bytes,
-        max_redirects=current.max_redirects,
-    )
-
-
 def single_context() -> FetchContext:
     """What the one fetch step needs for a single ``crawl.delay`` task: the cluster's settings as its policy."""
 
     def build() -> FetchContext:
         current = settings()
-        # robots.txt: redirects followed hop by hop by the fetch step; RFC 9309: the first 500 KiB are parsed.
-        robots_limits = replace(
-            _fetch_limits(current), max_body_bytes=MAX_ROBOTS_BYTES, max_redirects=0, follow_redirects=False,
-            truncate_body=True,
-        )  # fmt: skip
+        robots_txt = robots_limits(fetch_limits(cluster_limits(current)))
         return FetchContext(
             fetcher=fetchers().get("static"),
-            robots_fetcher=StaticFetcher(session(), robots_limits, policy=NetworkPolicy.from_settings(current)),
+            robots_fetcher=StaticFetcher(session(), robots_txt, policy=NetworkPolicy.from_settings(current)),
             identities=identities(),
             retry=fetch_retry(),
             robots=robots(),
