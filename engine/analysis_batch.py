@@ -22,7 +22,7 @@ from engine.batch import CrawlEnv
 from engine.jobs import JobRuntime, admit_links
 from frontier import UrlHistory
 from vcrawl import names
-from vcrawl.errors import InvalidTask, MissingPage, PermanentError
+from vcrawl.errors import InvalidTask, MissingPage, PermanentError, RetryableError
 from vcrawl.payloads import FetchedBatch, FetchedPage
 from vcrawl.policies import RetryPolicy
 
@@ -31,14 +31,20 @@ __all__ = ["AnalysisRetry", "CarriedAnalysis", "abandon_analysis", "run_analyze_
 logger = logging.getLogger(__name__)
 
 
+Link = tuple[str, int, int]  # (url, depth, redirects_left)
+
+
 @dataclass(frozen=True)
 class CarriedAnalysis:
-    """What earlier attempts of an analysis batch found, carried into its retry (JSON on the wire)."""
+    """What earlier attempts of an analysis batch found, carried into its retry (JSON on the wire).
+
+    Links are kept per page, so the batch admits them in the order of its pages whatever attempt
+    found them: a replayed admission must see the same chunks (see ``engine.jobs.admit_links``).
+    """
 
     attempt: int = 1
-    finished: tuple[str, ...] = ()  # pages analysed, or given up for good
-    not_analysed: tuple[str, ...] = ()  # of those, pages whose analysis failed (their history keeps no hash)
-    links: tuple[tuple[str, int, int], ...] = ()  # (url, depth, redirects_left) found so far
+    page_links: Mapping[str, tuple[Link, ...]] = field(default_factory=dict)  # finished page -> its links
+    not_analysed: tuple[str, ...] = ()  # finished pages whose analysis failed (their history keeps no hash)
     counters: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
@@ -53,9 +59,11 @@ class CarriedAnalysis:
         try:
             return cls(
                 attempt=int(data["attempt"]),
-                finished=tuple(str(url) for url in data["finished"]),
+                page_links={
+                    str(page): tuple((str(u), int(d), int(r)) for u, d, r in links)
+                    for page, links in data["page_links"].items()
+                },
                 not_analysed=tuple(str(url) for url in data["not_analysed"]),
-                links=tuple((str(url), int(depth), int(left)) for url, depth, left in data["links"]),
                 counters={str(name): int(count) for name, count in data["counters"].items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -65,9 +73,8 @@ class CarriedAnalysis:
         """The JSON form."""
         return {
             "attempt": self.attempt,
-            "finished": list(self.finished),
+            "page_links": {page: [list(link) for link in links] for page, links in self.page_links.items()},
             "not_analysed": list(self.not_analysed),
-            "links": [list(link) for link in self.links],
             "counters": dict(self.counters),
         }
 
@@ -81,6 +88,16 @@ class AnalysisRetry:
     failing: Mapping[str, str]  # url -> error
 
 
+@dataclass(frozen=True)
+class _PageResult:
+    """One page's analysis: finished (analysed, or given up for good) or failing (worth a retry)."""
+
+    finished: bool
+    analysed: bool = True
+    links: tuple[Link, ...] = ()
+    error: str = ""
+
+
 def run_analyze_batch(
     env: CrawlEnv, fetched: Mapping[str, Any], carried: Mapping[str, Any] | None = None,
     retry: RetryPolicy | None = None,
@@ -89,30 +106,30 @@ def run_analyze_batch(
 
     Returns the admission's summary, or an ``AnalysisRetry`` when analyzers failed and the
     ``retry`` budget (None: no retries) is not spent yet.
+
+    Raises:
+        RetryableError, OSError: storage or Redis trouble, for the task edge to retry the whole batch.
     """
     batch = FetchedBatch.from_dict(fetched)
     runtime = env.runtimes.get(batch.job, batch.cycle)
     state = CarriedAnalysis.from_dict(carried)
     counters: Counter[str] = Counter(state.counters)
-    links = list(state.links)
-    finished, not_analysed = list(state.finished), list(state.not_analysed)
+    page_links, not_analysed = dict(state.page_links), list(state.not_analysed)
     failing: dict[str, tuple[FetchedPage, str]] = {}
     for page in batch.pages:
-        if page.url in state.finished:
+        if page.url in state.page_links:
             continue
-        error = _analyze_page(env, runtime, page, counters, links)
-        if error is None:
-            finished.append(page.url)
-        elif error == "":  # failed for good at once (a missing page, a permanent error)
-            finished.append(page.url)
+        result = _analyze_page(env, runtime, page, counters)
+        if not result.finished:
+            failing[page.url] = (page, result.error)
+            continue
+        page_links[page.url] = result.links
+        if not result.analysed:
             not_analysed.append(page.url)
-        else:
-            failing[page.url] = (page, error)
     if failing:
         delay_s = retry.delay_for(state.attempt) if retry is not None else None
         if delay_s is not None:
-            carried_on = CarriedAnalysis(state.attempt + 1, tuple(finished), tuple(not_analysed), tuple(links),
-                                         dict(counters))  # fmt: skip
+            carried_on = CarriedAnalysis(state.attempt + 1, page_links, tuple(not_analysed), dict(counters))
             logger.warning("job %s: analysis of %d page(s) of batch %s failed (attempt %d), retrying in %.1fs",
                            batch.job, len(failing), batch.batch, state.attempt, delay_s)  # fmt: skip
             return AnalysisRetry(carried_on, delay_s, {url: error for url, (_, error) in failing.items()})
@@ -120,14 +137,12 @@ def run_analyze_batch(
             counters[names.COUNTER_ANALYSED] += 1
             counters[f"{names.PREFIX_ANALYSIS_FAILED}error"] += 1
             _alert_analysis(env, runtime, page, error, state.attempt)
-            _follow_links_only(env, runtime, page, counters, links)
+            page_links[page.url] = _follow_links_only(env, runtime, page, counters)
             not_analysed.append(page.url)
-    for redirect in batch.redirects:
-        links.append((redirect.target, redirect.depth, redirect.redirects_left))
     admission = admit_links(
         runtime,
         env.frontier,
-        links,
+        _links_in_order(batch, page_links),
         done=batch.done,
         token=f"a:{batch.batch}",
         counters=counters,
@@ -138,26 +153,32 @@ def run_analyze_batch(
             "completed": admission.completed}  # fmt: skip
 
 
-def _analyze_page(
-    env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counters: Counter[str], links: list[tuple[str, int, int]]
-) -> str | None:
-    """Analyse one page: None when it went well, "" when it failed for good, else the error to retry."""
+def _links_in_order(batch: FetchedBatch, page_links: Mapping[str, tuple[Link, ...]]) -> list[Link]:
+    """The batch's links in the order of its pages, then its redirect targets."""
+    links = [link for page in batch.pages for link in page_links.get(page.url, ())]
+    links.extend((hop.target, hop.depth, hop.redirects_left) for hop in batch.redirects)
+    return links
+
+
+def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counters: Counter[str]) -> _PageResult:
+    """Analyse one page: its links, and the record of its rule's analyzer."""
     rule = runtime.spec.rule_for(page.url)
     try:
         analysis = analyze_one(env.storage, page, rule.analyzer, rule.fields, follow_links=True)
     except MissingPage:
         counters[f"{names.PREFIX_ANALYSIS_FAILED}missing_page"] += 1
-        return ""
+        return _PageResult(finished=True, analysed=False)
+    except (RetryableError, OSError):
+        raise  # storage trouble, not the analyzer's: the task edge retries the batch
     except PermanentError as exc:  # retrying cannot help (a bad rule, an unknown analyzer)
         counters[names.COUNTER_ANALYSED] += 1
         counters[f"{names.PREFIX_ANALYSIS_FAILED}{exc.reason}"] += 1
         _alert_analysis(env, runtime, page, f"{type(exc).__name__}: {exc}", 1)
-        _follow_links_only(env, runtime, page, counters, links)
-        return ""
-    except Exception as exc:  # an analyzer plugin's bug: retried, then counted; it must not stop the crawl
-        return f"{type(exc).__name__}: {exc}"
+        return _PageResult(finished=True, analysed=False, links=_follow_links_only(env, runtime, page, counters))
+    except Exception as exc:  # an analyzer plugin's bug (any exception): retried, then counted, never stops the crawl
+        return _PageResult(finished=False, error=f"{type(exc).__name__}: {exc}")
     counters[names.COUNTER_ANALYSED] += 1
-    _count_links(analysis, page, runtime, counters, links)
+    links = _count_links(analysis, page, runtime, counters)
     if analysis.result is not None:
         assert env.records is not None, "a crawl environment that runs analyzers has record writers"
         env.records(runtime.job_id).append(
@@ -171,30 +192,30 @@ def _analyze_page(
             }
         )
         counters[names.COUNTER_RECORDS] += 1
-    return None
+    return _PageResult(finished=True, links=links)
 
 
 def _follow_links_only(
-    env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counters: Counter[str], links: list[tuple[str, int, int]]
-) -> None:
+    env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counters: Counter[str]
+) -> tuple[Link, ...]:
     """A page whose analyzer failed for good: its links are still followed."""
     try:
         analysis = analyze_one(env.storage, page, None, follow_links=True)
     except MissingPage:
-        return
-    _count_links(analysis, page, runtime, counters, links)
+        return ()
+    return _count_links(analysis, page, runtime, counters)
 
 
 def _count_links(
-    analysis: Analysis, page: FetchedPage, runtime: JobRuntime, counters: Counter[str],
-    links: list[tuple[str, int, int]],
-) -> None:  # fmt: skip
+    analysis: Analysis, page: FetchedPage, runtime: JobRuntime, counters: Counter[str]
+) -> tuple[Link, ...]:
+    """Count what the page's links came to; return those to follow, one level deeper."""
     if not analysis.html:
         counters[names.COUNTER_NOT_HTML] += 1
     for reason, count in analysis.skipped.items():  # javascript:, mailto:, empty ... : counted as filtered
         counters[f"{names.PREFIX_FILTERED}{reason}"] += count
     max_redirects = runtime.limits.max_redirects
-    links.extend((url, page.depth + 1, max_redirects) for url in analysis.links)
+    return tuple((url, page.depth + 1, max_redirects) for url in analysis.links)
 
 
 def _alert_analysis(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, error: str, attempts: int) -> None:
@@ -218,8 +239,11 @@ def _alert_analysis(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, error
     )
 
 
-def abandon_analysis(env: CrawlEnv, fetched: Mapping[str, Any], error: str) -> None:
-    """Finish a batch whose analysis failed for good: count it and release its pages' pending.
+def abandon_analysis(
+    env: CrawlEnv, fetched: Mapping[str, Any], error: str, carried: Mapping[str, Any] | None = None
+) -> None:
+    """Finish a batch whose analysis failed for good: count it and release its pages' pending; the
+    links its earlier attempts found (``carried``) and its redirect targets are still admitted.
 
     An errback must not fail in turn: a hand-over with malformed pages still finishes as many URLs
     as it names.
@@ -232,8 +256,16 @@ def abandon_analysis(env: CrawlEnv, fetched: Mapping[str, Any], error: str) -> N
     readable = tuple(page for page in map(_page_or_none, pages) if page is not None)
     # The same token as the analysis: if it did admit before failing, this changes nothing.
     history = _page_history(readable, {page.url for page in readable})
-    admit_links(runtime, env.frontier, [], done=len(pages) + len(redirects), token=f"a:{batch_id}",
-                counters=counters, history=history, analysed_batch=batch_id)  # fmt: skip
+    admit_links(runtime, env.frontier, _salvaged_links(fetched, carried), done=len(pages) + len(redirects),
+                token=f"a:{batch_id}", counters=counters, history=history, analysed_batch=batch_id)  # fmt: skip
+
+
+def _salvaged_links(fetched: Mapping[str, Any], carried: Mapping[str, Any] | None) -> list[Link]:
+    """What a failed analysis found before it failed, in the order the analysis would admit it."""
+    try:
+        return _links_in_order(FetchedBatch.from_dict(fetched), CarriedAnalysis.from_dict(carried).page_links)
+    except InvalidTask:
+        return []
 
 
 def _page_or_none(data: Any) -> FetchedPage | None:

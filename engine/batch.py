@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from engine.alerts import Alert, Alerter
@@ -27,6 +28,7 @@ from storage import Storage, job_page_location
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
 from vcrawl.payloads import FetchedBatch, RedirectLink
+from vcrawl.policies import PolitenessPolicy
 
 __all__ = ["CrawlEnv", "fetch_context", "fold_release", "run_fetch_batch"]
 
@@ -65,6 +67,7 @@ class CrawlEnv:
 def fetch_context(env: CrawlEnv, runtime: JobRuntime) -> FetchContext:
     """What ``fetch_one`` needs for a URL of this job."""
     politeness = runtime.spec.politeness
+    assert env.warc is not None or not runtime.spec.warc, "a crawl environment for WARC jobs has WARC writers"
     cycle = Cycle(runtime.cycle, runtime.cycle_started_s, runtime.spec.revisit) if runtime.cycle else None
     return FetchContext(
         fetcher=runtime.fetcher,
@@ -82,7 +85,7 @@ def fetch_context(env: CrawlEnv, runtime: JobRuntime) -> FetchContext:
         pace_after_robots=not runtime.eager,
         robots_retry_s=env.robots_retry_s,
         alert=env.alert,
-        warc=env.warc(runtime.job_id) if runtime.spec.warc and env.warc is not None else None,
+        warc=partial(env.warc, runtime.job_id) if runtime.spec.warc and env.warc is not None else None,
         cycle=cycle,
         job_id=runtime.job_id,
         clock=env.clock,
@@ -106,7 +109,8 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         env.frontier.queue.release(job_id, batch, handed_back)
         return nothing.to_dict()
     outcomes, handed_back, waiting = _fetch_entries(env, runtime, batch)
-    release = fold_release(outcomes, handed_back, waiting, runtime, env.clock)
+    politeness = runtime.spec.politeness
+    release = fold_release(outcomes, handed_back, waiting, runtime.politeness, politeness.obey_robots, env.clock)
     fetched = FetchedBatch(
         job_id,
         batch.batch_id,
@@ -173,7 +177,8 @@ def fold_release(
     outcomes: Sequence[FetchOutcome],
     handed_back: Sequence[Entry],
     waiting: Sequence[Entry],
-    runtime: JobRuntime,
+    politeness: PolitenessPolicy,
+    obey_robots: bool = True,
     clock: Callable[[], float] = time.time,
 ) -> BatchRelease:
     """Fold a batch's outcomes into the release of its lease.
@@ -219,8 +224,7 @@ def fold_release(
     if not fetched and requeue_back:
         # Only waiting retries were leased: the host has nothing due before the first of them.
         host_delay_until = max(host_delay_until, min(entry.not_before_s for entry in requeue_back))
-    obey_robots = runtime.spec.politeness.obey_robots
-    pause = runtime.politeness.pause_s()
+    pause = politeness.pause_s()
     if crawl_delay_s is not None and obey_robots:
         pause = max(pause, crawl_delay_s)
     host_delay_s = max(0.0, host_delay_until - clock())

@@ -103,7 +103,7 @@ class FetchContext:
     pace_after_robots: bool = True  # politeness on: a robots.txt request takes the host's slot
     robots_retry_s: float = 600.0  # an unreachable robots.txt is asked again after this
     alert: Callable[[str, Alert], bool] | None = None  # send once per cause per alert window
-    warc: WarcWriter | None = None  # archive every exchange here (jobs with ``warc: true``)
+    warc: Callable[[], WarcWriter] | None = None  # this process's WARC writer of the job (``warc: true``)
     cycle: Cycle | None = None  # scheduled jobs
     job_id: str = ""  # for logs and alerts; "" for a single task
     clock: Callable[[], float] = time.time
@@ -278,7 +278,8 @@ def _retry_or_fail(
     if delay_s is None:
         # A host that asked for a long wait gets it, even though this URL gives up.
         host_wait_s = min(retry_after_s, _LONGEST_HOST_WAIT_S) if retry_after_s is not None and not url_only else 0.0
-        return _failed(ctx, item, reason, http_status, "", counts, crawl_delay_s=crawl_delay_s, host_wait_s=host_wait_s)
+        failed = _failed(ctx, item, reason, http_status, "", counts, crawl_delay_s=crawl_delay_s)
+        return replace(failed, host_wait_s=host_wait_s, gave_up=True)
     counts[names.COUNTER_RETRIES] += 1
     visit = Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts)
     retry = _next_attempt(entry)
@@ -306,12 +307,11 @@ def _failed(
     *,
     requested: bool = True,
     crawl_delay_s: float | None = None,
-    host_wait_s: float = 0.0,
     result: FetchResult | None = None,
 ) -> Failed:
     counts[f"{names.PREFIX_FAILED}{reason}"] += 1
     visit = _visit(ctx, item, counts, requested, crawl_delay_s, result)
-    return Failed(item.entry, reason, http_status, error or reason, host_wait_s, visit)
+    return Failed(item.entry, reason, http_status, error or reason, visit=visit)
 
 
 def _visit(
@@ -330,7 +330,7 @@ def _visit(
 def _history_of(
     cycle: Cycle, item: FetchItem, result: FetchResult | None, *, changed: bool, digest: str | None = None
 ) -> UrlHistory:
-    known = item.known if item.known is not None else UrlHistory(depth=item.entry.depth)
+    known = replace(item.known, depth=item.entry.depth) if item.known is not None else UrlHistory(item.entry.depth)
     return known.after_visit(
         cycle_started_s=cycle.started_s,
         revisit=cycle.revisit,
@@ -383,7 +383,7 @@ def _archive(ctx: FetchContext, entry: Entry, result: FetchResult, counts: Count
     """Write the exchange to this process's WARC file of the job (a store failure is counted, not fatal)."""
     assert ctx.warc is not None
     try:
-        ctx.warc.write_exchange(
+        ctx.warc().write_exchange(
             entry.url,
             request_headers=result.request_headers,
             status=result.status,

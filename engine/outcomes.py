@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 from frontier import Entry, UrlHistory
@@ -37,6 +38,9 @@ class Visit:
     crawl_delay_s: float | None = None  # the host's Crawl-delay for us, when robots.txt was read
     counts: Mapping[str, int] = field(default_factory=dict)  # job counters this fetch adds
     revisit: UrlHistory | None = None  # scheduled jobs: the URL's history to write when the batch ends
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "counts", MappingProxyType(dict(self.counts)))  # a record: no later changes
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ class Failed:
     error: str = ""
     host_wait_s: float = 0.0
     visit: Visit = field(default_factory=Visit)
+    gave_up: bool = False  # a transient trouble that outlasted the URL's retries
 
 
 FetchOutcome = Stored | Redirected | Unchanged | RobotsBlocked | RobotsFetched | Retry | Failed

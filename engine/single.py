@@ -14,13 +14,21 @@ from typing import Any
 
 from engine.analysis_step import analyze_one
 from engine.fetch_step import FetchContext, FetchItem, fetch_one, read_robots_rules
-from engine.outcomes import Failed, FetchOutcome, Redirected, RobotsBlocked
+from engine.outcomes import Failed, FetchOutcome, RobotsBlocked
 from engine.trail import StatusTrail
 from engine.validation import check_rule
 from fetchers import FetcherRegistry
 from frontier import Entry, HostGate, RobotsRules, host_key, origin
 from storage import Storage, page_location, result_location
-from vcrawl.errors import AttemptsExhausted, DownloadFailed, InvalidTask, RobotsDisallowed, StorageRefused, VcrawlError
+from vcrawl.errors import (
+    AttemptsExhausted,
+    DownloadFailed,
+    FetchFailed,
+    InvalidTask,
+    RobotsDisallowed,
+    StorageRefused,
+    VcrawlError,
+)
 from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage
 from vcrawl.policies import PolitenessPolicy
 
@@ -97,7 +105,8 @@ def run_single_fetch(
         if rules is not None:  # else the network policy refuses the host: the fetch step says so
             return ComeBack(None)
     pause_s = host_pause_s(env.politeness, rules, ctx.robots_token)
-    paced = rules is None or rules.can_fetch(task.url, ctx.robots_token)  # a disallowed URL makes no request
+    # No request leaves for a disallowed URL, nor for an origin the network policy refuses (rules None).
+    paced = rules is not None and rules.can_fetch(task.url, ctx.robots_token)
     if paced and (slot_ms := gate.reserve(host, reserved_ms, pause_s)) > 0:
         return ComeBack(slot_ms)  # come back exactly at the reserved slot
     try:
@@ -137,15 +146,13 @@ def host_pause_s(policy: PolitenessPolicy, rules: RobotsRules | None, token: str
     return max(pause, delay) if delay is not None else pause
 
 
-def outcome_error(outcome: Failed | RobotsBlocked | Redirected) -> VcrawlError:
+def outcome_error(outcome: Failed | RobotsBlocked) -> VcrawlError:
     """The error a single task's fetch ends with, for its status trail and its link_error handler."""
-    match outcome:
-        case RobotsBlocked():
-            return RobotsDisallowed(outcome.entry.url)
-        case Redirected():  # the fetcher follows redirects; one left over means a broken chain
-            return DownloadFailed(outcome.entry.url, f"http_{outcome.http_status}", outcome.http_status)
-        case Failed():
-            return DownloadFailed(outcome.entry.url, outcome.reason, outcome.http_status)
+    if isinstance(outcome, RobotsBlocked):
+        return RobotsDisallowed(outcome.entry.url)
+    if outcome.gave_up:  # retries spent on a transient trouble: the error says what kept failing
+        return FetchFailed(outcome.entry.url, outcome.reason, outcome.http_status)
+    return DownloadFailed(outcome.entry.url, outcome.reason, outcome.http_status)
 
 
 @dataclass(frozen=True)

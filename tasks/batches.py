@@ -9,8 +9,8 @@ from celery import Task
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from engine import analysis_batch, jobs
-from engine import batch as crawling
 from engine.analysis_batch import AnalysisRetry
+from engine.batch import run_fetch_batch
 from frontier import Batch
 from tasks import deps
 from tasks.app import app
@@ -31,7 +31,7 @@ def fetch_batch(job_id: str, batch: dict) -> dict:
     except ValueError as exc:
         raise InvalidTask("batch", str(exc)) from None
     try:
-        return crawling.run_fetch_batch(deps.crawl_env(), job_id, parsed)
+        return run_fetch_batch(deps.crawl_env(), job_id, parsed)
     except ConfigError as exc:  # no retry can mend it: the job fails and says why
         jobs.fail_job(deps.frontier(), job_id, str(exc), deps.alert, batch=parsed)
         raise
@@ -51,7 +51,9 @@ def analyze_batch(self: Task, fetched: dict, carried: dict | None = None) -> dic
     except PermanentError:
         raise
     except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry
-        delay_s = deps.batch_analysis_retry().delay_for(self.request.retries + 1)
+        # Its own budget: the retries a failing analyzer took (``carried``) do not count here.
+        analyzer_retries = int((carried or {}).get("attempt", 1)) - 1
+        delay_s = deps.batch_analysis_retry().delay_for(self.request.retries - analyzer_retries + 1)
         if delay_s is None:
             raise
         logger.warning("analysis of batch %s failed, retrying in %.1fs: %r", fetched.get("batch"), delay_s, exc)
@@ -64,9 +66,11 @@ def analyze_batch(self: Task, fetched: dict, carried: dict | None = None) -> dic
 @app.task(name="vcrawl.analysis_batch_failed", ignore_result=True)
 def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> None:
     """Errback: count a batch whose analysis failed for good, so its job can still complete."""
-    fetched = (request.args or [None])[0]
+    args = list(request.args or ())
+    fetched, carried = [*args, None, None][:2]
     if isinstance(fetched, dict):
-        analysis_batch.abandon_analysis(deps.crawl_env(), fetched, f"{type(exc).__name__}: {exc}")
+        carried = carried if isinstance(carried, dict) else None
+        analysis_batch.abandon_analysis(deps.crawl_env(), fetched, f"{type(exc).__name__}: {exc}", carried)
 
 
 # Redis transport priorities: 0 is served first. A paced host's batch (an interval, a

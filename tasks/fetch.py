@@ -12,7 +12,7 @@ import time
 from celery import Task
 
 from engine import single
-from engine.outcomes import Failed, Redirected, Retry, RobotsBlocked, RobotsFetched, Stored
+from engine.outcomes import Failed, Retry, RobotsBlocked, RobotsFetched, Stored
 from tasks import deps
 from tasks.app import app
 from vcrawl.errors import FetchFailed, VcrawlError
@@ -39,6 +39,7 @@ def fetch(self: Task, task: dict, trail_id: str, reserved_ms: int | None = None)
             exc = FetchFailed(job.url, outcome.reason, outcome.http_status)
             deps.trail().will_retry(trail_id, "download", str(exc), outcome.delay_s)
             raise self.retry(exc=exc, countdown=outcome.delay_s)
-        case Failed() | RobotsBlocked() | Redirected():
+        case Failed() | RobotsBlocked():
             raise single.outcome_error(outcome)
-    raise AssertionError(f"fetch outcome not handled: {outcome!r}")  # Unchanged: only jobs keep history
+    # Unchanged: only jobs keep history; Redirected: a single task's fetcher follows redirects itself.
+    raise AssertionError(f"fetch outcome not handled: {outcome!r}")

@@ -318,7 +318,7 @@ class FetchedBatch:
         for name in ("pages", "redirects"):
             if not isinstance(values.get(name, []), list | tuple):
                 raise InvalidTask(name, f"must be a list, got {_kind(values[name])}")
-        values["pages"] = tuple(FetchedPage.from_dict(page) for page in values.get("pages", ()))
+        values["pages"] = tuple(FetchedPage.from_dict(_current_page(page)) for page in values.get("pages", ()))
         values["redirects"] = tuple(RedirectLink.from_dict(hop) for hop in values.get("redirects", ()))
         return _strict(cls, values, "fetched batch")
 
@@ -331,6 +331,15 @@ class FetchedBatch:
             "pages": [page.to_dict() for page in self.pages],
             "redirects": [hop.to_dict() for hop in self.redirects],
         }
+
+
+def _current_page(page: Any) -> Any:
+    """A page of a hand-over written before the one-crawler redesign (it named its analyzer and fields,
+    which the analysis now takes from the job's rules, and had no status or size): as it is read now."""
+    if not isinstance(page, Mapping) or ("analyzer" not in page and "fields" not in page):
+        return page
+    current = {key: value for key, value in page.items() if key not in ("analyzer", "fields")}
+    return {"http_status": 200, "bytes": 0, **current}
 
 
 @dataclass(frozen=True)

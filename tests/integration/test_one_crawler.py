@@ -3,15 +3,26 @@ obey robots.txt, pace a host and retry a failing analyzer the same way (real wor
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
+import redis
 
 import tasks
-from tests.integration.conftest import AlertSinks, run_job, wait_for_end
+from cli.local_redis import LocalRedis
+from engine import single
+from engine.outcomes import Failed
+from engine.single import SingleEnv
+from frontier import HostGate
+from tasks import deps
+from tests.integration.conftest import AlertSinks, forget_origin, run_job, wait_for_end
 from tests.site import TestSite
+from vcrawl.policies import PolitenessPolicy
+from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -96,3 +107,22 @@ def test_a_job_analyzer_that_always_fails_is_retried_three_times_and_alerts_once
     hooks, mails = _analyzer_alerts(alert_sinks, "always_fails", status["job"])
     assert len(hooks) == 1 and len(mails) == 1, (hooks, mails)
     assert hooks[0]["details"]["attempts"] == 4 and "analyzer bug" in hooks[0]["details"]["error"]
+
+
+def test_a_single_task_to_a_refused_origin_fails_at_once_under_a_pacing_gate(
+    vcrawl_settings: Settings, redis_server: LocalRedis
+) -> None:
+    # The cluster's interval is on (the default path): the gate must not hold a URL the network
+    # policy refuses, as it would when robots.txt cannot be read and nothing is cached.
+    with TestSite("127.0.0.2") as refused:
+        forget_origin(refused.base)
+        url = refused.add_page("/page.html", "<p>never</p>")
+        ctx = replace(deps.single_context(), networks=(ipaddress.ip_network("127.0.0.1/32"),))
+        pacing = PolitenessPolicy(1.0, 0.0)
+        env = SingleEnv(ctx, HostGate(redis.Redis.from_url(redis_server.url), pacing), deps.trail(), pacing)
+        task = single.validate({"url": url}, deps.fetchers(), deps.storage())
+
+        outcome = single.run_single_fetch(env, task, f"refused-{time.time()}", None)
+
+    assert isinstance(outcome, Failed) and outcome.reason == "blocked_address", outcome
+    assert not refused.seen  # no connection: not for robots.txt, not for the page

@@ -96,3 +96,18 @@ def test_recent_urls_keep_the_newest_up_to_their_capacity() -> None:
     recent.add_all(["a", "b", "c"])
     recent.add_all(["d"])
     assert len(recent) == 3 and "a" not in recent and all(url in recent for url in "bcd")
+
+
+def test_a_fetch_batch_hand_over_from_before_the_redesign_still_decodes() -> None:
+    from vcrawl.payloads import FetchedBatch
+
+    old = {
+        "job": "j", "batch": "7",
+        "pages": [{"url": "http://a.test/", "final_url": "http://a.test/", "save_path": "jobs/j/pages/a.html",
+                   "content_type": "text/html", "depth": 1, "analyzer": "links", "fields": None,
+                   "fetched_at": "2026-11-20T10:00:00+00:00"}],
+        "redirects": [{"url": "http://a.test/r", "target": "http://a.test/t", "depth": 1, "redirects_left": 4}],
+    }  # fmt: skip
+    batch = FetchedBatch.from_dict(old)
+    assert batch.done == 2 and batch.pages[0].depth == 1 and batch.pages[0].save_path == "jobs/j/pages/a.html"
+    assert FetchedBatch.from_dict(batch.to_dict()) == batch

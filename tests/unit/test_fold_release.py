@@ -1,0 +1,83 @@
+"""A fetch batch's outcomes folded into the release of its lease: pure code, no Redis."""
+
+from __future__ import annotations
+
+from engine.batch import fold_release
+from engine.outcomes import Failed, Redirected, Retry, RobotsBlocked, RobotsFetched, Stored, Unchanged, Visit
+from frontier import Entry
+from vcrawl.payloads import FetchedPage
+from vcrawl.policies import PolitenessPolicy
+
+NOW = 1000.0
+POLITE = PolitenessPolicy(1.0, 0.0)
+EAGER = PolitenessPolicy(0.0, 0.0)
+
+
+def _entry(path: str, attempt: int = 0, not_before_s: float = 0.0) -> Entry:
+    return Entry(f"http://a.test/{path}", 1, attempt, 5, not_before_s)
+
+
+def _page(entry: Entry) -> FetchedPage:
+    return FetchedPage(entry.url, entry.url, "jobs/j/p.html", 200, 10, depth=entry.depth)
+
+
+def _fold(outcomes: list, handed_back: tuple = (), waiting: tuple = (), policy: PolitenessPolicy = POLITE,
+          obey_robots: bool = True):  # fmt: skip
+    return fold_release(outcomes, handed_back, waiting, policy, obey_robots, clock=lambda: NOW)
+
+
+def test_stored_pages_and_redirects_are_left_to_the_analysis_and_the_host_pauses() -> None:
+    one, two = _entry("one"), _entry("two")
+    release = _fold([
+        Stored(one, _page(one), Visit(requested=True, counts={"fetched": 1, "stored": 1})),
+        Redirected(two, "http://a.test/three", 301, Visit(requested=True, counts={"fetched": 1, "redirects": 1})),
+    ])  # fmt: skip
+    assert release.done == 0 and release.requeue == () and release.requeue_back == ()
+    assert dict(release.counters) == {"fetched": 2, "stored": 1, "redirects": 1}
+    assert release.fetched and release.pause_ms == 1000.0 and release.host_delay_ms == 1000.0
+
+
+def test_final_outcomes_are_done_and_a_host_that_asked_for_a_wait_gets_it() -> None:
+    release = _fold([
+        Failed(_entry("gone"), "http_404", 404, visit=Visit(requested=True, counts={"failed:http_404": 1})),
+        RobotsBlocked(_entry("private"), Visit(counts={"robots_blocked": 1})),
+        Unchanged(_entry("same"), Visit(requested=True, counts={"unchanged": 1})),
+        Failed(_entry("busy"), "http_503", 503, host_wait_s=30.0, visit=Visit(requested=True), gave_up=True),
+    ])  # fmt: skip
+    assert release.done == 4
+    assert release.counters["failed:http_404"] == 1 and release.counters["robots_blocked"] == 1
+    assert release.host_delay_ms == 30_000.0
+
+
+def test_a_struggling_host_goes_first_again_after_its_wait_and_a_urls_own_error_goes_behind() -> None:
+    host_trouble, own_error, throttled = _entry("a", 1), _entry("b", 1), _entry("c", 1, not_before_s=NOW + 5)
+    release = _fold([
+        Retry(host_trouble, "timeout", 4.0, "host", visit=Visit(requested=True, counts={"retries": 1})),
+        Retry(own_error, "http_500", 0.5, "queue", 500, Visit(requested=True, counts={"retries": 1})),
+        Retry(throttled, "http_429", 5.0, "url", 429, Visit(requested=True, counts={"retries": 1})),
+    ], handed_back=(_entry("rest"),))  # fmt: skip
+    assert release.requeue == (host_trouble, _entry("rest"))
+    assert release.requeue_back == (own_error, throttled)
+    assert release.host_delay_ms == 4000.0 and release.done == 0 and release.counters["retries"] == 3
+
+
+def test_the_crawl_delay_holds_when_robots_txt_is_obeyed_and_a_robots_read_requeues_its_url() -> None:
+    url = _entry("x")
+    outcomes = [RobotsFetched(url, Visit(requested=True, crawl_delay_s=2.5, counts={"robots_fetched": 1}))]
+    obeyed, ignored = _fold(outcomes, policy=EAGER), _fold(outcomes, policy=EAGER, obey_robots=False)
+    assert obeyed.requeue == (url,) and obeyed.crawl_delay_s == 2.5 and obeyed.pause_ms == 2500.0
+    assert ignored.crawl_delay_s is None and ignored.pause_ms == 0.0
+
+
+def test_only_waiting_retries_leave_the_host_idle_until_the_first_is_due() -> None:
+    later, sooner = _entry("later", 1, NOW + 9), _entry("sooner", 1, NOW + 3)
+    release = _fold([], waiting=(later, sooner))
+    assert not release.fetched and release.requeue_back == (later, sooner)
+    assert release.host_delay_ms == 3000.0 and release.pause_ms == 1000.0
+
+
+def test_an_outcomes_counts_cannot_change_after_it_was_made() -> None:
+    counts = {"fetched": 1}
+    visit = Visit(requested=True, counts=counts)
+    counts["fetched"] = 5
+    assert visit.counts == {"fetched": 1}
