@@ -1,5 +1,8 @@
 """Soak: many concurrent crawl jobs over the shared synthetic web for a fixed time (issue 8, "Load").
 
+One script past ~500 lines on purpose: a benchmark is read and run as one file (cluster set-up,
+the job loop, sampling and the report); nothing of it is imported elsewhere.
+
 Run: ``.venv/bin/python bench/soak.py [--duration 600] [--jobs 20] [--workers 2] [--threads 16]``
 (``make soak`` runs it with the defaults). Loopback only, bounded in time, and it stops only
 what it started (by PID).

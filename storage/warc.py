@@ -10,6 +10,9 @@ single ranged read of ``length`` bytes at ``offset``, without scanning the file.
 Index lines are CDXJ: ``<key> <14-digit timestamp> {json}``. The key is the captured URL itself
 (spaces and control characters %-escaped): neither warcio nor a dependency of vcrawl provides
 SURT, so ``lookup`` takes the URL as it was written (the crawler writes canonical URLs).
+
+One module past ~500 lines on purpose: writer, spool recovery, index and reader share one file
+format (record framing, offsets, the CDXJ line); split, each would have to know the others' layout.
 """
 
 from __future__ import annotations

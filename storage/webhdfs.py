@@ -4,6 +4,10 @@ The port is the NameNode's WebHDFS **HTTP** port (``dfs.namenode.http-address``:
 50070 on Hadoop 2), not the RPC port of ``fs.defaultFS`` (8020 or 9000); the client talks plain
 HTTP to it and follows its ``307`` redirects to the DataNodes. Host names are compared as written
 (``localhost:9870`` and ``127.0.0.1:9870`` are different NameNodes) and are never resolved here.
+
+One module past ~500 lines on purpose: the backend, its path confinement and the mapping of
+WebHDFS errors to vcrawl's errors are one room (the only place ``hdfs`` is imported), and each
+part is read only with the others.
 """
 
 from __future__ import annotations

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import ipaddress
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +24,8 @@ from engine.outcomes import Failed
 from engine.single import SingleEnv
 from frontier import HostGate
 from tasks import deps
+from tests.cluster import REPO, cluster_env, start_worker, stop_worker
+from tests.conftest import PLUGIN_SITE
 from tests.integration.conftest import AlertSinks, forget_origin, run_job, wait_for_end
 from tests.site import TestSite
 from vcrawl.policies import PolitenessPolicy
@@ -126,3 +133,34 @@ def test_a_single_task_to_a_refused_origin_fails_at_once_under_a_pacing_gate(
 
     assert isinstance(outcome, Failed) and outcome.reason == "blocked_address", outcome
     assert not refused.seen  # no connection: not for robots.txt, not for the page
+
+
+@pytest.mark.slow
+def test_with_the_shipped_backoff_a_failing_job_analyzer_is_retried_three_times_then_alerts_once(
+    tmp_path: Path,
+) -> None:
+    # The twin of the test above at the defaults users run (the session worker's backoff is 0.05 s):
+    # a plain `celery worker` with only its Redis and data root set, the job sent by `vcrawl submit`.
+    with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
+        site.add_page("/", "<html><body><p>always fails</p></body></html>")
+        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+        env["PYTHONPATH"] = os.pathsep.join((str(REPO), str(PLUGIN_SITE)))  # the analyzer plugin's entry point
+        job = tmp_path / "job.json"
+        job.write_text(json.dumps({"seeds": [site.url("/")], "max_depth": 0,
+                                   "rules": [{"pattern": ".", "analyzer": "always_fails"}]}))  # fmt: skip
+        worker = start_worker(env, "defaults", tmp_path / "worker.log", loglevel="WARNING")
+        try:
+            started = time.monotonic()
+            done = subprocess.run([sys.executable, "-m", "cli", "submit", str(job), "--wait", "--json"], env=env,
+                                  cwd=REPO, capture_output=True, text=True, timeout=150)  # fmt: skip
+            took_s = time.monotonic() - started
+        finally:
+            stop_worker(worker)
+        log = (tmp_path / "worker.log").read_text()
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["state"] == "completed" and summary["analysis_failed"] == {"error": 1} and summary["records"] == 0
+    assert all(f"(attempt {n}), retrying" in log for n in (1, 2, 3)) and "(attempt 4), retrying" not in log, log
+    assert log.count("ALERT analyzer always_fails failing") == 1, log
+    assert took_s >= 3.5  # the shipped backoff waited 1, 2 and 4 s (each at least half that, with jitter)
