@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     scope = crawl.add_mutually_exclusive_group()
     scope.add_argument("--same-host", action="store_true", help="stay on the seeds' hosts (the default)")
     scope.add_argument("--domain", action="append", metavar="D", help="stay within domain D and its subdomains")
-    crawl.add_argument("--delay", type=float, metavar="S", help="minimum seconds between requests to a host (1.0)")
+    crawl.add_argument("--delay", type=float, metavar="S", help="minimum seconds between requests to a host (0.25)")
     crawl.add_argument("--analyzer", help="analyzer writing a result per page (default: none, links only)")
     add_network_option(crawl)
     crawl.add_argument("--warc", action="store_true", help="also write every response to WARC files")

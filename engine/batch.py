@@ -27,6 +27,7 @@ from frontier import Batch, BatchRelease, Entry, Frontier, History, RobotsCache,
 from storage import Storage, job_page_location
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
+from vcrawl import names
 from vcrawl.payloads import FetchedBatch, RedirectLink
 from vcrawl.policies import PolitenessPolicy
 
@@ -143,12 +144,12 @@ def _fetch_entries(
     env: CrawlEnv, runtime: JobRuntime, batch: Batch
 ) -> tuple[list[FetchOutcome], list[Entry], list[Entry]]:
     """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting)."""
-    ctx = fetch_context(env, runtime)
+    outcomes: list[FetchOutcome] = []
+    ctx = replace(fetch_context(env, runtime), host_slowness=partial(_host_slowness, env, runtime.job_id, outcomes))
     known: dict[str, UrlHistory] = {}
     if runtime.cycle:
         assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
         known = env.history.load(runtime.job_id, [entry.url for entry in batch.entries])
-    outcomes: list[FetchOutcome] = []
     handed_back: list[Entry] = []
     waiting: list[Entry] = []
     checked_at = env.clock()
@@ -171,6 +172,15 @@ def _fetch_entries(
             handed_back.extend(batch.entries[index + 1 :])
             break
     return outcomes, handed_back, waiting
+
+
+def _host_slowness(env: CrawlEnv, job_id: str, batch_so_far: Sequence[FetchOutcome], host: str) -> tuple[int, int]:
+    """A host's (requests given up for time, responses): released batches' and this batch's so far."""
+    slow, answered = env.frontier.stats.host_slowness(job_id, host)
+    for outcome in batch_so_far:
+        slow += outcome.visit.counts.get(names.COUNTER_SLOW, 0)
+        answered += outcome.visit.counts.get(names.COUNTER_FETCHED, 0)
+    return slow, answered
 
 
 def fold_release(

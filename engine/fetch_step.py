@@ -51,6 +51,7 @@ from frontier import (
     RobotsRules,
     UrlHistory,
     content_hash,
+    host_key,
     origin,
     read_robots,
     robots_url,
@@ -69,7 +70,13 @@ logger = logging.getLogger(__name__)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 # Signals that the host itself is down or overloaded: the whole host waits.
-_HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "timeout", "total_timeout"})
+_HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_timeout"})
+# A URL's own time trouble (a tarpit, a huge slow page): it waits behind its host's other URLs,
+# unless most of the host's requests end this way (the host's failure budget, SLOW_HOST_BUDGET).
+_SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
+SLOW_HOST_BUDGET = 5
+"""Requests of a host given up for time, at least as many as its responses, after which its
+timeouts pause the whole host (with backoff) and an operator is alerted."""
 _LONGEST_HOST_WAIT_S = 3600.0
 # Response headers worth carrying to the analysis stage and later re-crawls.
 _KEPT_HEADERS = ("content-type", "content-length", "etag", "last-modified", "content-language")
@@ -100,6 +107,8 @@ class FetchContext:
     obey_robots: bool = True
     robots_token: str = "vcrawl"
     retry_after: str = "host"  # what a Retry-After holds: the whole host, or only its URL
+    # A job's host -> (requests given up for time, responses) so far; None: a single task (URL only).
+    host_slowness: Callable[[str], tuple[int, int]] | None = None
     pace_after_robots: bool = True  # politeness on: a robots.txt request takes the host's slot
     robots_retry_s: float = 600.0  # an unreachable robots.txt is asked again after this
     alert: Callable[[str, Alert], bool] | None = None  # send once per cause per alert window
@@ -272,12 +281,19 @@ def _retry_or_fail(
     """
     entry = item.entry
     delay_s = ctx.retry.delay_for(entry.attempt + 1, retry_after_s)
+    slow_host = False
+    if reason in _SLOW_REASONS:
+        counts[names.COUNTER_SLOW] += 1
+        slow_host = _keeps_timing_out(ctx, entry.url, reason)
     # politeness.retry_after "url": a Retry-After makes only this URL wait (a site throttling one
     # resource); the host goes on. Without Retry-After, a 429/503 still means the host is in trouble.
-    url_only = retry_after_s is not None and ctx.retry_after == "url"
+    # A slow URL waits its backoff behind the host's other URLs, which go on meanwhile.
+    url_only = (retry_after_s is not None and ctx.retry_after == "url") or (reason in _SLOW_REASONS and not slow_host)
     if delay_s is None:
         # A host that asked for a long wait gets it, even though this URL gives up.
         host_wait_s = min(retry_after_s, _LONGEST_HOST_WAIT_S) if retry_after_s is not None and not url_only else 0.0
+        if slow_host:  # over its failure budget: the host is slowed even when the URL gives up
+            host_wait_s = max(host_wait_s, min(ctx.retry.backoff_max_s, ctx.retry.backoff_s * 2**entry.attempt))
         failed = _failed(ctx, item, reason, http_status, "", counts, crawl_delay_s=crawl_delay_s)
         return replace(failed, host_wait_s=host_wait_s, gave_up=True)
     counts[names.COUNTER_RETRIES] += 1
@@ -285,8 +301,31 @@ def _retry_or_fail(
     retry = _next_attempt(entry)
     if url_only:
         return Retry(replace(retry, not_before_s=ctx.clock() + delay_s), reason, delay_s, "url", http_status, visit)
-    host_wide = retry_after_s is not None or reason in _HOST_TROUBLE or _pool_exhausted(ctx, reason)
+    host_wide = retry_after_s is not None or reason in _HOST_TROUBLE or slow_host or _pool_exhausted(ctx, reason)
     return Retry(retry, reason, delay_s, "host" if host_wide else "queue", http_status, visit)
+
+
+def _keeps_timing_out(ctx: FetchContext, url: str, reason: str) -> bool:
+    """True when the host spent its failure budget: at least ``SLOW_HOST_BUDGET`` requests given up
+    for time, as many as it answered. Alerts once per alert window when it is."""
+    if ctx.host_slowness is None:
+        return False
+    host = host_key(url)
+    slow, answered = ctx.host_slowness(host)
+    slow += 1  # this one is counted with the batch's release
+    if slow < SLOW_HOST_BUDGET or slow < answered:
+        return False
+    if ctx.alert is not None:
+        ctx.alert(
+            f"{ctx.job_id}:slow:{host}",
+            Alert(
+                subject=f"host {host} keeps timing out in job {ctx.job_id}",
+                text=f"{slow} requests to {host} were given up for time ({reason} the last), against {answered} "
+                "answered: the host is paused with backoff after each of them.",
+                details={"job": ctx.job_id, "host": host, "slow": slow, "answered": answered, "example": url},
+            ),
+        )
+    return True
 
 
 def _pool_exhausted(ctx: FetchContext, reason: str) -> bool:

@@ -32,6 +32,11 @@ class FetchLimits:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 15.0
     total_timeout_s: float = 60.0
+    # A body slower than min_rate_bytes_s over any slow_window_s once it has begun is given up
+    # (``too_slow``), like curl's --speed-limit/--speed-time: a drip-feeding tarpit holds its
+    # host's slot for seconds, not for the whole total_timeout_s.
+    min_rate_bytes_s: float = 1024.0
+    slow_window_s: float = 5.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 5
     # False: a redirect comes back as the result (the frontier admits its target as a new URL).

@@ -215,9 +215,6 @@ def fetch_through(fetcher: Fetcher, request: FetchRequest, health: ProxyHealth |
     return result
 
 
-
-
-
 class ProxyHealth:
     """Which proxies are cooling off, shared by every worker through Redis, cached per process.
 

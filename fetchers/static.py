@@ -6,6 +6,7 @@ import http.cookiejar
 import logging
 import socket
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -166,6 +167,8 @@ class StaticFetcher:
             raise FetchFailed(request.url, reason, status) from exc
         except requests.exceptions.SSLError as exc:
             raise DownloadFailed(request.url, "tls_error") from exc
+        except requests.exceptions.ConnectTimeout as exc:  # the host does not answer: its trouble, not the URL's
+            raise FetchFailed(request.url, "connect_timeout") from exc
         except requests.exceptions.Timeout as exc:
             raise FetchFailed(request.url, "timeout") from exc
         except requests.exceptions.ConnectionError as exc:
@@ -188,10 +191,14 @@ class StaticFetcher:
             raise DownloadFailed(task_url, "too_large", response.status_code)
         chunks: list[bytes] = []
         size = 0
+        rate = _RateFloor(self._limits.min_rate_bytes_s, self._limits.slow_window_s, self._clock())
         try:
             while True:
-                if self._clock() > deadline:
+                now = self._clock()
+                if now > deadline:
                     raise FetchFailed(task_url, "total_timeout", response.status_code)
+                if rate.too_slow(now, size):
+                    raise FetchFailed(task_url, "too_slow", response.status_code)
                 # read1 returns what has arrived, so a slow drip still reaches the deadline
                 # check; its max length bounds decompression too.
                 chunk = response.raw.read1(_CHUNK, decode_content=True)
@@ -211,6 +218,34 @@ class StaticFetcher:
         except (urllib3.exceptions.ProtocolError, OSError) as exc:
             raise FetchFailed(task_url, "incomplete_body", response.status_code) from exc
         return b"".join(chunks), False
+
+
+class _RateFloor:
+    """Says when a body has been arriving slower than ``min_rate`` bytes/s for a whole ``window_s``.
+
+    >>> floor = _RateFloor(1024.0, 5.0, started=0.0)
+    >>> floor.too_slow(4.0, 10), floor.too_slow(6.0, 10)
+    (False, True)
+    >>> floor = _RateFloor(1024.0, 5.0, started=0.0)
+    >>> floor.too_slow(3.0, 20_000), floor.too_slow(6.0, 20_000), floor.too_slow(8.0, 20_000)
+    (False, False, True)
+    """
+
+    def __init__(self, min_rate: float, window_s: float, started: float) -> None:
+        self._min_rate, self._window_s = min_rate, window_s
+        self._samples: deque[tuple[float, int]] = deque([(started, 0)])
+
+    def too_slow(self, now: float, size: int) -> bool:
+        """Record ``size`` bytes read by ``now``; True if the last window brought too few."""
+        if self._min_rate <= 0:
+            return False
+        samples = self._samples
+        samples.append((now, size))
+        # Keep the newest sample at least a window old: the base the window's bytes count from.
+        while len(samples) > 1 and samples[1][0] <= now - self._window_s:
+            samples.popleft()
+        base_at, base_size = samples[0]
+        return now - base_at >= self._window_s and size - base_size < self._min_rate * (now - base_at)
 
 
 def _headers(response: requests.Response) -> dict[str, str]:

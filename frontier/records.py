@@ -116,8 +116,6 @@ class CycleStart:
     due: int
 
 
-
-
 @dataclass(frozen=True)
 class BatchRelease:
     """What a finished fetch batch hands back to the frontier (``FrontierQueue.release``).

@@ -11,7 +11,9 @@ from vcrawl import names, redis_keys
 
 __all__ = ["FrontierStats", "stats_minute"]
 
-_HOST_KINDS = tuple(prefix.rstrip("|") for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED))
+_HOST_KINDS = tuple(
+    prefix.rstrip("|") for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED, names.HOST_SLOW)
+)
 
 
 class FrontierStats:
@@ -33,7 +35,8 @@ class FrontierStats:
         ]
 
     def host_stats(self, job_id: str) -> dict[str, dict[str, int]]:
-        """Per host: responses (``fetched``), URLs finished (``done``) and final failures (``failed``)."""
+        """Per host: responses (``fetched``), URLs finished (``done``), final failures (``failed``) and
+        requests given up for time (``slow``)."""
         hosts: dict[str, dict[str, int]] = {}
         for field, value in self._redis.hgetall(redis_keys.job_host_stats(job_id)).items():
             kind, host = text(field).split("|", 1)
@@ -54,6 +57,12 @@ class FrontierStats:
         fields = [names.HOST_DONE + host, names.HOST_FAILED + host]
         done, failed = self._redis.hmget(redis_keys.job_host_stats(job_id), fields)
         return int(done or 0), int(failed or 0)
+
+    def host_slowness(self, job_id: str, host: str) -> tuple[int, int]:
+        """(requests given up for time, responses) of one host in the job."""
+        fields = [names.HOST_SLOW + host, names.HOST_FETCHED + host]
+        slow, fetched = self._redis.hmget(redis_keys.job_host_stats(job_id), fields)
+        return int(slow or 0), int(fetched or 0)
 
     def failures(self, job_id: str, limit: int = 50) -> list[dict[str, object]]:
         """The job's most recent final failures, newest first."""

@@ -53,7 +53,9 @@ class ScopeSpec:
 class PolitenessSpec:
     """How gently a job treats each host."""
 
-    min_interval_s: float = 1.0
+    # A quarter second between two requests to a host, one at a time (Crawl-delay or Retry-After
+    # stretch it): a few requests a second is light for any site, and a page waits seconds, not minutes.
+    min_interval_s: float = 0.25
     jitter: float = 0.5
     per_host: int = 1
     obey_robots: bool = True
@@ -71,6 +73,8 @@ class LimitsSpec:
     connect_timeout_s: float | None = None
     read_timeout_s: float | None = None
     total_timeout_s: float | None = None
+    min_rate_bytes_s: float | None = None
+    slow_window_s: float | None = None
     max_body_bytes: int | None = None
     max_redirects: int | None = None
     retries: int | None = None
@@ -78,9 +82,9 @@ class LimitsSpec:
     def resolved(self, defaults: LimitsSpec) -> LimitsSpec:
         """These limits with every unset one taken from ``defaults``.
 
-        >>> LimitsSpec(retries=1).resolved(LimitsSpec(5.0, 15.0, 60.0, 1024, 5, 3))
-        LimitsSpec(connect_timeout_s=5.0, read_timeout_s=15.0, total_timeout_s=60.0, max_body_bytes=1024, \
-max_redirects=5, retries=1)
+        >>> LimitsSpec(retries=1).resolved(LimitsSpec(5.0, 15.0, 60.0, 1024.0, 5.0, 1024, 5, 3))
+        LimitsSpec(connect_timeout_s=5.0, read_timeout_s=15.0, total_timeout_s=60.0, min_rate_bytes_s=1024.0, \
+slow_window_s=5.0, max_body_bytes=1024, max_redirects=5, retries=1)
         """
         return replace(
             self, **{f.name: getattr(defaults, f.name) for f in fields(self) if getattr(self, f.name) is None}
@@ -250,6 +254,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {
     "connect_timeout_s": (0.1, 600),
     "read_timeout_s": (0.1, 600),
     "total_timeout_s": (0.1, 3600),
+    "min_rate_bytes_s": (0, 10**9),
+    "slow_window_s": (0.1, 3600),
     "max_body_bytes": (1, 2**31),
     "max_redirects": (0, 20),
     "retries": (0, 20),

@@ -26,6 +26,7 @@ __all__ = [
     "COUNTER_RETRIES",
     "COUNTER_ROBOTS_BLOCKED",
     "COUNTER_ROBOTS_FETCHED",
+    "COUNTER_SLOW",
     "COUNTER_STORED",
     "COUNTER_UNCHANGED",
     "COUNTER_WARC_FAILED",
@@ -34,6 +35,7 @@ __all__ = [
     "HOST_DONE",
     "HOST_FAILED",
     "HOST_FETCHED",
+    "HOST_SLOW",
     "META_ADMITTED",
     "META_BATCH_SEQ",
     "META_CREATED_AT",
@@ -149,6 +151,8 @@ COUNTER_ROBOTS_BLOCKED = "robots_blocked"
 COUNTER_ROBOTS_FETCHED = "robots_fetched"
 COUNTER_REDIRECTS = "redirects"
 COUNTER_RETRIES = "retries"
+COUNTER_SLOW = "slow"
+"""Requests given up for time: no answer in time, too slow a body, the total budget spent."""
 COUNTER_DUPLICATES = "duplicates"
 COUNTER_NOT_DUE = "not_due"
 """Links to URLs a scheduled job knows, left to their due time."""
@@ -185,3 +189,5 @@ REASON_LEASE_EXPIRED = "lease_expired"
 HOST_FETCHED = "fetched|"
 HOST_DONE = "done|"
 HOST_FAILED = "failed|"
+HOST_SLOW = "slow|"
+"""Requests to the host given up for time (``COUNTER_SLOW``): its failure budget."""

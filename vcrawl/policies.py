@@ -53,7 +53,7 @@ class RetryPolicy:
 class PolitenessPolicy:
     """Minimum pause between two requests to one host, stretched by random jitter."""
 
-    min_interval_s: float = 1.0
+    min_interval_s: float = 0.25
     jitter: float = 0.5
 
     def pause_s(self, rand: Callable[[], float] = random.random) -> float:

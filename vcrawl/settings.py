@@ -52,13 +52,15 @@ class Settings:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 15.0
     total_timeout_s: float = 60.0
+    min_rate_bytes_s: float = 1024.0  # a body slower than this over slow_window_s is given up (too_slow)
+    slow_window_s: float = 5.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 5
     fetch_retries: int = 3
     fetch_backoff_s: float = 1.0
     fetch_backoff_max_s: float = 60.0
     max_retry_after_s: float = 600.0
-    min_interval_s: float = 1.0
+    min_interval_s: float = 0.25
     interval_jitter: float = 0.5
     analysis_retries: int = 3
     analysis_backoff_s: float = 1.0
@@ -127,6 +129,11 @@ class Settings:
             raise ConfigError(f"VCRAWL_FRONTIER_BATCH must be in [1, 1000], got {self.frontier_batch}")
         if self.frontier_inflight < 1:
             raise ConfigError(f"VCRAWL_FRONTIER_INFLIGHT must be at least 1, got {self.frontier_inflight}")
+        if self.min_rate_bytes_s < 0 or self.slow_window_s <= 0:
+            raise ConfigError(
+                f"VCRAWL_MIN_RATE_BYTES_S must be at least 0 and VCRAWL_SLOW_WINDOW_S above 0, got "
+                f"{self.min_rate_bytes_s:g} and {self.slow_window_s:g}"
+            )
         if not 0 <= self.interval_jitter <= 10:
             raise ConfigError(f"VCRAWL_INTERVAL_JITTER must be in [0, 10], got {self.interval_jitter}")
         if not 0 < self.alert_host_failure_rate <= 1:

@@ -68,6 +68,8 @@ while i <= #ARGV do
   counted = true
   if name == {{COUNTER_FETCHED}} then
     redis.call('HINCRBY', KEYS[11], {{HOST_FETCHED}} .. host, incr)
+  elseif name == {{COUNTER_SLOW}} then
+    redis.call('HINCRBY', KEYS[11], {{HOST_SLOW}} .. host, incr)
   elseif string.sub(name, 1, #failed_prefix) == failed_prefix then
     redis.call('HINCRBY', KEYS[11], {{HOST_FAILED}} .. host, incr)
   end
