@@ -145,7 +145,11 @@ def _fetch_entries(
 ) -> tuple[list[FetchOutcome], list[Entry], list[Entry]]:
     """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting)."""
     outcomes: list[FetchOutcome] = []
-    ctx = replace(fetch_context(env, runtime), host_slowness=partial(_host_slowness, env, runtime.job_id, outcomes))
+    ctx = replace(
+        fetch_context(env, runtime),
+        host_slowness=partial(_host_slowness, env, runtime.job_id, outcomes),
+        host_throttle=partial(_host_throttle, env, runtime.job_id, outcomes),
+    )
     known: dict[str, UrlHistory] = {}
     if runtime.cycle:
         assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
@@ -181,6 +185,28 @@ def _host_slowness(env: CrawlEnv, job_id: str, batch_so_far: Sequence[FetchOutco
         slow += outcome.visit.counts.get(names.COUNTER_SLOW, 0)
         answered += outcome.visit.counts.get(names.COUNTER_FETCHED, 0)
     return slow, answered
+
+
+def _host_throttle(env: CrawlEnv, job_id: str, batch_so_far: Sequence[FetchOutcome], host: str) -> int:
+    """The host's 429/503 answers in a row: this batch's so far, after released batches' streak."""
+    answered, tail = throttle_tail(batch_so_far)
+    return tail if answered else env.frontier.stats.host_throttle(job_id, host) + tail
+
+
+def throttle_tail(outcomes: Sequence[FetchOutcome]) -> tuple[bool, int]:
+    """(whether some response was not a 429/503, how many 429/503 came after the last one that was)."""
+    answered, tail = False, 0
+    for outcome in outcomes:
+        statuses = [name for name in outcome.visit.counts if name.startswith(names.PREFIX_STATUS)]
+        for name in statuses:
+            if name in _THROTTLE_STATUSES:
+                tail += outcome.visit.counts[name]
+            else:
+                answered, tail = True, 0
+    return answered, tail
+
+
+_THROTTLE_STATUSES = frozenset(f"{names.PREFIX_STATUS}{status}" for status in (429, 503))
 
 
 def fold_release(
@@ -242,7 +268,9 @@ def fold_release(
         # Counted from the release (Redis time, after the last response ended), the next request
         # to the host can never come early, however late in its slot this batch's request went out.
         host_delay_s = max(host_delay_s, pause)
+    answered, tail = throttle_tail(outcomes)
     return BatchRelease(
+        throttle=f"={tail}" if answered else (f"+{tail}" if tail else ""),
         pause_ms=pause * 1000,
         host_delay_ms=host_delay_s * 1000,
         done=done,

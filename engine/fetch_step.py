@@ -74,6 +74,10 @@ _HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_
 # A URL's own time trouble (a tarpit, a huge slow page): it waits behind its host's other URLs,
 # unless most of the host's requests end this way (the host's failure budget, SLOW_HOST_BUDGET).
 _SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
+# politeness.retry_after "auto" (the default): a 429/503 makes only its URL wait, unless the host
+# answered THROTTLE_STREAK requests in a row with one: then it is throttling us and pauses as a whole.
+_THROTTLED = frozenset({"http_429", "http_503"})
+THROTTLE_STREAK = 3
 SLOW_HOST_BUDGET = 5
 """Requests of a host given up for time, at least as many as its responses, after which its
 timeouts pause the whole host (with backoff) and an operator is alerted."""
@@ -106,7 +110,9 @@ class FetchContext:
     networks: tuple[Any, ...] | None = None  # a job's narrowing of the cluster's network policy
     obey_robots: bool = True
     robots_token: str = "vcrawl"
-    retry_after: str = "host"  # what a Retry-After holds: the whole host, or only its URL
+    retry_after: str = "auto"  # what a 429/503 holds: the whole host, only its URL, or auto (see _THROTTLED)
+    # A job's host -> 429/503 answers in a row so far; None: a single task (its URL waits).
+    host_throttle: Callable[[str], int] | None = None
     # A job's host -> (requests given up for time, responses) so far; None: a single task (URL only).
     host_slowness: Callable[[str], tuple[int, int]] | None = None
     pace_after_robots: bool = True  # politeness on: a robots.txt request takes the host's slot
@@ -285,10 +291,16 @@ def _retry_or_fail(
     if reason in _SLOW_REASONS:
         counts[names.COUNTER_SLOW] += 1
         slow_host = _keeps_timing_out(ctx, entry.url, reason)
+    throttling = reason in _THROTTLED and ctx.retry_after == "auto" and _throttles(ctx, entry.url)
     # politeness.retry_after "url": a Retry-After makes only this URL wait (a site throttling one
     # resource); the host goes on. Without Retry-After, a 429/503 still means the host is in trouble.
+    # "auto": a 429/503 makes only its URL wait while the host's other requests are answered.
     # A slow URL waits its backoff behind the host's other URLs, which go on meanwhile.
-    url_only = (retry_after_s is not None and ctx.retry_after == "url") or (reason in _SLOW_REASONS and not slow_host)
+    url_only = (
+        (retry_after_s is not None and ctx.retry_after == "url")
+        or (reason in _THROTTLED and ctx.retry_after == "auto" and not throttling)
+        or (reason in _SLOW_REASONS and not slow_host)
+    )
     if delay_s is None:
         # A host that asked for a long wait gets it, even though this URL gives up.
         host_wait_s = min(retry_after_s, _LONGEST_HOST_WAIT_S) if retry_after_s is not None and not url_only else 0.0
@@ -303,6 +315,11 @@ def _retry_or_fail(
         return Retry(replace(retry, not_before_s=ctx.clock() + delay_s), reason, delay_s, "url", http_status, visit)
     host_wide = retry_after_s is not None or reason in _HOST_TROUBLE or slow_host or _pool_exhausted(ctx, reason)
     return Retry(retry, reason, delay_s, "host" if host_wide else "queue", http_status, visit)
+
+
+def _throttles(ctx: FetchContext, url: str) -> bool:
+    """True when this 429/503 makes ``THROTTLE_STREAK`` of the host's answers in a row."""
+    return ctx.host_throttle is not None and ctx.host_throttle(host_key(url)) + 1 >= THROTTLE_STREAK
 
 
 def _keeps_timing_out(ctx: FetchContext, url: str, reason: str) -> bool:

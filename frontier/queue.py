@@ -193,7 +193,7 @@ def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int) -> list
         requeue.extend((_BACK_OF_QUEUE + entry.depth * _DEPTH_WEIGHT, entry.encode()))
     history = _history_args(release.history)
     failures = [json.dumps(failure, separators=(",", ":")) for failure in release.failures]
-    head = {  # ARGV 1-12, in release.lua's order
+    head = {  # ARGV 1-13, in release.lua's order
         "batch_id": batch.batch_id,
         "host": batch.host,
         "pause_ms": int(release.pause_ms),
@@ -206,6 +206,7 @@ def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int) -> list
         "n_failures": len(failures),
         "host_done": release.host_done,
         "handed_on": release.handed_on,
+        "throttle": release.throttle,
     }
     return [*head.values(), *requeue, *history, *failures, *_counter_args(release.counters)]
 

@@ -129,6 +129,7 @@ class BatchRelease:
     host as it is. ``history``: revisit records (scheduled jobs) written with the release;
     ``failures``: final failures (url, reason, at) for the job's recent failures. ``handed_on``:
     what the batch hands to its analysis (JSON, '' for nothing), kept until that analysis admits.
+    ``throttle``: how the host's run of 429/503 answers goes on (``politeness.retry_after: auto``).
     """
 
     pause_ms: float
@@ -143,6 +144,7 @@ class BatchRelease:
     host_done: int = 0
     fetched: bool = True
     handed_on: str = ""
+    throttle: str = ""  # the host's 429/503 streak: "=N" set (something else was answered), "+N" add, "" keep
 
 
 @dataclass(frozen=True)

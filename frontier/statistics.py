@@ -12,7 +12,8 @@ from vcrawl import names, redis_keys
 __all__ = ["FrontierStats", "stats_minute"]
 
 _HOST_KINDS = tuple(
-    prefix.rstrip("|") for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED, names.HOST_SLOW)
+    prefix.rstrip("|")
+    for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED, names.HOST_SLOW, names.HOST_THROTTLED)
 )
 
 
@@ -63,6 +64,10 @@ class FrontierStats:
         fields = [names.HOST_SLOW + host, names.HOST_FETCHED + host]
         slow, fetched = self._redis.hmget(redis_keys.job_host_stats(job_id), fields)
         return int(slow or 0), int(fetched or 0)
+
+    def host_throttle(self, job_id: str, host: str) -> int:
+        """The host's latest run of 429/503 answers in a row in the job."""
+        return int(self._redis.hget(redis_keys.job_host_stats(job_id), names.HOST_THROTTLED + host) or 0)
 
     def failures(self, job_id: str, limit: int = 50) -> list[dict[str, object]]:
         """The job's most recent final failures, newest first."""

@@ -60,9 +60,10 @@ class PolitenessSpec:
     per_host: int = 1
     obey_robots: bool = True
     robots_token: str = "vcrawl"
-    # What a 429/503 with Retry-After makes wait: the whole host (the gentle default), or only
-    # that URL, while the host's other URLs go on (for sites that throttle single resources).
-    retry_after: str = "host"
+    # What a 429/503 makes wait. auto: only that URL (after its Retry-After or backoff) while the
+    # host answers its other requests; the whole host once 3 answers in a row are 429/503.
+    # host: the whole host at every one (the gentlest); url: only the URL when it sent Retry-After.
+    retry_after: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -300,8 +301,8 @@ def _politeness(value: Any) -> PolitenessSpec:
         raise InvalidTask(
             "politeness.robots_token", f"must be a product token of letters, '-' or '_', got {spec.robots_token!r}"
         )
-    if spec.retry_after not in ("host", "url"):
-        raise InvalidTask("politeness.retry_after", f"must be 'host' or 'url', got {spec.retry_after!r}")
+    if spec.retry_after not in ("auto", "host", "url"):
+        raise InvalidTask("politeness.retry_after", f"must be 'auto', 'host' or 'url', got {spec.retry_after!r}")
     return spec
 
 

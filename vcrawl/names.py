@@ -36,6 +36,7 @@ __all__ = [
     "HOST_FAILED",
     "HOST_FETCHED",
     "HOST_SLOW",
+    "HOST_THROTTLED",
     "META_ADMITTED",
     "META_BATCH_SEQ",
     "META_CREATED_AT",
@@ -190,4 +191,6 @@ HOST_FETCHED = "fetched|"
 HOST_DONE = "done|"
 HOST_FAILED = "failed|"
 HOST_SLOW = "slow|"
+HOST_THROTTLED = "throttled|"
+"""The host's latest run of 429/503 answers in a row (``politeness.retry_after: auto``)."""
 """Requests to the host given up for time (``COUNTER_SLOW``): its failure budget."""

@@ -5,7 +5,7 @@
 -- ARGV (built by frontier.queue._release_argv):
 --   1 batch_id   2 host   3 pause_ms   4 host_delay_ms   5 done   6 crawl_delay_ms (-1: nothing
 --   fetched, keep what is known)   7 n_requeue   8 n_history   9 bucket_ttl_s   10 n_failures
---   11 host_done   12 handed_on ('' for nothing)
+--   11 host_done   12 handed_on ('' for nothing)   13 throttle ('=N' / '+N' / '')
 --   then [score, member] * n_requeue, [url, history record, due_s] * n_history,
 --        [failure JSON] * n_failures, [counter name, increment]*
 -- Returns 1 if this completed the job, 0 if not, -1 if the lease was gone (reclaimed: nothing
@@ -41,7 +41,14 @@ if redis.call('HINCRBY', busy, host, -1) <= 0 then
 end
 local bucket_ttl, nfail, host_done = tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11])
 if ARGV[12] ~= '' then redis.call('HSET', KEYS[13], id, ARGV[12]) end
-local i = 13
+-- throttle: the host's run of 429/503 answers, set when the batch had another answer, else added to
+local throttle = ARGV[13]
+if string.sub(throttle, 1, 1) == '=' then
+  redis.call('HSET', KEYS[11], {{HOST_THROTTLED}} .. host, tonumber(string.sub(throttle, 2)))
+elseif string.sub(throttle, 1, 1) == '+' then
+  redis.call('HINCRBY', KEYS[11], {{HOST_THROTTLED}} .. host, tonumber(string.sub(throttle, 2)))
+end
+local i = 14
 for _ = 1, nreq do
   redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
   i = i + 2
