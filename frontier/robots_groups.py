@@ -17,8 +17,8 @@ RFC 9309 was written from google/robotstxt (``robots.cc``); vcrawl reads a file 
   ``*`` is any run of characters, a final ``$`` anchors the end; the longest pattern wins and
   Allow wins a tie; ``Allow: /dir/index.htm[l]`` allows ``/dir/`` too.
 
-The URL's path, parameters and query are percent-encoded the same way before matching (the
-reference leaves that to its caller; vcrawl requests URLs encoded, so it compares them so).
+The URL's path, parameters and query are percent-encoded the same way before matching: the
+reference leaves that to its caller, and vcrawl compares a URL as it requests it, encoded.
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ The reference parser's own test cases are in ``test_robots_reference.py``; these
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from frontier.robots import RobotsRules
-from frontier.robots_groups import MAX_LINE_BYTES
+from frontier.robots_groups import MAX_LINE_BYTES, PathRule
 
 TOKEN = "vcrawl"
 SITE = "http://example.com"
@@ -165,3 +167,29 @@ def test_a_long_line_is_cut_at_the_reference_byte_limit_not_inside_a_character()
     rules = _rules(body)
     assert not rules.can_fetch(SITE + "/" + "%E3%83%84" * kept + "x", TOKEN)
     assert rules.can_fetch(SITE + "/" + "%E3%83%84" * (kept - 1) + "x", TOKEN)
+
+
+def _reference_matches(path: str, pattern: str) -> bool:
+    """RobotsMatchStrategy::Matches of google/robotstxt (robots.cc, Apache-2.0), as the oracle:
+    the set of path prefixes the pattern so far can match, one pattern character at a time."""
+    positions = [0]
+    for index, char in enumerate(pattern):
+        if char == "$" and index == len(pattern) - 1:
+            return positions[-1] == len(path)
+        if char == "*":
+            positions = list(range(positions[0], len(path) + 1))
+        else:
+            positions = [p + 1 for p in positions if p < len(path) and path[p] == char]
+            if not positions:
+                return False
+    return True
+
+
+_PATTERN_CHARS = st.sampled_from("ab/*$")
+
+
+@settings(max_examples=1000)
+@given(st.text(_PATTERN_CHARS, max_size=8), st.text(st.sampled_from("ab/$"), max_size=10))
+def test_the_pattern_matcher_agrees_with_the_reference_algorithm(pattern: str, tail: str) -> None:
+    path = "/" + tail
+    assert PathRule(False, pattern).matches(path) is _reference_matches(path, pattern)
