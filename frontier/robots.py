@@ -1,4 +1,8 @@
-"""robots.txt per RFC 9309: rules parsed by protego, cached per origin in Redis and in each process."""
+"""robots.txt per RFC 9309, read as Google's reference parser reads it; cached per origin in Redis and in each process.
+
+Groups and Allow/Disallow matching are ``frontier.robots_groups`` (the reference's behaviour);
+Protego reads the Crawl-delay of the group chosen there, which the reference ignores.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +13,14 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
 import redis
 from protego import Protego
 
+from frontier.robots_groups import RobotsGroups
 from frontier.urls import origin as url_origin
 from vcrawl import redis_keys
 from vcrawl.errors import DownloadFailed, FetchFailed
@@ -34,6 +39,7 @@ _ORIGIN = re.compile(r"https?://[^/?#]+")
 _TOO_MANY_REQUESTS = 429
 _MAX_ROBOTS_REDIRECTS = 5  # RFC 9309 section 2.3.1.2
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_BYTE_ORDER_MARK = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -103,8 +109,22 @@ def _decode(body: bytes) -> str:
         # Drop the line the cut went through: "Allow: /private/x" cut to "Allow: /p" would allow too much.
         last_break = max(body.rfind(b"\n"), body.rfind(b"\r"))
         body = body[: last_break + 1] if last_break != -1 else b""
-    # utf-8-sig: a leading BOM would otherwise spoil the first line (often "User-agent: *").
-    return body.decode("utf-8-sig", errors="replace")
+    # A leading BOM, even a partial one, would spoil the first line (often "User-agent: *"); the
+    # reference skips as much of one as the body starts with.
+    for size in (3, 2, 1):
+        if body.startswith(_BYTE_ORDER_MARK[:size]):
+            body = body[size:]
+            break
+    return body.decode("utf-8", errors="replace")
+
+
+def _protego_crawl_delay(values: Sequence[str]) -> float | None:
+    # Protego reads the value (a finite number >= 0; the last good one wins) from the chosen
+    # group's Crawl-delay lines, handed to it as the one group of a file.
+    if not values:
+        return None
+    lines = "".join(f"Crawl-delay: {value}\n" for value in values)
+    return Protego.parse("User-agent: *\n" + lines).crawl_delay("*")
 
 
 @dataclass(frozen=True)
@@ -113,7 +133,8 @@ class RobotsRules:
 
     kind: str
     text: str = ""
-    _parsed: Protego | None = field(default=None, init=False, repr=False, compare=False)
+    _parsed: RobotsGroups | None = field(default=None, init=False, repr=False, compare=False)
+    _delays: dict[str, float | None] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -141,18 +162,20 @@ class RobotsRules:
         logger.debug("robots.txt status %s: %s", status, rules.kind)
         return rules
 
-    def _parser(self) -> Protego:
+    def _groups(self) -> RobotsGroups:
         # Parsed once per instance, on first use; a race only parses twice.
-        parser = self._parsed
-        if parser is None:
-            parser = Protego.parse(self.text)
-            object.__setattr__(self, "_parsed", parser)
-        return parser
+        groups = self._parsed
+        if groups is None:
+            groups = RobotsGroups(self.text)
+            object.__setattr__(self, "_parsed", groups)
+        return groups
 
     def can_fetch(self, url: str, token: str) -> bool:
         """Return True if the crawler with product ``token`` (e.g. ``vcrawl``) may fetch ``url``.
 
-        The robots.txt URL itself is always allowed. Raises ValueError for an empty token.
+        ``token`` is compared whole, case-insensitively, with the product token each group names
+        (pass ``vcrawl``, not a User-Agent header). The robots.txt URL itself is always allowed.
+        Raises ValueError for an empty token.
         """
         if not token:
             raise ValueError("can_fetch needs the crawler's product token")
@@ -160,13 +183,15 @@ class RobotsRules:
             return True
         if self.kind == "disallow_all":
             return False
-        return self._parser().can_fetch(url, token)
+        return self._groups().is_allowed(url, token)
 
     def crawl_delay(self, token: str) -> float | None:
-        """Return the Crawl-delay (seconds) of the group that applies to ``token``, or None."""
+        """Return the Crawl-delay (seconds) of the groups that apply to ``token``, or None."""
         if self.kind != "parsed":
             return None
-        return self._parser().crawl_delay(token)
+        if token not in self._delays:
+            self._delays[token] = _protego_crawl_delay(self._groups().choice(token).crawl_delays)
+        return self._delays[token]
 
     def to_cache(self) -> str:
         """Return the compact JSON form stored in Redis."""

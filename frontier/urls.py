@@ -3,9 +3,10 @@
 w3lib's ``safe_url_string`` does the hard part (WHATWG-style parsing, IDN hosts to
 punycode, percent-encoding of unsafe characters, tab/newline removal, ``\\`` as ``/``).
 The rest is RFC 3986 section 6.2.2 syntax-based normalization done here, because
-``w3lib.url.canonicalize_url`` changes meaning in ways a crawler must not: it sorts
-repeated keys by value (``?c=red&c=blue`` is not ``?c=blue&c=red`` to a last-wins
-server), rewrites ``a%20b`` to ``a+b`` and turns ``?flag`` into ``?flag=``.
+``w3lib.url.canonicalize_url`` changes meaning in ways a crawler must not: it sorts the
+query (``?c=red&c=blue`` is not ``?c=blue&c=red`` to a last-wins server, and robots.txt
+rules match the query as the site wrote it), rewrites ``a%20b`` to ``a+b`` and turns
+``?flag`` into ``?flag=``.
 
 Non-http(s) URLs (``mailto:``, ``javascript:``, ``data:``, ``ftp:``) are returned with
 only the surrounding whitespace stripped and the scheme lowercased; the scope filter
@@ -149,17 +150,13 @@ def _drop_path_params(path: str, drop: Callable[[str], bool]) -> str:
 
 
 def _clean_query(query: str, drop: Callable[[str], bool]) -> str:
-    pairs = []
+    # The order is kept: robots.txt rules match the query as written (RFC 9309 section 2.2.2), so
+    # a reordered query is a URL the site never linked, which its rules may refuse or fail to refuse.
+    kept = []
     for piece in query.split("&"):
-        if not piece:
-            continue
-        name = piece.partition("=")[0]
-        if drop(_param_name(name)):
-            continue
-        pairs.append((_normalize_escapes(name), _normalize_escapes(piece)))
-    # Stable sort on the name only: repeated keys keep their order, which some servers depend on.
-    pairs.sort(key=lambda pair: pair[0])
-    return "&".join(piece for _, piece in pairs)
+        if piece and not drop(_param_name(piece.partition("=")[0])):
+            kept.append(_normalize_escapes(piece))
+    return "&".join(kept)
 
 
 def _canonical_host(hostname: str) -> str:
@@ -253,8 +250,8 @@ def canonical_url(url: str, base: str | None = None, drop_params: DropParams = D
 
     http(s): lowercase scheme and host, IDN host as punycode, no userinfo, no default
     port, no trailing dot on the host, percent-escapes normalized, dot segments
-    resolved, empty path as ``/``, no fragment, no dropped parameters, the query sorted
-    by name (stable). Other schemes: stripped, scheme lowercased, otherwise as given.
+    resolved, empty path as ``/``, no fragment, no dropped parameters, the query in the
+    order it was written. Other schemes: stripped, scheme lowercased, otherwise as given.
 
     Args:
         drop_params: names of query and ``;path`` parameters to drop (case-insensitive,
@@ -265,7 +262,7 @@ def canonical_url(url: str, base: str | None = None, drop_params: DropParams = D
             URL has no valid host or port.
 
     >>> canonical_url("HTTP://Example.COM:80/a/./b/../c?utm_source=x&b=2&a=1#top")
-    'http://example.com/a/c?a=1&b=2'
+    'http://example.com/a/c?b=2&a=1'
     """
     url = url.strip(_C0_OR_SPACE)
     if base is not None:

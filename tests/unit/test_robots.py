@@ -1,4 +1,8 @@
-"""robots.txt per RFC 9309: status handling, matching through protego, caching."""
+"""robots.txt per RFC 9309: status handling, decoding, caching.
+
+What the rules say is in ``test_robots_matching.py``; the reference parser's own test cases are
+in ``test_robots_reference.py``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import frontier.robots
+import frontier.robots_groups
 from frontier.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsRules, robots_url
 
 TOKEN = "vcrawl"
@@ -15,75 +20,6 @@ SITE = "http://example.com"
 
 def _rules(text: str) -> RobotsRules:
     return RobotsRules.from_response(200, text.encode())
-
-
-MATCHING = [
-    # "*" wildcard
-    ("User-agent: *\nDisallow: /*?sort=\n", "/list?sort=asc", False),
-    ("User-agent: *\nDisallow: /*?sort=\n", "/list?page=2", True),
-    ("User-agent: *\nDisallow: /*/print\n", "/a/b/print", False),
-    # "$" end anchor
-    ("User-agent: *\nDisallow: /*.cgi$\n", "/a.cgi", False),
-    ("User-agent: *\nDisallow: /*.cgi$\n", "/a.cgi?id=7", True),
-    ("User-agent: *\nDisallow: /*.cgi$\n", "/a.cgi/x", True),
-    # the longest match wins; Allow wins a tie
-    ("User-agent: *\nDisallow: /private/\nAllow: /private/public-\n", "/private/public-x", True),
-    ("User-agent: *\nDisallow: /private/\nAllow: /private/public-\n", "/private/x", False),
-    ("User-agent: *\nAllow: /p\nDisallow: /p\n", "/p", True),
-    ("User-agent: *\nDisallow: /\nAllow: /$\n", "/", True),
-    ("User-agent: *\nDisallow: /\nAllow: /$\n", "/page", False),
-    # groups: another agent's group does not apply; our own overrides "*"
-    ("User-agent: BadBot\nDisallow: /\n", "/x", True),
-    ("User-agent: *\nDisallow: /\n\nUser-agent: vcrawl\nAllow: /\n", "/x", True),
-    ("User-agent: *\nAllow: /\n\nUser-agent: vcrawl\nDisallow: /nope\n", "/nope", False),
-    ("User-agent: *\nDisallow: /only-star\n\nUser-agent: vcrawl\nDisallow: /nope\n", "/only-star", True),
-    ("User-agent: other\nUser-agent: vcrawl\nDisallow: /shared\n", "/shared", False),
-    # agent names match case-insensitively, as a whole token
-    ("User-agent: VCrawl\nDisallow: /x\n", "/x", False),
-    ("User-agent: vcrawl-news\nDisallow: /x\n", "/x", True),
-    ("User-agent: crawl\nDisallow: /x\n", "/x", True),
-    # an empty Disallow allows everything; rules before any User-agent are ignored
-    ("User-agent: *\nDisallow:\n", "/x", True),
-    ("Disallow: /x\n", "/x", True),
-    # comments and odd spacing
-    ("# hello\nUser-agent: * # all\n  Disallow:   /x   # no\n", "/x", False),
-    # percent-encoding (protego): unreserved escapes and case are equal, %2F is not "/"
-    ("User-agent: *\nDisallow: /a/b\n", "/a%2Fb", True),
-    ("User-agent: *\nDisallow: /a%2Fb\n", "/a/b", True),
-    ("User-agent: *\nDisallow: /a%2Fb\n", "/a%2fb", False),
-    ("User-agent: *\nDisallow: /~joe\n", "/%7Ejoe", False),
-    ("User-agent: *\nDisallow: /%7ejoe\n", "/~joe", False),
-    ("User-agent: *\nDisallow: /ä\n", "/%C3%A4", False),
-    # the robots.txt URL itself is always allowed
-    ("User-agent: *\nDisallow: /\n", "/robots.txt", True),
-    ("User-agent: *\nDisallow: /\n", "/x/robots.txt", False),
-]
-
-
-@pytest.mark.parametrize(("text", "path", "allowed"), MATCHING)
-def test_can_fetch(text: str, path: str, allowed: bool) -> None:
-    assert _rules(text).can_fetch(SITE + path, TOKEN) is allowed
-
-
-def test_a_full_user_agent_header_matches_like_the_token() -> None:
-    rules = _rules("User-agent: vcrawl\nDisallow: /x\n")
-    assert rules.can_fetch(SITE + "/x", "Mozilla/5.0 (compatible; vcrawl/1.0; +http://example.com/bot)") is False
-
-
-@pytest.mark.parametrize(
-    ("text", "delay"),
-    [
-        ("User-agent: *\nCrawl-delay: 5\n", 5.0),
-        ("User-agent: vcrawl\nCrawl-delay: 1.5\n\nUser-agent: *\nCrawl-delay: 10\n", 1.5),
-        ("User-agent: *\nCrawl-delay: 10\n\nUser-agent: vcrawl\nDisallow: /x\n", None),  # our group has none
-        ("User-agent: BadBot\nCrawl-delay: 60\n", None),
-        ("User-agent: *\nCrawl-delay: soon\n", None),
-        ("User-agent: *\nCrawl-delay: -1\n", None),
-        ("User-agent: *\nDisallow: /x\n", None),
-    ],
-)
-def test_crawl_delay(text: str, delay: float | None) -> None:
-    assert _rules(text).crawl_delay(TOKEN) == delay
 
 
 @pytest.mark.parametrize(
@@ -142,10 +78,12 @@ def test_invalid_utf8_is_replaced_not_fatal() -> None:
     assert not rules.can_fetch(SITE + "/x", TOKEN)
 
 
-def test_a_byte_order_mark_does_not_hide_the_first_line() -> None:
-    rules = RobotsRules.from_response(200, b"\xef\xbb\xbfUser-agent: *\nDisallow: /x\n")
+@pytest.mark.parametrize("mark", [b"\xef\xbb\xbf", b"\xef\xbb", b"\xef"])
+def test_a_byte_order_mark_does_not_hide_the_first_line(mark: bytes) -> None:
+    # The reference skips as much of a BOM as the file starts with.
+    rules = RobotsRules.from_response(200, mark + b"User-agent: *\nDisallow: /x\n")
     assert not rules.can_fetch(SITE + "/x", TOKEN)
-    assert not rules.text.startswith("\ufeff")
+    assert rules.text.startswith("User-agent")
 
 
 def test_only_the_first_500_kib_are_parsed() -> None:
@@ -197,20 +135,27 @@ def test_from_cache_refuses_anything_else(text: str) -> None:
         RobotsRules.from_cache(text)
 
 
-def test_protego_parses_once_per_rules_object(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    real_parse = frontier.robots.Protego.parse
+def test_robots_txt_is_read_once_per_rules_object(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[str] = []
+    delays: list[str] = []
+    real_directives, real_parse = frontier.robots_groups.directives, frontier.robots.Protego.parse
+
+    def counting_directives(text: str) -> list[frontier.robots_groups.Directive]:
+        reads.append(text)
+        return real_directives(text)
 
     def counting_parse(text: str) -> object:
-        calls.append(text)
+        delays.append(text)
         return real_parse(text)
 
+    monkeypatch.setattr(frontier.robots_groups, "directives", counting_directives)
     monkeypatch.setattr(frontier.robots.Protego, "parse", counting_parse)
     rules = _rules("User-agent: *\nDisallow: /x\nCrawl-delay: 1\n")
     for path in ("/x", "/y", "/z"):
         rules.can_fetch(SITE + path, TOKEN)
-    rules.crawl_delay(TOKEN)
-    assert len(calls) == 1
+        assert rules.crawl_delay(TOKEN) == 1.0
+    assert len(reads) == 1
+    assert delays == ["User-agent: *\nCrawl-delay: 1\n"]  # Protego sees the chosen group's Crawl-delay only
 
 
 def test_can_fetch_needs_a_token() -> None:
