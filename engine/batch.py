@@ -194,15 +194,17 @@ def _host_throttle(env: CrawlEnv, job_id: str, batch_so_far: Sequence[FetchOutco
 
 
 def throttle_tail(outcomes: Sequence[FetchOutcome]) -> tuple[bool, int]:
-    """(whether some response was not a 429/503, how many 429/503 came after the last one that was)."""
+    """(whether some response was not a 429/503, how many first requests of a URL were answered
+    429/503 after the last one that was). A retry's 429/503 says nothing new about the host: a
+    host whose only URLs left are a few throttled ones is not throttling the crawl."""
     answered, tail = False, 0
     for outcome in outcomes:
         statuses = [name for name in outcome.visit.counts if name.startswith(names.PREFIX_STATUS)]
         for name in statuses:
-            if name in _THROTTLE_STATUSES:
-                tail += outcome.visit.counts[name]
-            else:
+            if name not in _THROTTLE_STATUSES:
                 answered, tail = True, 0
+            elif outcome.entry.attempt == 0:
+                tail += outcome.visit.counts[name]
     return answered, tail
 
 

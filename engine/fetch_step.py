@@ -75,7 +75,8 @@ _HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_
 # unless most of the host's requests end this way (the host's failure budget, SLOW_HOST_BUDGET).
 _SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
 # politeness.retry_after "auto" (the default): a 429/503 makes only its URL wait, unless the host
-# answered THROTTLE_STREAK requests in a row with one: then it is throttling us and pauses as a whole.
+# answered the first requests of THROTTLE_STREAK URLs in a row with one: then it is throttling the
+# crawl and pauses as a whole.
 _THROTTLED = frozenset({"http_429", "http_503"})
 THROTTLE_STREAK = 3
 SLOW_HOST_BUDGET = 5
@@ -291,7 +292,7 @@ def _retry_or_fail(
     if reason in _SLOW_REASONS:
         counts[names.COUNTER_SLOW] += 1
         slow_host = _keeps_timing_out(ctx, entry.url, reason)
-    throttling = reason in _THROTTLED and ctx.retry_after == "auto" and _throttles(ctx, entry.url)
+    throttling = reason in _THROTTLED and ctx.retry_after == "auto" and _throttles(ctx, entry)
     # politeness.retry_after "url": a Retry-After makes only this URL wait (a site throttling one
     # resource); the host goes on. Without Retry-After, a 429/503 still means the host is in trouble.
     # "auto": a 429/503 makes only its URL wait while the host's other requests are answered.
@@ -317,9 +318,12 @@ def _retry_or_fail(
     return Retry(retry, reason, delay_s, "host" if host_wide else "queue", http_status, visit)
 
 
-def _throttles(ctx: FetchContext, url: str) -> bool:
-    """True when this 429/503 makes ``THROTTLE_STREAK`` of the host's answers in a row."""
-    return ctx.host_throttle is not None and ctx.host_throttle(host_key(url)) + 1 >= THROTTLE_STREAK
+def _throttles(ctx: FetchContext, entry: Entry) -> bool:
+    """True when this 429/503 to a URL's first request makes ``THROTTLE_STREAK`` of the host's
+    answers to first requests in a row (``throttle_tail`` in ``engine.batch``)."""
+    if ctx.host_throttle is None or entry.attempt > 0:
+        return False
+    return ctx.host_throttle(host_key(entry.url)) + 1 >= THROTTLE_STREAK
 
 
 def _keeps_timing_out(ctx: FetchContext, url: str, reason: str) -> bool:

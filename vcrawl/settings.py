@@ -56,7 +56,7 @@ class Settings:
     slow_window_s: float = 5.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 5
-    fetch_retries: int = 3
+    fetch_retries: int = 2  # as Scrapy's RETRY_TIMES: each retry of a 503 waits its Retry-After
     fetch_backoff_s: float = 1.0
     fetch_backoff_max_s: float = 60.0
     max_retry_after_s: float = 600.0

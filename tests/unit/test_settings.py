@@ -13,7 +13,7 @@ def test_defaults_without_environment() -> None:
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert settings.data == "./crawl-data"
     assert settings.user_agents == DEFAULT_USER_AGENTS and len(settings.user_agents) >= 5
-    assert settings.fetch_retries == 3 and settings.analysis_retries == 3
+    assert settings.fetch_retries == 2 and settings.analysis_retries == 3
 
 
 @pytest.mark.parametrize(
