@@ -203,9 +203,14 @@ def throttle_tail(outcomes: Sequence[FetchOutcome]) -> tuple[bool, int]:
         for name in statuses:
             if name not in _THROTTLE_STATUSES:
                 answered, tail = True, 0
-            elif outcome.entry.attempt == 0:
+            elif _first_request(outcome):
                 tail += outcome.visit.counts[name]
     return answered, tail
+
+
+def _first_request(outcome: FetchOutcome) -> bool:
+    """True if the outcome is of a URL's first request (a Retry carries the next attempt)."""
+    return outcome.entry.attempt == (1 if isinstance(outcome, Retry) else 0)
 
 
 _THROTTLE_STATUSES = frozenset(f"{names.PREFIX_STATUS}{status}" for status in (429, 503))

@@ -81,3 +81,23 @@ def test_an_outcomes_counts_cannot_change_after_it_was_made() -> None:
     visit = Visit(requested=True, counts=counts)
     counts["fetched"] = 5
     assert visit.counts == {"fetched": 1}
+
+
+def _throttled(path: str, attempt: int) -> Retry:
+    """A 429 to attempt ``attempt`` of ``path`` (a Retry carries the next attempt)."""
+    return Retry(
+        _entry(path, attempt + 1), "http_429", 1.0, "url", 429, Visit(requested=True, counts={"status:429": 1})
+    )
+
+
+def _answered(path: str) -> Stored:
+    entry = _entry(path)
+    return Stored(entry, _page(entry), Visit(requested=True, counts={"fetched": 1, "status:200": 1}))
+
+
+def test_the_host_throttle_streak_counts_first_requests_answered_429_or_503_in_a_row() -> None:
+    assert _fold([_throttled("a", 0), _throttled("b", 0)]).throttle == "+2"  # added to the host's streak
+    assert _fold([_throttled("a", 0), _answered("b"), _throttled("c", 0)]).throttle == "=1"  # reset, then one
+    assert _fold([_throttled("a", 1), _throttled("b", 2)]).throttle == ""  # retries say nothing new
+    assert _fold([_throttled("a", 1), _answered("b")]).throttle == "=0"
+    assert _fold([]).throttle == ""
