@@ -70,16 +70,23 @@ class LocalBackend:
         head, name = os.path.split(location)
         if name in (".", ".."):
             raise _refuse(location, f"ends in {name!r} (a directory, not a file)")
-        path = os.path.join(os.path.realpath(head), name)
-        if path == self.root or os.path.realpath(path) == self.root:
+        path = os.path.join(os.path.realpath(head), name)  # the parents are real: only the name can be a link
+        if path == self.root:
             raise _refuse(location, "is the storage root itself, not a file in it")
         if not self._is_inside(os.path.dirname(path)):
             raise _refuse(location, f"escapes the storage root {self.root}")
-        if os.path.islink(path):
-            if not self._is_inside(os.path.realpath(path)):
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:  # nothing there yet (or not reachable: opening it says why)
+            mode = 0
+        if stat.S_ISLNK(mode):
+            target = os.path.realpath(path)
+            if target == self.root:
+                raise _refuse(location, "is the storage root itself, not a file in it")
+            if not self._is_inside(target):
                 raise _refuse(location, f"escapes the storage root {self.root}")
             raise _refuse(location, "is a symlink; vcrawl never writes through or replaces symlinks")
-        if os.path.isdir(path):
+        if stat.S_ISDIR(mode):
             raise _refuse(location, "is a directory, not a file")
         if any(len(os.fsencode(part)) > _NAME_MAX for part in path.split(os.sep)):
             raise _refuse(location, f"has a path component longer than {_NAME_MAX} bytes")
