@@ -11,9 +11,9 @@ from vcrawl import names, redis_keys
 
 __all__ = ["FrontierStats", "stats_minute"]
 
+# Per-host totals; the host's throttle streak (names.HOST_THROTTLED) is kept in the same hash but is not one.
 _HOST_KINDS = tuple(
-    prefix.rstrip("|")
-    for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED, names.HOST_SLOW, names.HOST_THROTTLED)
+    prefix.rstrip("|") for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED, names.HOST_SLOW)
 )
 
 
@@ -41,7 +41,8 @@ class FrontierStats:
         hosts: dict[str, dict[str, int]] = {}
         for field, value in self._redis.hgetall(redis_keys.job_host_stats(job_id)).items():
             kind, host = text(field).split("|", 1)
-            hosts.setdefault(host, dict.fromkeys(_HOST_KINDS, 0))[kind] = int(value)
+            if kind in _HOST_KINDS:
+                hosts.setdefault(host, dict.fromkeys(_HOST_KINDS, 0))[kind] = int(value)
         return hosts
 
     def stalled_s(self, job_id: str, now: float) -> float:

@@ -84,7 +84,7 @@ def test_a_job_is_started_watched_and_its_statistics_kept(api_url: str, site: Te
     assert sum(m["fetched"] for m in stats["minutes"]) == 4 and stats["minutes"][-1]["pages_per_s"] > 0
     status, hosts = call(api_url, "GET", f"/api/jobs/{job}/hosts")
     host = site.base.split("//")[1]
-    assert hosts["hosts"] == [{"host": host, "fetched": 4, "done": 4, "failed": 1}]
+    assert hosts["hosts"] == [{"host": host, "fetched": 4, "done": 4, "failed": 1, "slow": 0}]
     status, failures = call(api_url, "GET", f"/api/jobs/{job}/failures")
     assert [(f["url"], f["reason"]) for f in failures["failures"]] == [(site.url("/missing"), "http_404")]
     status, queues = call(api_url, "GET", "/api/queues")

@@ -71,7 +71,7 @@ def test_pause_config_and_resume_from_the_command_line(vcrawl_settings: Settings
     assert changed.returncode == 0, changed.stderr
     assert json.loads(changed.stdout)["politeness"] == {"min_interval_s": 0.02, "jitter": 0.0, "per_host": 2,
                                                         "obey_robots": True, "robots_token": "vcrawl",
-                                                        "retry_after": "host"}  # fmt: skip
+                                                        "retry_after": "auto"}  # fmt: skip
     bad = vcrawl(env, "config", job, "--interval", "-1")
     assert bad.returncode == 2 and "politeness.min_interval_s" in bad.stderr
     assert vcrawl(env, "resume", job).returncode == 0
