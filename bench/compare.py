@@ -1,17 +1,18 @@
 """vcrawl against Scrapy, Crawlee and the ceiling client on the same local sites, side by side.
 
-Run: ``.venv/bin/python bench/compare.py [--cases a b c d] [--out FILE]`` (``make compare``
-runs all of them; about 20 minutes). Each case starts the universe of ../shared/bench, runs the
-kit's Scrapy baseline (and, for (a), its Crawlee baseline; for (b), its ceiling client) with the
-kit's own runners, then vcrawl through the kit's ``measure.py`` with the same politeness
-settings, and scores every run from the server's access log against the manifest. Pages go to
-tmpfs for every crawler.
+Run: ``.venv/bin/python bench/compare.py [--cases a b c d e] [--out FILE]`` (``make compare``
+runs all of them; about 25 minutes). Each case starts the universe of ../shared/bench (or, for
+(e), a real documentation site: bench/doc_site.py), runs the kit's Scrapy baseline (and, for (a),
+its Crawlee baseline; for (b), its ceiling client) with the kit's own runners, then vcrawl through
+the kit's ``measure.py`` with the same politeness settings, and scores every run from the
+server's access log against the manifest. Pages go to tmpfs for every crawler.
 
 Cases (issues 9 and 16):
   a  20 hosts x 6k pages, no latency, --crawl-delay-frac 0, politeness off (Scrapy C32, 16 per host)
   b  100 hosts, 100 +- 20 ms latency, concurrency 64; ceiling client too
   c  polite: 50 hosts, 0.5 s per host, jitter off; vcrawl with 2 worker processes
   d  scale: vcrawl with 1 and with 2 worker processes on (a)
+  e  Debian's python3.11-doc (526 pages reachable) served by Python's http.server, 16 per host
 
 vcrawl runs three ways. ``vcrawl-defaults`` rows: what a new user runs, and exactly what the
 acceptance check 09-performance runs: ``vcrawl crawl --job JOB`` with a job that sets only
@@ -50,6 +51,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import compare_table  # noqa: E402  (the table and the goals)
 import crawl_universe  # noqa: E402  (the universe start/stop helpers, shared with the other benches)
+import doc_site  # noqa: E402  (case (e): the documentation site)
 
 sys.path.insert(0, str(HERE.parent))  # the project itself: its local Redis and worker processes
 
@@ -67,20 +69,20 @@ UNIVERSES = {
     "b": {"hosts": 100, "pages": 6000, "latency_ms": 100.0, "jitter_ms": 20.0, "port": 18872},
     "c": {"hosts": 50, "pages": 3000, "latency_ms": 0.0, "jitter_ms": 0.0, "port": 18873},
 }
-UNIVERSES_OF = {"a": "a", "d": "a", "b": "b", "c": "c"}
+UNIVERSES_OF = {"a": "a", "d": "a", "b": "b", "c": "c", "e": "e"}
 
 
 def main() -> int:
     """Run the cases, print every run's JSON line, then the comparison table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["a", "d", "b", "c"], choices=sorted(UNIVERSES_OF))
+    parser.add_argument("--cases", nargs="+", default=["a", "d", "b", "c", "e"], choices=sorted(UNIVERSES_OF))
     parser.add_argument("--out", default="/tmp/vcrawl-compare.jsonl", help="JSON lines of every run")
     parser.add_argument("--timeout", type=float, default=400.0, help="hard stop of one run, seconds")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the `finally`s stop what was started
     rows: list[dict[str, Any]] = []
     with open(args.out, "w") as out:
-        for universe in ("a", "b", "c"):
+        for universe in ("a", "b", "c", "e"):
             wanted = [case for case in args.cases if UNIVERSES_OF[case] == universe]
             if wanted:
                 started = time.monotonic()
@@ -113,19 +115,24 @@ class Vcrawl:
 
 
 def run_universe(name: str, cases: list[str], timeout_s: float) -> list[dict[str, Any]]:
-    """Start one universe and run the cases that use it."""
+    """Start one universe (or the doc site) and run the cases that use it."""
+    if name == "e" and (why := doc_site.unavailable()) is not None:
+        return [{"case": "e", "tool": "doc-site", "skipped": why}]
     work = Path(tempfile.mkdtemp(prefix=f"vcrawl-compare-{name}-"))
     state = work / "state.json"
-    spec = dict(UNIVERSES[name])
-    extra = [
-        "--port",
-        str(spec.pop("port")),
-        *(["--crawl-delay-frac", "0"] if spec.pop("no_crawl_delay", 0) else []),
-    ]
-    server = crawl_universe.start_universe(argparse.Namespace(**spec), state, work, extra)
+    if name == "e":
+        server = doc_site.start_doc_site(work, state)
+    else:
+        spec = dict(UNIVERSES[name])
+        extra = [
+            "--port",
+            str(spec.pop("port")),
+            *(["--crawl-delay-frac", "0"] if spec.pop("no_crawl_delay", 0) else []),
+        ]
+        server = crawl_universe.start_universe(argparse.Namespace(**spec), state, work, extra)
     rows: list[dict[str, Any]] = []
     try:
-        rows.append(crawl_universe.universe_row(name, state))
+        rows.append(doc_site.site_row(state) if name == "e" else crawl_universe.universe_row(name, state))
         for case, tool, command in planned_runs(cases):
             print(f">>> ({case}) {tool}", file=sys.stderr, flush=True)
             if isinstance(command, str):  # a baseline that cannot run here
@@ -172,6 +179,12 @@ def planned_runs(cases: list[str]) -> list[tuple[str, str, list[str] | Vcrawl | 
             ("c", "vcrawl", Vcrawl(per_host=1, threads=32, delay_s=0.5)),
             ("c", "vcrawl-embedded", Vcrawl(per_host=1, threads=32, delay_s=0.5, embedded=True)),
             ("c", "vcrawl-host", Vcrawl(per_host=1, threads=32, delay_s=0.5, retry_after="host")),
+        ]
+    if "e" in cases:  # one host: 16 per host is the whole concurrency for every crawler
+        runs += [
+            ("e", "scrapy", scrapy(["--concurrency", "32", "--per-host", "16", "--delay", "0"])),
+            ("e", "vcrawl-defaults", Vcrawl(per_host=16, retry_after=None, defaults=True)),
+            ("e", "vcrawl", Vcrawl(per_host=16)),
         ]
     return runs
 

@@ -85,3 +85,10 @@ def print_goals(by: dict[tuple[str, str], Row]) -> None:
     one, two = by.get(("d", "vcrawl-1proc")), by.get(("a", "vcrawl")) or by.get(("d", "vcrawl"))
     if one and two:
         _goal("(d) 2 worker processes vs 1", two["fetched_per_s"] / one["fetched_per_s"], 1.8)
+    e = by.get(("e", "vcrawl-defaults"))
+    if e:
+        _goal("(e) doc site, defaults: recall", e["recall"], 1.0, unit="")
+        _goal("(e) doc site, defaults: pages/s vs Scrapy", _speed(by, "e", "vcrawl-defaults", "scrapy"), 2.0)
+    if ("e", "scrapy") in by:
+        print(f"| (e) doc site, Scrapy recall (reference) | {by[('e', 'scrapy')]['recall']:.2f} | - |")
+    _reference("(e) doc site, tuned cluster pages/s vs Scrapy", _speed(by, "e", "vcrawl", "scrapy"))
