@@ -57,7 +57,7 @@ bench: setup
 	bench/run.sh
 
 # vcrawl against Scrapy, Crawlee and the ceiling client, cases (a)-(e) of the performance table
-# (about 25 minutes; (e) installs python3.11-doc); COMPARE_ARGS="--cases a e" for some of them.
+# (about 15 minutes; (e) installs python3.11-doc); COMPARE_ARGS="--cases a e" for some of them.
 COMPARE_ARGS ?=
 compare: setup
 	bench/run.sh compare $(COMPARE_ARGS)

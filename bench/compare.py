@@ -1,7 +1,7 @@
 """vcrawl against Scrapy, Crawlee and the ceiling client on the same local sites, side by side.
 
 Run: ``.venv/bin/python bench/compare.py [--cases a b c d e] [--out FILE]`` (``make compare``
-runs all of them; about 25 minutes). Each case starts the universe of ../shared/bench (or, for
+runs all of them; about 15 minutes). Each case starts the universe of ../shared/bench (or, for
 (e), a real documentation site: bench/doc_site.py), runs the kit's Scrapy baseline (and, for (a),
 its Crawlee baseline; for (b), its ceiling client) with the kit's own runners, then vcrawl through
 the kit's ``measure.py`` with the same politeness settings, and scores every run from the

@@ -2,7 +2,7 @@
 # The benchmark: vcrawl against Scrapy, Crawlee and the ceiling client on the shared synthetic web
 # and on a real documentation site, cases (a)-(e) side by side with their ratios; then browser
 # pages, storage, re-crawl and the Bloom filter. Prints JSON lines and tables. Not part of
-# `make test`; about 35 minutes. `bench/run.sh compare [--cases a e]` runs only the comparison.
+# `make test`; about 25 minutes. `bench/run.sh compare [--cases a e]` runs only the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT="${VCRAWL_BENCH_KIT:-$(pwd)/../shared/bench}"
