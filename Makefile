@@ -56,8 +56,8 @@ faults-report: setup
 bench: setup
 	bench/run.sh
 
-# vcrawl against Scrapy alone, cases (a)-(d) of the performance table (about 12 minutes);
-# COMPARE_ARGS="--cases a d" for some of them.
+# vcrawl against Scrapy, Crawlee and the ceiling client, cases (a)-(e) of the performance table
+# (about 15 minutes; (e) installs python3.11-doc); COMPARE_ARGS="--cases a e" for some of them.
 COMPARE_ARGS ?=
 compare: setup
 	bench/run.sh compare $(COMPARE_ARGS)

@@ -1,25 +1,32 @@
-"""vcrawl against Scrapy (and the ceiling client) on the same local universe, side by side.
+"""vcrawl against Scrapy, Crawlee and the ceiling client on the same local sites, side by side.
 
-Run: ``.venv/bin/python bench/compare.py [--cases a b c d] [--out FILE]`` (``make bench`` runs
-all of them; about 12 minutes). Each case starts the universe of ../shared/bench, runs the
-kit's Scrapy baseline (and, for (b), its ceiling client) with the kit's own runners, then
-vcrawl through the kit's ``measure.py`` with the same politeness settings, and scores every run
-from the server's access log against the manifest. Pages go to tmpfs for both crawlers.
+Run: ``.venv/bin/python bench/compare.py [--cases a b c d e] [--out FILE]`` (``make compare``
+runs all of them; about 15 minutes). Each case starts the universe of ../shared/bench (or, for
+(e), a real documentation site: bench/doc_site.py), runs the kit's Scrapy baseline (and, for (a),
+its Crawlee baseline; for (b), its ceiling client) with the kit's own runners, then vcrawl through
+the kit's ``measure.py`` with the same politeness settings, and scores every run from the
+server's access log against the manifest. Pages go to tmpfs for every crawler.
 
-Cases (issue 9):
-  a  20 hosts x 6k pages, no latency, politeness off (Scrapy C32, 16 per host)
+Cases (issues 9 and 16):
+  a  20 hosts x 6k pages, no latency, --crawl-delay-frac 0, politeness off (Scrapy C32, 16 per host)
   b  100 hosts, 100 +- 20 ms latency, concurrency 64; ceiling client too
   c  polite: 50 hosts, 0.5 s per host, jitter off; vcrawl with 2 worker processes
   d  scale: vcrawl with 1 and with 2 worker processes on (a)
+  e  Debian's python3.11-doc (526 pages reachable) served by Python's http.server, 16 per host
 
-vcrawl runs two ways. ``vcrawl`` rows: a cluster already running, as a deployment keeps one
+vcrawl runs three ways. ``vcrawl-defaults`` rows: what a new user runs, and exactly what the
+acceptance check 09-performance runs: ``vcrawl crawl --job JOB`` with a job that sets only
+politeness like Scrapy's, everything else vcrawl's default (``-url``: the same with
+``retry_after: url``, the price of the host-wide Retry-After pause). ``vcrawl`` rows (tuned: a
+Retry-After holds only its URL, one retry): a cluster already running, as a deployment keeps one
 (a Redis and N worker processes started before the clock starts); the measured command is
 ``vcrawl submit --wait``, and measure.py adds the CPU of the Redis and worker process trees over
-the run (``--extra-pid``, the kit's way for long-lived helpers). ``vcrawl-embedded`` rows: the
-one-command ``vcrawl crawl``, which starts its private Redis and workers inside the measured time
-(about 3 s to start, 2 s to stop). The goals are read from the ``vcrawl`` rows.
+the run (``--extra-pid``, the kit's way for long-lived helpers); ``-host`` differs only in
+``retry_after: host``. ``vcrawl-embedded`` rows: the tuned job through the one-command ``vcrawl
+crawl``, which starts its private Redis and workers inside the measured time (about 3 s to
+start, 2 s to stop).
 
-Prints one JSON line per run, then a table and the ratios against the goals.
+Prints one JSON line per run, then a table and the ratios against the goals (compare_table.py).
 """
 
 from __future__ import annotations
@@ -27,10 +34,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,85 +49,144 @@ import redis
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import compare_table  # noqa: E402  (the table and the goals)
 import crawl_universe  # noqa: E402  (the universe start/stop helpers, shared with the other benches)
+import doc_site  # noqa: E402  (case (e): the documentation site)
 
 sys.path.insert(0, str(HERE.parent))  # the project itself: its local Redis and worker processes
 
 SHARED = crawl_universe.SHARED
 BENCH_PY = crawl_universe.BENCH_PY
 VCRAWL = crawl_universe.VCRAWL
+CRAWLEE_PY = os.environ.get("CRAWLEE_PY", "/tmp/venv-crawlee/bin/python")  # the kit's Crawlee venv
+LOOPBACK = "127.0.0.0/8"  # every site here is on loopback, which vcrawl refuses by default
 
+# Ports of our own, not the kit's default 8800: on a shared machine another session's crawler
+# pointed at 8800 once fetched 3000 pages inside a measured run, and the log scores whoever asks.
 UNIVERSES = {
-    "a": {"hosts": 20, "pages": 6000, "latency_ms": 0.0, "jitter_ms": 0.0},
-    "b": {"hosts": 100, "pages": 6000, "latency_ms": 100.0, "jitter_ms": 20.0},
-    "c": {"hosts": 50, "pages": 3000, "latency_ms": 0.0, "jitter_ms": 0.0},
+    # (a) measures throughput: no Crawl-delay host (its tail would bound the run); (c) keeps them.
+    "a": {"hosts": 20, "pages": 6000, "latency_ms": 0.0, "jitter_ms": 0.0, "port": 18871, "no_crawl_delay": True},
+    "b": {"hosts": 100, "pages": 6000, "latency_ms": 100.0, "jitter_ms": 20.0, "port": 18872},
+    "c": {"hosts": 50, "pages": 3000, "latency_ms": 0.0, "jitter_ms": 0.0, "port": 18873},
 }
+UNIVERSES_OF = {"a": "a", "d": "a", "b": "b", "c": "c", "e": "e"}
 
 
 def main() -> int:
     """Run the cases, print every run's JSON line, then the comparison table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["a", "d", "b", "c"], choices=["a", "b", "c", "d"])
+    parser.add_argument("--cases", nargs="+", default=["a", "d", "b", "c", "e"], choices=sorted(UNIVERSES_OF))
     parser.add_argument("--out", default="/tmp/vcrawl-compare.jsonl", help="JSON lines of every run")
     parser.add_argument("--timeout", type=float, default=400.0, help="hard stop of one run, seconds")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the `finally`s stop what was started
     rows: list[dict[str, Any]] = []
     with open(args.out, "w") as out:
-        for universe in ("a", "b", "c"):
+        for universe in ("a", "b", "c", "e"):
             wanted = [case for case in args.cases if UNIVERSES_OF[case] == universe]
             if wanted:
+                started = time.monotonic()
                 for row in run_universe(universe, wanted, args.timeout):
                     print(json.dumps(row), flush=True)
                     out.write(json.dumps(row) + "\n")
                     rows.append(row)
-    print_table(rows)
+                took = time.monotonic() - started
+                print(f">>> cases {' '.join(wanted)}: {took:.0f} s", file=sys.stderr, flush=True)
+    compare_table.print_table(rows)
     return 0
 
 
-UNIVERSES_OF = {"a": "a", "d": "a", "b": "b", "c": "c"}
+@dataclass(frozen=True)
+class Vcrawl:
+    """How to run vcrawl over a site (``run_one`` builds the command).
+
+    ``defaults``: the acceptance check's run, ``vcrawl crawl --job`` with ``acceptance_job`` (only
+    politeness set, plus ``retry_after`` when not None) and no tuning flags. Otherwise the tuned
+    ``job_for`` with explicit workers and threads, on a running cluster or ``embedded``.
+    """
+
+    per_host: int
+    workers: int = 2
+    threads: int = 16
+    delay_s: float = 0.0
+    retry_after: str | None = "url"
+    embedded: bool = False
+    defaults: bool = False
 
 
 def run_universe(name: str, cases: list[str], timeout_s: float) -> list[dict[str, Any]]:
-    """Start one universe and run the cases that use it."""
+    """Start one universe (or the doc site) and run the cases that use it."""
+    if name == "e" and (why := doc_site.unavailable()) is not None:
+        return [{"case": "e", "tool": "doc-site", "skipped": why}]
     work = Path(tempfile.mkdtemp(prefix=f"vcrawl-compare-{name}-"))
     state = work / "state.json"
-    server = crawl_universe.start_universe(argparse.Namespace(**UNIVERSES[name]), state, work)
+    if name == "e":
+        server = doc_site.start_doc_site(work, state)
+    else:
+        spec = dict(UNIVERSES[name])
+        extra = [
+            "--port",
+            str(spec.pop("port")),
+            *(["--crawl-delay-frac", "0"] if spec.pop("no_crawl_delay", 0) else []),
+        ]
+        server = crawl_universe.start_universe(argparse.Namespace(**spec), state, work, extra)
     rows: list[dict[str, Any]] = []
     try:
-        runs = []
-        if "a" in cases:
-            runs += [
-                ("a", "scrapy", scrapy(["--concurrency", "32", "--per-host", "16", "--delay", "0"])),
-                ("a", "vcrawl", vcrawl(workers=2, threads=16, per_host=16)),
-                ("a", "vcrawl-embedded", vcrawl(workers=2, threads=16, per_host=16, embedded=True)),
-                ("a", "vcrawl-host", vcrawl(workers=2, threads=16, per_host=16, retry_after="host")),
-            ]
-        if "d" in cases:
-            runs += [
-                ("d", "vcrawl-1proc", vcrawl(workers=1, threads=16, per_host=16)),
-                *([] if "a" in cases else [("d", "vcrawl", vcrawl(workers=2, threads=16, per_host=16))]),
-            ]
-        if "b" in cases:
-            runs += [
-                ("b", "scrapy", scrapy(["--concurrency", "64", "--per-host", "16", "--delay", "0"])),
-                ("b", "ceiling", [BENCH_PY, str(SHARED / "ceiling.py"), "--concurrency", "64"]),
-                ("b", "vcrawl", vcrawl(workers=2, threads=32, per_host=16)),
-            ]
-        if "c" in cases:
-            polite = ["--delay", "0.5"]
-            runs += [
-                ("c", "scrapy", scrapy(["--concurrency", "64", "--per-host", "1", *polite, "--jitter", "0"])),
-                ("c", "vcrawl", vcrawl(workers=2, threads=32, per_host=1, delay_s=0.5)),
-                ("c", "vcrawl-embedded", vcrawl(workers=2, threads=32, per_host=1, delay_s=0.5, embedded=True)),
-                ("c", "vcrawl-host", vcrawl(workers=2, threads=32, per_host=1, delay_s=0.5, retry_after="host")),
-            ]
-        for case, tool, command in runs:
+        rows.append(doc_site.site_row(state) if name == "e" else crawl_universe.universe_row(name, state))
+        for case, tool, command in planned_runs(cases):
             print(f">>> ({case}) {tool}", file=sys.stderr, flush=True)
-            row = run_one(case, tool, command, state, work, timeout_s)
-            rows.append(row)
+            if isinstance(command, str):  # a baseline that cannot run here
+                rows.append({"case": case, "tool": tool, "skipped": command})
+                continue
+            rows.append(run_one(case, tool, command, state, work, timeout_s))
     finally:
         crawl_universe.stop_universe(server)
+    if all("error" not in row for row in rows):
+        shutil.rmtree(work, ignore_errors=True)  # kept, with the logs, when a run failed
+    else:
+        print(f">>> logs of the failed run(s) in {work}", file=sys.stderr)
     return rows
+
+
+def planned_runs(cases: list[str]) -> list[tuple[str, str, list[str] | Vcrawl | str]]:
+    """(case, tool, how) of every run of these cases: a kit command, a Vcrawl, or why it is skipped."""
+    runs: list[tuple[str, str, list[str] | Vcrawl | str]] = []
+    if "a" in cases:
+        runs += [
+            ("a", "scrapy", scrapy(["--concurrency", "32", "--per-host", "16", "--delay", "0"])),
+            ("a", "crawlee", crawlee(["--concurrency", "32", "--uvloop", "--delay", "0"])),
+            ("a", "vcrawl-defaults", Vcrawl(per_host=16, retry_after=None, defaults=True)),
+            ("a", "vcrawl-defaults-url", Vcrawl(per_host=16, retry_after="url", defaults=True)),
+            ("a", "vcrawl", Vcrawl(per_host=16)),
+            ("a", "vcrawl-host", Vcrawl(per_host=16, retry_after="host")),
+            ("a", "vcrawl-embedded", Vcrawl(per_host=16, embedded=True)),
+        ]
+    if "d" in cases:
+        runs += [
+            ("d", "vcrawl-1proc", Vcrawl(per_host=16, workers=1)),
+            *([] if "a" in cases else [("d", "vcrawl", Vcrawl(per_host=16))]),
+        ]
+    if "b" in cases:
+        runs += [
+            ("b", "scrapy", scrapy(["--concurrency", "64", "--per-host", "16", "--delay", "0"])),
+            ("b", "ceiling", [BENCH_PY, str(SHARED / "ceiling.py"), "--concurrency", "64"]),
+            ("b", "vcrawl", Vcrawl(per_host=16, threads=32)),
+        ]
+    if "c" in cases:
+        polite = ["--delay", "0.5"]
+        runs += [
+            ("c", "scrapy", scrapy(["--concurrency", "64", "--per-host", "1", *polite, "--jitter", "0"])),
+            ("c", "vcrawl", Vcrawl(per_host=1, threads=32, delay_s=0.5)),
+            ("c", "vcrawl-embedded", Vcrawl(per_host=1, threads=32, delay_s=0.5, embedded=True)),
+            ("c", "vcrawl-host", Vcrawl(per_host=1, threads=32, delay_s=0.5, retry_after="host")),
+        ]
+    if "e" in cases:  # one host: 16 per host is the whole concurrency for every crawler
+        runs += [
+            ("e", "scrapy", scrapy(["--concurrency", "32", "--per-host", "16", "--delay", "0"])),
+            ("e", "vcrawl-defaults", Vcrawl(per_host=16, retry_after=None, defaults=True)),
+            ("e", "vcrawl", Vcrawl(per_host=16)),
+        ]
+    return runs
 
 
 def scrapy(options: list[str]) -> list[str]:
@@ -124,12 +194,14 @@ def scrapy(options: list[str]) -> list[str]:
     return [str(SHARED / "scrapy_baseline" / "run_scrapy.sh"), *options]
 
 
-def vcrawl(
-    *, workers: int, threads: int, per_host: int, delay_s: float = 0.0, retry_after: str = "url", embedded: bool = False
-) -> dict[str, Any]:
-    """How to run vcrawl over the whole universe (``run_one`` builds the command)."""
-    return {"workers": workers, "threads": threads, "per_host": per_host, "delay_s": delay_s,
-            "retry_after": retry_after, "embedded": embedded}  # fmt: skip
+def crawlee(options: list[str]) -> list[str] | str:
+    """The kit's Crawlee baseline runner, or why it cannot run (its venv is missing or broken)."""
+    if not os.access(CRAWLEE_PY, os.X_OK):
+        return f"no {CRAWLEE_PY} (bench/run.sh sets it up; the kit README's 'Crawlee baseline')"
+    probe = subprocess.run([CRAWLEE_PY, "-c", "import crawlee"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"{CRAWLEE_PY} cannot import crawlee: {probe.stderr.strip().splitlines()[-1:]}"
+    return [str(SHARED / "crawlee_baseline" / "run_crawlee.sh"), *options]
 
 
 class Cluster:
@@ -144,7 +216,7 @@ class Cluster:
         self.redis = LocalRedis(tempfile.mkdtemp(prefix="redis-", dir=work)).start()
         try:
             settings = Settings(
-                redis_url=self.redis.url, data=str(data), allowed_networks=("127.0.0.0/8",), task_events=False
+                redis_url=self.redis.url, data=str(data), allowed_networks=(LOOPBACK,), task_events=False
             )
             self.env = {**_clean_env(), **settings.to_env()}
             ping = _pinger(settings)
@@ -180,44 +252,26 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
 
 
-def run_one(
-    case: str, tool: str, run: list[str] | dict[str, Any], state: Path, work: Path, timeout_s: float
-) -> dict[str, Any]:
+def run_one(case: str, tool: str, run: list[str] | Vcrawl, state: Path, work: Path, timeout_s: float) -> dict[str, Any]:
     """Run one crawler (measured by the kit), score it, and add what this comparison needs."""
     pages = Path("/dev/shm") / f"vcrawl-compare-{os.getpid()}-{case}-{tool}"
     log_path = Path(json.loads(state.read_text())["log"])
     offset = log_path.stat().st_size
-    env = {**_clean_env(), "BENCH_PY": BENCH_PY}
+    env = {**_clean_env(), "BENCH_PY": BENCH_PY, "CRAWLEE_PY": CRAWLEE_PY}
     cluster: Cluster | None = None
     redis_cost: dict[str, Any] | None = None
-    if isinstance(run, dict):
-        manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
-        job_file = work / f"job-{case}-{tool}.json"
-        job_file.write_text(json.dumps(job_for(manifest, run["per_host"], run["delay_s"], run["retry_after"])))
+    if isinstance(run, Vcrawl):
         measure = [
             BENCH_PY, str(SHARED / "measure.py"), "--state", str(state), "--pages-dir", str(pages),
             "--timeout", str(timeout_s), "--label", f"{case}-{tool}",
-            *(["--delay", str(run["delay_s"])] if run["delay_s"] else []),
+            *(["--delay", str(run.delay_s)] if run.delay_s else []),
         ]  # fmt: skip
-        if run["embedded"]:
-            command = [
-                *measure, "--", str(VCRAWL), "crawl", "--job", str(job_file), "--data", str(pages), "--json",
-                "--log-dir", str(work / f"logs-{case}-{tool}"), "--workers", str(run["workers"]),
-                "--threads", str(run["threads"]),
-                "--allow-network", "127.0.0.0/8",  # the universe is on loopback, which vcrawl refuses by default
-            ]  # fmt: skip
-        else:
-            subprocess.run(["rm", "-rf", str(pages)], check=True)
-            pages.mkdir()
-            cluster = Cluster(work, pages, run["workers"], run["threads"])
-            env.update(cluster.env)
-            redis_before = cluster.redis_cost()
-            extra = [arg for pid in cluster.pids for arg in ("--extra-pid", str(pid))]
-            command = [*measure, "--keep-dir", *extra, "--", str(VCRAWL), "submit", str(job_file), "--wait", "--json"]
+        command, cluster = vcrawl_command(run, measure, state, work / f"{case}-{tool}", pages, env)
     else:
         command = [*run, "--state", str(state), "--label", f"{case}-{tool}", "--timeout", str(timeout_s)]
         command += ["--out", str(pages)]
     try:
+        redis_before = cluster.redis_cost() if cluster is not None else {}
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s + 180)
         if cluster is not None:
             after = cluster.redis_cost()
@@ -225,6 +279,7 @@ def run_one(
     finally:
         if cluster is not None:
             cluster.stop()
+        subprocess.run(["rm", "-rf", str(pages)], check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         sys.stderr.write(done.stderr[-4000:])
@@ -235,6 +290,10 @@ def run_one(
         if "redis" in summary:
             redis_cost = summary["redis"]
     row["case"], row["tool"] = case, tool
+    # CPU per page counted server-side (reachable pages served 200), as the acceptance check does:
+    # independent of what else a crawler writes into its page store (logs, binaries).
+    cpu_s = row["cpu_user_s"] + row["cpu_sys_s"]
+    row["cpu_ms_per_fetched"] = round(1000 * cpu_s / max(1, row["reachable_fetched"]), 3)
     if redis_cost is not None:
         fetched = max(1, row["reachable_fetched"])
         row["redis_requests_per_page"] = round(redis_cost["requests"] / fetched, 2)
@@ -242,15 +301,54 @@ def run_one(
         row["redis_cpu_ms_per_page"] = round(1000 * redis_cost["cpu_s"] / fetched, 3)
     if case == "c":
         row.update(per_host_bound(log_path, offset, row, state, delay_s=0.5))
-    subprocess.run(["rm", "-rf", str(pages)], check=False)
     return row
 
 
+def vcrawl_command(
+    run: Vcrawl, measure: list[str], state: Path, work: Path, pages: Path, env: dict[str, str]
+) -> tuple[list[str], Cluster | None]:
+    """The measured vcrawl command of ``run`` (``env`` gains what it needs) and the cluster it runs on."""
+    manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
+    job_file = work.with_name(f"job-{work.name}.json")
+    if run.defaults:  # byte for byte the acceptance check's command and environment
+        job_file.write_text(json.dumps(acceptance_job(manifest, run.retry_after), indent=1))
+        env["VCRAWL_ALLOWED_NETWORKS"] = LOOPBACK
+        return [*measure, "--", str(VCRAWL), "crawl", "--job", str(job_file), "--data", str(pages), "--json"], None
+    job_file.write_text(json.dumps(job_for(manifest, run.per_host, run.delay_s, run.retry_after or "host")))
+    if run.embedded:
+        return [
+            *measure, "--", str(VCRAWL), "crawl", "--job", str(job_file), "--data", str(pages), "--json",
+            "--log-dir", str(work.with_name(f"logs-{work.name}")), "--workers", str(run.workers),
+            "--threads", str(run.threads), "--allow-network", LOOPBACK,
+        ], None  # fmt: skip
+    subprocess.run(["rm", "-rf", str(pages)], check=True)
+    pages.mkdir()
+    cluster = Cluster(work.parent, pages, run.workers, run.threads)
+    env.update(cluster.env)
+    extra = [arg for pid in cluster.pids for arg in ("--extra-pid", str(pid))]
+    return [*measure, "--keep-dir", *extra, "--", str(VCRAWL), "submit", str(job_file), "--wait", "--json"], cluster
+
+
+def acceptance_job(manifest: dict[str, Any], retry_after: str | None) -> dict[str, Any]:
+    """The job of the acceptance check 09-performance (its ``job_file ... delay=0 per_host=16``).
+
+    Politeness like Scrapy's (no delay, 16 per host, robots obeyed); everything else is vcrawl's
+    default: retries, backoff, ``retry_after: host``, workers and threads. ``retry_after`` (not
+    None) is the one change of the ``-url`` row.
+    """
+    hosts = sorted({seed.split("/")[2].split(":")[0] for seed in manifest["seeds"]})
+    politeness: dict[str, Any] = {"min_interval_s": 0.0, "jitter": 0.0, "per_host": 16, "obey_robots": True}
+    if retry_after is not None:
+        politeness["retry_after"] = retry_after
+    return {"seeds": manifest["seeds"], "scope": {"hosts": hosts}, "max_depth": 100, "max_pages": 1000000,
+            "politeness": politeness, "allowed_networks": [LOOPBACK]}  # fmt: skip
+
+
 def job_for(manifest: dict[str, Any], per_host: int, delay_s: float, retry_after: str) -> dict[str, Any]:
-    """The whole universe as one vcrawl job, with the same politeness as the Scrapy run.
+    """The whole universe as one tuned vcrawl job, with the same politeness as the Scrapy run.
 
     The universe's 429/503 traps throttle single URLs (the host's other pages answer at once),
-    and Scrapy does not honour Retry-After at all. The main rows let a Retry-After hold only its
+    and Scrapy does not honour Retry-After at all. The tuned rows let a Retry-After hold only its
     URL (``retry_after: url``); the ``-host`` rows show vcrawl's default, which pauses the host.
     """
     return {
@@ -276,53 +374,6 @@ def per_host_bound(log_path: Path, offset: int, row: dict[str, Any], state: Path
     busiest_s = max((n * max(delay_s, crawl_delays.get(host, 0.0)) for host, n in requests.items()), default=0.0)
     bound = row["reachable_fetched"] / busiest_s if busiest_s else 0.0
     return {"per_host_bound": round(bound, 1), "busiest_host_s": round(busiest_s, 1)}
-
-
-def print_table(rows: list[dict[str, Any]]) -> None:
-    """The side-by-side table and the goals of issue 9."""
-    print("\n| case | crawler | pages/s (server) | wall s | CPU ms/page | recall | robots viol. | dup. fetches "
-          "| Crawl-delay viol. | gaps < delay | peak RSS MB | Redis req./page | Redis CPU ms/page |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['case']} | {r['tool']} | {r['error']} |")
-            continue
-        gaps = f"{r['gaps_below_delay']}/{r['gaps_total']}" if "gaps_below_delay" in r else "-"
-        print(f"| {r['case']} | {r['tool']} | {r['fetched_per_s']} | {r['wall_s']} | {r['cpu_ms_per_page']} "
-              f"| {r['recall']} | {r['robots_violations']} | {r['duplicate_page_fetches']} "
-              f"| {r['crawl_delay_violated_hosts']} | {gaps} | {r['peak_rss_mb']} "
-              f"| {r.get('redis_requests_per_page', '-')} | {r.get('redis_cpu_ms_per_page', '-')} |")  # fmt: skip
-    by = {(r["case"], r["tool"]): r for r in rows if "error" not in r}
-    print("\n| goal | measured | met |\n|---|---|---|")
-
-    def goal(name: str, value: float | None, target: float, at_least: bool = True, unit: str = "x") -> None:
-        if value is None:
-            return
-        met = value >= target if at_least else value <= target
-        sign = ">=" if at_least else "<="
-        print(f"| {name} {sign} {target:g}{unit} | {value:.2f}{unit} | {'yes' if met else 'no'} |")
-
-    a, s = by.get(("a", "vcrawl")), by.get(("a", "scrapy"))
-    if a and s:
-        goal("(a) pages/s vs Scrapy", a["fetched_per_s"] / s["fetched_per_s"], 3.0)
-        goal("(a) CPU/page vs Scrapy", a["cpu_ms_per_page"] / s["cpu_ms_per_page"], 0.5, at_least=False)
-        goal("(a) recall", a["recall"], 1.0, unit="")
-        goal("(a) robots violations", a["robots_violations"], 0, at_least=False, unit="")
-        goal("(a) duplicate page fetches", a["duplicate_page_fetches"], 0, at_least=False, unit="")
-    b, ceiling = by.get(("b", "vcrawl")), by.get(("b", "ceiling"))
-    if b and ceiling:
-        goal("(b) pages/s vs the ceiling client", b["fetched_per_s"] / ceiling["fetched_per_s"], 0.8)
-    c = by.get(("c", "vcrawl"))
-    if c and c.get("per_host_bound"):
-        goal("(c) pages/s vs the per-host bound", c["fetched_per_s"] / c["per_host_bound"], 0.95)
-        goal("(c) gaps below the delay", c.get("gaps_below_delay", 0), 0, at_least=False, unit="")
-        sc = by.get(("c", "scrapy"))
-        if sc and sc.get("per_host_bound"):
-            print(f"| (c) Scrapy vs its per-host bound (reference) | {sc['fetched_per_s'] / sc['per_host_bound']:.2f}x "
-                  f"| - |")  # fmt: skip
-    one, two = by.get(("d", "vcrawl-1proc")), by.get(("a", "vcrawl")) or by.get(("d", "vcrawl"))
-    if one and two:
-        goal("(d) 2 worker processes vs 1", two["fetched_per_s"] / one["fetched_per_s"], 1.8)
 
 
 if __name__ == "__main__":

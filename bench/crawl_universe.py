@@ -117,5 +117,23 @@ def stop_universe(server: subprocess.Popen[bytes]) -> None:
             server.wait(5)
 
 
+def universe_row(name: str, state: Path) -> dict[str, object]:
+    """The JSON line describing a universe: its size and its Crawl-delay hosts, which bound a run.
+
+    The kit makes ``max(1, round(hosts x frac))`` Crawl-delay hosts, so ``--crawl-delay-frac 0``
+    can still leave one (a 15-page host at 1 s in (a): no run can be shorter than about 15 s).
+    """
+    st = json.loads(state.read_text())
+    manifest = json.loads(Path(st["manifest"]).read_text())
+    delayed = {host: robots["crawl_delay"] for host, robots in manifest["robots"].items() if robots["crawl_delay"]}
+    polite_s = max(manifest["min_polite_time_s"].values(), default=0.0)
+    note = (f"universe {st['tag']} on port {manifest['port']}: {len(manifest['hosts'])} hosts, "
+            f"{len(manifest['reachable_pages'])} reachable pages, {len(delayed)} Crawl-delay host(s)"
+            + (f" ({', '.join(f'{h} {d:g} s' for h, d in delayed.items())}): a polite run takes >= {polite_s:g} s"
+               if delayed else ""))  # fmt: skip
+    return {"case": name, "tool": "site", "site": st["tag"], "note": note, "crawl_delay_hosts": delayed,
+            "reachable_pages": len(manifest["reachable_pages"]), "min_polite_time_s": polite_s}  # fmt: skip
+
+
 if __name__ == "__main__":
     sys.exit(main())

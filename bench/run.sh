@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The benchmark: vcrawl against Scrapy (and the ceiling client) on the shared synthetic web, cases
-# (a)-(d) side by side with their ratios; then browser pages, storage, re-crawl and the Bloom
-# filter. Prints JSON lines and tables. Not part of `make test`; about 20 minutes.
-# `bench/run.sh compare [--cases a d]` runs only the side-by-side comparison.
+# The benchmark: vcrawl against Scrapy, Crawlee and the ceiling client on the shared synthetic web
+# and on a real documentation site, cases (a)-(e) side by side with their ratios; then browser
+# pages, storage, re-crawl and the Bloom filter. Prints JSON lines and tables. Not part of
+# `make test`; about 25 minutes. `bench/run.sh compare [--cases a e]` runs only the comparison.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KIT="${VCRAWL_BENCH_KIT:-$(pwd)/../shared/bench}"
@@ -16,6 +16,18 @@ if [ ! -x "$BENCH_PY" ]; then
   "$BENCH_PY" -m pip install -q -r "$KIT/requirements.txt"
 fi
 command -v nginx >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx-light; }
+# Case (e) crawls Debian's Python documentation; without it compare.py skips (e) and says why.
+DOC=/usr/share/doc/python3.11/html/index.html
+[ -f "$DOC" ] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3.11-doc; } ||
+  echo "bench/run.sh: could not install python3.11-doc; case (e) will not run" >&2
+# The kit's Crawlee baseline, in its own venv (its pins differ from Scrapy's); (a) notes it as skipped without it.
+CRAWLEE_PY="${CRAWLEE_PY:-/tmp/venv-crawlee/bin/python}"
+export CRAWLEE_PY
+if [ ! -x "$CRAWLEE_PY" ]; then
+  { python3 -m venv "$(dirname "$(dirname "$CRAWLEE_PY")")" &&
+    "$CRAWLEE_PY" -m pip install -q -r "$KIT/crawlee_baseline/requirements.txt"; } ||
+    echo "bench/run.sh: could not set up the Crawlee baseline venv; (a) runs without Crawlee" >&2
+fi
 
 # `bench/run.sh soak [bench/soak.py options]` (make soak): the long soak alone, not the matrix below.
 if [ "${1:-}" = soak ]; then
@@ -30,7 +42,7 @@ if [ "${1:-}" = compare ]; then
 fi
 
 : > "$OUT"
-echo ">>> vcrawl vs Scrapy: cases (a) (d) (b) (c), side by side" >&2
+echo ">>> vcrawl vs Scrapy, Crawlee and the ceiling client: cases (a) (d) (b) (c) (e), side by side" >&2
 .venv/bin/python bench/compare.py --out /tmp/vcrawl-compare.jsonl
 echo ">>> dynamic: one browser on the universe's lazy-loading pages" >&2
 .venv/bin/python bench/dynamic.py --pages 100 | tee -a "$OUT"
