@@ -86,7 +86,7 @@ class Settings:
     records_flush_s: float = 60.0
     records_spool_dir: str | None = None
     pump: bool = True
-    frontier_batch: int = 8
+    frontier_batch: int = 32  # URLs per fetch task at most (politeness off); a short queue is shared out
     frontier_inflight: int = 64
     robots_ttl_s: float = 86400.0
     robots_error_ttl_s: float = 600.0

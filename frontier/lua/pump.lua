@@ -8,7 +8,8 @@
 --          cycle, then per batch: id, host, entries (JSON list), paced}
 --
 -- A host with a robots.txt Crawl-delay (or not yet fetched) gets one URL at a time, one batch
--- at a time. Otherwise a host with a free slot stays in the heap, due again after the interval.
+-- at a time. Other hosts get batches of up to batch_size URLs, their queue shared out over their
+-- free slots. Otherwise a host with a free slot stays in the heap, due again after the interval.
 -- paced is '1' when the host waits between requests (a Crawl-delay, robots.txt unknown, or the
 -- job's interval).
 local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -20,7 +21,8 @@ if redis.call('HGET', meta, {{META_STATE}}) ~= {{STATE_RUNNING}} then
   out[1] = 'stopped'
   return out
 end
-local room = cap - redis.call('HLEN', leases)
+local busy_batches = redis.call('HLEN', leases)
+local room = cap - busy_batches
 if room > max_batches then room = max_batches end
 if room > 0 then
   local hosts = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, room)
@@ -34,6 +36,13 @@ if room > 0 then
     if inflight >= slots then
       redis.call('ZREM', ready, host)
     else
+      -- While the job has few batches in flight (workers idle, e.g. waiting on slow servers),
+      -- a host's queue is shared out over its free slots so its requests go in parallel; once
+      -- half the in-flight cap is used, batches are full (fewer tasks per page, less CPU).
+      if busy_batches < cap / 2 then
+        local share = math.ceil(redis.call('ZCARD', q) / (slots - inflight))
+        if share < size then size = math.max(1, share) end
+      end
       local popped = redis.call('ZPOPMIN', q, size)
       if #popped == 0 then
         redis.call('ZREM', ready, host)
@@ -50,6 +59,7 @@ if room > 0 then
         else
           redis.call('ZREM', ready, host)
         end
+        busy_batches = busy_batches + 1
         out[#out + 1] = tostring(id)
         out[#out + 1] = host
         out[#out + 1] = cjson.encode(entries)

@@ -220,6 +220,27 @@ def test_a_released_batch_keeps_what_it_hands_on_until_it_is_analysed(client: re
     assert _status(frontier, runtime.job_id)["state"] == "completed"
 
 
+def test_a_hosts_queue_is_shared_out_while_few_batches_are_in_flight_and_batched_in_full_after(
+    client: redis.Redis,
+) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0}, scope={"hosts": ["a.test"]})
+    admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="seeds", counters=Counter(), seeds=True)
+    links = [(f"http://a.test/{n}", 1, 5) for n in range(40)]
+    admit_links(runtime, frontier, links, done=0, token="more", counters=Counter())
+    client.hdel(redis_keys.job_delays(runtime.job_id), "a.test")  # its robots.txt is known: not paced
+
+    def size(cap: int) -> int:
+        pumped = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=32, per_host=4, interval_ms=0,
+                                     lease_ms=9000, cap=cap)  # fmt: skip
+        [batch] = pumped.batches
+        return len(batch.entries)
+
+    assert size(cap=64) == 11  # 41 URLs over 4 free slots
+    assert size(cap=64) == 10  # 30 over the 3 left
+    assert size(cap=4) == 20  # half the cap in flight already: a full batch (all that is left)
+
+
 def test_paced_hosts_batches_are_marked(client: redis.Redis) -> None:
     frontier = Frontier(client)
     eager = _job(client, frontier, politeness={"min_interval_s": 0}, scope={"hosts": ["a.test", "b.test"]})
@@ -229,7 +250,9 @@ def test_paced_hosts_batches_are_marked(client: redis.Redis) -> None:
     batches = frontier.queue.pump(eager.job_id, max_batches=4, batch_size=8, per_host=4, interval_ms=0, lease_ms=9000,
                                 cap=8).batches  # fmt: skip
     # b.test was never fetched: one request at a time until its robots.txt is known, so paced.
-    assert {(batch.host, len(batch.entries), batch.paced) for batch in batches} == {("a.test", 2, False),
+    # a.test's two URLs are shared out over its free slots (the job has few batches in flight):
+    # one now, the other in the pump's next round.
+    assert {(batch.host, len(batch.entries), batch.paced) for batch in batches} == {("a.test", 1, False),
                                                                                      ("b.test", 1, True)}  # fmt: skip
     polite = _job(client, frontier, politeness={"min_interval_s": 0.5})
     admit_links(polite, frontier, urls[:1], done=0, token="seeds", counters=Counter(), seeds=True)
