@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import html.parser
 import logging
+import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import lxml.html
 
@@ -90,11 +92,11 @@ def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
                   is not None]  # fmt: skip
     urls: dict[str, None] = {}
     skipped: dict[str, int] = {}
-    for value in values:
+    for value, times in Counter(values).items():  # a page links its home and menus many times over
         url, reason = _absolute(base, value)
         if url is None:
             kind = _skip_kind(reason)
-            skipped[kind] = skipped.get(kind, 0) + 1
+            skipped[kind] = skipped.get(kind, 0) + times
         else:
             urls[url] = None
     return list(urls), skipped
@@ -164,16 +166,22 @@ def _skip_kind(reason: str) -> str:
     return "empty" if reason == "empty" else "malformed" if reason.startswith("malformed") else "scheme"
 
 
+_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*):")
+_TABS_AND_NEWLINES = str.maketrans("", "", "\t\r\n")
+
+
 def _absolute(base: str, value: str) -> tuple[str | None, str]:
     """Return (absolute URL, "") or (None, why it is skipped)."""
     value = value.strip()
     if not value:
         return None, "empty"
     try:
-        url = urljoin(base, value)
-        scheme = urlsplit(url).scheme.lower()
+        url = urljoin(base, value)  # parses both: raises on a malformed host
     except ValueError as exc:  # e.g. an unbalanced "[" in the host
         return None, f"malformed: {exc}"
+    # What urlsplit would say (it drops tabs and newlines first), without splitting the URL again.
+    head = url[:64].translate(_TABS_AND_NEWLINES)
+    scheme = match.group(1).lower() if (match := _SCHEME.match(head)) else ""
     if scheme in NON_NAVIGABLE_SCHEMES:
         return None, f"{scheme}: URL"
     return url, ""
