@@ -149,16 +149,16 @@ class StaticFetcher:
             headers["Referer"] = request.referer
         if url == request.url:  # validators belong to the URL asked for, not to a redirect's target
             headers.update(request.conditional)
-        proxies = {"http": request.proxy, "https": request.proxy} if request.proxy is not None else None
+        proxies = {"http": request.proxy, "https": request.proxy} if request.proxy is not None else {}
         try:
-            return self._session.get(
-                url,
-                headers=headers,
-                proxies=proxies,
-                timeout=(self._limits.connect_timeout_s, self._limits.read_timeout_s),
-                allow_redirects=False,
-                stream=True,
-            )
+            # Straight to the session's adapter: the Session layer would only merge cookies it
+            # refuses, settings it ignores (trust_env is off) and hooks nobody set, at a third
+            # of a fetch's CPU.
+            prepared = requests.PreparedRequest()
+            prepared.prepare(method="GET", url=url, headers={**self._session.headers, **headers})
+            adapter = self._session.get_adapter(prepared.url or url)
+            timeout = (self._limits.connect_timeout_s, self._limits.read_timeout_s)
+            return adapter.send(prepared, stream=True, timeout=timeout, verify=True, cert=None, proxies=proxies)
         except BlockedAddress as exc:
             logger.info("refused %s (for %s): %s", url, request.url, exc)
             raise DownloadFailed(request.url, "blocked_address") from exc

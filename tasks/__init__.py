@@ -196,8 +196,9 @@ def redis_info() -> dict[str, Any]:
 
 
 def ping_workers(names: list[str]) -> set[str]:
-    """Names of the workers among ``names`` that answer a ping within half a second."""
-    return {name for reply in app.control.ping(destination=names, timeout=0.5) for name in reply}
+    """Names of the workers among ``names`` that answer a ping within half a second (at once when all do)."""
+    replies = app.control.ping(destination=names, timeout=0.5, limit=len(names))
+    return {name for reply in replies for name in reply}
 
 
 def requeue_unacked() -> int:
