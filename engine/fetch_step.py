@@ -20,6 +20,14 @@ from typing import Any
 from urllib.parse import urljoin
 
 from engine.alerts import Alert
+from engine.host_trouble import (
+    HOST_TROUBLE,
+    SLOW_REASONS,
+    THROTTLED,
+    keeps_timing_out,
+    pool_exhausted,
+    throttles,
+)
 from engine.outcomes import (
     Failed,
     FetchOutcome,
@@ -40,7 +48,6 @@ from fetchers import (
     IdentityPool,
     ProxyHealth,
     fetch_through,
-    is_proxy_fault,
     parse_retry_after,
     proxy_counter,
 )
@@ -51,7 +58,6 @@ from frontier import (
     RobotsRules,
     UrlHistory,
     content_hash,
-    host_key,
     origin,
     read_robots,
     robots_url,
@@ -69,19 +75,6 @@ __all__ = ["Cycle", "FetchContext", "FetchItem", "fetch_one", "read_robots_rules
 logger = logging.getLogger(__name__)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-# Signals that the host itself is down or overloaded: the whole host waits.
-_HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_timeout"})
-# A URL's own time trouble (a tarpit, a huge slow page): it waits behind its host's other URLs,
-# unless most of the host's requests end this way (the host's failure budget, SLOW_HOST_BUDGET).
-_SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
-# politeness.retry_after "auto" (the default): a 429/503 makes only its URL wait, unless the host
-# answered the first requests of THROTTLE_STREAK URLs in a row with one: then it is throttling the
-# crawl and pauses as a whole.
-_THROTTLED = frozenset({"http_429", "http_503"})
-THROTTLE_STREAK = 3
-SLOW_HOST_BUDGET = 5
-"""Requests of a host given up for time, at least as many as its responses, after which its
-timeouts pause the whole host (with backoff) and an operator is alerted."""
 _LONGEST_HOST_WAIT_S = 3600.0
 # Response headers worth carrying to the analysis stage and later re-crawls.
 _KEPT_HEADERS = ("content-type", "content-length", "etag", "last-modified", "content-language")
@@ -289,18 +282,18 @@ def _retry_or_fail(
     entry = item.entry
     delay_s = ctx.retry.delay_for(entry.attempt + 1, retry_after_s)
     slow_host = False
-    if reason in _SLOW_REASONS:
+    if reason in SLOW_REASONS:
         counts[names.COUNTER_SLOW] += 1
-        slow_host = _keeps_timing_out(ctx, entry.url, reason)
-    throttling = reason in _THROTTLED and ctx.retry_after == "auto" and _throttles(ctx, entry)
+        slow_host = keeps_timing_out(ctx, entry.url, reason)
+    throttling = reason in THROTTLED and ctx.retry_after == "auto" and throttles(ctx, entry)
     # politeness.retry_after "url": a Retry-After makes only this URL wait (a site throttling one
     # resource); the host goes on. Without Retry-After, a 429/503 still means the host is in trouble.
     # "auto": a 429/503 makes only its URL wait while the host's other requests are answered.
     # A slow URL waits its backoff behind the host's other URLs, which go on meanwhile.
     url_only = (
         (retry_after_s is not None and ctx.retry_after == "url")
-        or (reason in _THROTTLED and ctx.retry_after == "auto" and not throttling)
-        or (reason in _SLOW_REASONS and not slow_host)
+        or (reason in THROTTLED and ctx.retry_after == "auto" and not throttling)
+        or (reason in SLOW_REASONS and not slow_host)
     )
     if delay_s is None:
         # A host that asked for a long wait gets it, even though this URL gives up.
@@ -314,47 +307,8 @@ def _retry_or_fail(
     retry = _next_attempt(entry)
     if url_only:
         return Retry(replace(retry, not_before_s=ctx.clock() + delay_s), reason, delay_s, "url", http_status, visit)
-    host_wide = retry_after_s is not None or reason in _HOST_TROUBLE or slow_host or _pool_exhausted(ctx, reason)
+    host_wide = retry_after_s is not None or reason in HOST_TROUBLE or slow_host or pool_exhausted(ctx, reason)
     return Retry(retry, reason, delay_s, "host" if host_wide else "queue", http_status, visit)
-
-
-def _throttles(ctx: FetchContext, entry: Entry) -> bool:
-    """True when this 429/503 to a URL's first request makes ``THROTTLE_STREAK`` of the host's
-    answers to first requests in a row (``throttle_tail`` in ``engine.batch``)."""
-    if ctx.host_throttle is None or entry.attempt > 0:
-        return False
-    return ctx.host_throttle(host_key(entry.url)) + 1 >= THROTTLE_STREAK
-
-
-def _keeps_timing_out(ctx: FetchContext, url: str, reason: str) -> bool:
-    """True when the host spent its failure budget: at least ``SLOW_HOST_BUDGET`` requests given up
-    for time, as many as it answered. Alerts once per alert window when it is."""
-    if ctx.host_slowness is None:
-        return False
-    host = host_key(url)
-    slow, answered = ctx.host_slowness(host)
-    slow += 1  # this one is counted with the batch's release
-    if slow < SLOW_HOST_BUDGET or slow < answered:
-        return False
-    if ctx.alert is not None:
-        ctx.alert(
-            f"{ctx.job_id}:slow:{host}",
-            Alert(
-                subject=f"host {host} keeps timing out in job {ctx.job_id}",
-                text=f"{slow} requests to {host} were given up for time ({reason} the last), against {answered} "
-                "answered: the host is paused with backoff after each of them.",
-                details={"job": ctx.job_id, "host": host, "slow": slow, "answered": answered, "example": url},
-            ),
-        )
-    return True
-
-
-def _pool_exhausted(ctx: FetchContext, reason: str) -> bool:
-    """A proxy's fault pauses the host only when no proxy of the pool is left to retry through:
-    with one left, the URL goes to the back of its host's queue and its retry draws that one."""
-    if not is_proxy_fault(reason):
-        return False
-    return ctx.proxies is None or not ctx.proxies.has_healthy(ctx.identities.proxies)
 
 
 def _failed(

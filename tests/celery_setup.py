@@ -180,9 +180,16 @@ class LocalWorkerProcess:
         return {"url": url, "host_url": url}
 
     def ready(self) -> bool:
-        """True when the worker answers a control ping addressed to its node name."""
+        """True when the worker answers a control ping addressed to its node name.
+
+        A connection the broker drops while the new worker connects (seen once on a loaded
+        machine: "Connection closed by server") is a "not yet", not a failed start.
+        """
         with Celery(broker=self.celeryconfig["url"], set_as_current=False) as app:
-            return bool(app.control.ping(destination=[self.name], timeout=0.5))
+            try:
+                return bool(app.control.ping(destination=[self.name], timeout=0.5, limit=1))
+            except (redis.exceptions.ConnectionError, OSError):
+                return False
 
     def logs(self) -> str:
         """Everything the worker has written to its log file."""

@@ -1,0 +1,97 @@
+"""How a fetch's trouble is judged against its host: the host down, throttling, or too slow.
+
+``engine.fetch_step`` asks these when a request fails: whether the whole host should pause or
+only the URL should wait (``politeness.retry_after``, the failure budget of slow hosts), and
+whether a proxy's fault leaves any proxy to retry through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from engine.alerts import Alert
+from fetchers import IdentityPool, ProxyHealth, is_proxy_fault
+from frontier import Entry, host_key
+
+__all__ = [
+    "HOST_TROUBLE",
+    "SLOW_HOST_BUDGET",
+    "SLOW_REASONS",
+    "THROTTLED",
+    "THROTTLE_STREAK",
+    "HostView",
+    "keeps_timing_out",
+    "pool_exhausted",
+    "throttles",
+]
+
+# Signals that the host itself is down or overloaded: the whole host waits.
+HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_timeout"})
+# A URL's own time trouble (a tarpit, a huge slow page): it waits behind its host's other URLs,
+# unless most of the host's requests end this way (the host's failure budget, SLOW_HOST_BUDGET).
+SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
+# politeness.retry_after "auto" (the default): a 429/503 makes only its URL wait, unless the host
+# answered the first requests of THROTTLE_STREAK URLs in a row with one: then it is throttling the
+# crawl and pauses as a whole.
+THROTTLED = frozenset({"http_429", "http_503"})
+THROTTLE_STREAK = 3
+SLOW_HOST_BUDGET = 5
+"""Requests of a host given up for time, at least as many as its responses, after which its
+timeouts pause the whole host (with backoff) and an operator is alerted."""
+
+
+class HostView(Protocol):
+    """What these judgements read of a fetch's context (``engine.fetch_step.FetchContext``)."""
+
+    @property
+    def host_throttle(self) -> Callable[[str], int] | None: ...
+    @property
+    def host_slowness(self) -> Callable[[str], tuple[int, int]] | None: ...
+    @property
+    def alert(self) -> Callable[[str, Alert], bool] | None: ...
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def proxies(self) -> ProxyHealth | None: ...
+    @property
+    def identities(self) -> IdentityPool: ...
+
+
+def throttles(ctx: HostView, entry: Entry) -> bool:
+    """True when this 429/503 to a URL's first request makes ``THROTTLE_STREAK`` of the host's
+    answers to first requests in a row (``throttle_tail`` in ``engine.batch``)."""
+    if ctx.host_throttle is None or entry.attempt > 0:
+        return False
+    return ctx.host_throttle(host_key(entry.url)) + 1 >= THROTTLE_STREAK
+
+
+def keeps_timing_out(ctx: HostView, url: str, reason: str) -> bool:
+    """True when the host spent its failure budget: at least ``SLOW_HOST_BUDGET`` requests given up
+    for time, as many as it answered. Alerts once per alert window when it is."""
+    if ctx.host_slowness is None:
+        return False
+    host = host_key(url)
+    slow, answered = ctx.host_slowness(host)
+    slow += 1  # this one is counted with the batch's release
+    if slow < SLOW_HOST_BUDGET or slow < answered:
+        return False
+    if ctx.alert is not None:
+        ctx.alert(
+            f"{ctx.job_id}:slow:{host}",
+            Alert(
+                subject=f"host {host} keeps timing out in job {ctx.job_id}",
+                text=f"{slow} requests to {host} were given up for time ({reason} the last), against {answered} "
+                "answered: the host is paused with backoff after each of them.",
+                details={"job": ctx.job_id, "host": host, "slow": slow, "answered": answered, "example": url},
+            ),
+        )
+    return True
+
+
+def pool_exhausted(ctx: HostView, reason: str) -> bool:
+    """A proxy's fault pauses the host only when no proxy of the pool is left to retry through:
+    with one left, the URL goes to the back of its host's queue and its retry draws that one."""
+    if not is_proxy_fault(reason):
+        return False
+    return ctx.proxies is None or not ctx.proxies.has_healthy(ctx.identities.proxies)
