@@ -17,7 +17,7 @@ Cases (issues 9 and 16):
 vcrawl runs three ways. ``vcrawl-defaults`` rows: what a new user runs, and exactly what the
 acceptance check 09-performance runs: ``vcrawl crawl --job JOB`` with a job that sets only
 politeness like Scrapy's, everything else vcrawl's default (``-url``: the same with
-``retry_after: url``, the price of the host-wide Retry-After pause). ``vcrawl`` rows (tuned: a
+``retry_after: url`` instead of the default ``auto``). ``vcrawl`` rows (tuned: a
 Retry-After holds only its URL, one retry): a cluster already running, as a deployment keeps one
 (a Redis and N worker processes started before the clock starts); the measured command is
 ``vcrawl submit --wait``, and measure.py adds the CPU of the Redis and worker process trees over

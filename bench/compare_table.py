@@ -63,7 +63,7 @@ def print_goals(by: dict[tuple[str, str], Row]) -> None:
             _goal(f"(a) {name}: robots violations", a["robots_violations"], 0, at_least=False, unit="")
             _goal(f"(a) {name}: duplicate page fetches", a["duplicate_page_fetches"], 0, at_least=False, unit="")
     _reference(
-        "(a) price of `retry_after: host`, defaults: pages/s host / url",
+        "(a) defaults, `retry_after: auto` vs the same with `url`: pages/s auto / url",
         _speed(by, "a", "vcrawl-defaults", "vcrawl-defaults-url"),
     )
     _reference(
