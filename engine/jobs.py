@@ -408,9 +408,11 @@ def fail_job(
     """Fail a job that cannot go on (a configuration error inside a task): its state says why, what
     ``batch`` holds goes back to the queue, and one alert goes out. False if it was not running or paused.
     """
-    if batch is not None:  # hand the lease back at once rather than let it run out
-        frontier.queue.release(job_id, batch, BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False))
     failed = frontier.jobs.fail(job_id, error, time.time())
+    if batch is not None:  # hand the lease back at once rather than let it run out
+        # After the state changed: requeued while the job still ran, a pump could lease the URLs
+        # again in between, and that batch would be in flight while the job already failed.
+        frontier.queue.release(job_id, batch, BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False))
     if failed:
         logger.error("job %s failed: %s", job_id, error)
         alert(
