@@ -20,6 +20,7 @@ from typing import Any
 
 from engine.alerts import Alert, Alerter
 from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, stops_batch
+from engine.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, RuntimeCache, lease_ms
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, Stored
 from fetchers import FetcherRegistry, ProxyHealth
@@ -191,29 +192,6 @@ def _host_throttle(env: CrawlEnv, job_id: str, batch_so_far: Sequence[FetchOutco
     """The host's 429/503 answers in a row: this batch's so far, after released batches' streak."""
     answered, tail = throttle_tail(batch_so_far)
     return tail if answered else env.frontier.stats.host_throttle(job_id, host) + tail
-
-
-def throttle_tail(outcomes: Sequence[FetchOutcome]) -> tuple[bool, int]:
-    """(whether some response was not a 429/503, how many first requests of a URL were answered
-    429/503 after the last one that was). A retry's 429/503 says nothing new about the host: a
-    host whose only URLs left are a few throttled ones is not throttling the crawl."""
-    answered, tail = False, 0
-    for outcome in outcomes:
-        statuses = [name for name in outcome.visit.counts if name.startswith(names.PREFIX_STATUS)]
-        for name in statuses:
-            if name not in _THROTTLE_STATUSES:
-                answered, tail = True, 0
-            elif _first_request(outcome):
-                tail += outcome.visit.counts[name]
-    return answered, tail
-
-
-def _first_request(outcome: FetchOutcome) -> bool:
-    """True if the outcome is of a URL's first request (a Retry carries the next attempt)."""
-    return outcome.entry.attempt == (1 if isinstance(outcome, Retry) else 0)
-
-
-_THROTTLE_STATUSES = frozenset(f"{names.PREFIX_STATUS}{status}" for status in (429, 503))
 
 
 def fold_release(

@@ -104,7 +104,7 @@ class FetchContext:
     networks: tuple[Any, ...] | None = None  # a job's narrowing of the cluster's network policy
     obey_robots: bool = True
     robots_token: str = "vcrawl"
-    retry_after: str = "auto"  # what a 429/503 holds: the whole host, only its URL, or auto (see _THROTTLED)
+    retry_after: str = "auto"  # what a 429/503 holds: the whole host, only its URL, or or auto (engine.host_trouble)
     # A job's host -> 429/503 answers in a row so far; None: a single task (its URL waits).
     host_throttle: Callable[[str], int] | None = None
     # A job's host -> (requests given up for time, responses) so far; None: a single task (URL only).

@@ -7,12 +7,14 @@ whether a proxy's fault leaves any proxy to retry through.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from engine.alerts import Alert
+from engine.outcomes import FetchOutcome, Retry
 from fetchers import IdentityPool, ProxyHealth, is_proxy_fault
 from frontier import Entry, host_key
+from vcrawl import names
 
 __all__ = [
     "HOST_TROUBLE",
@@ -23,6 +25,7 @@ __all__ = [
     "HostView",
     "keeps_timing_out",
     "pool_exhausted",
+    "throttle_tail",
     "throttles",
 ]
 
@@ -60,7 +63,7 @@ class HostView(Protocol):
 
 def throttles(ctx: HostView, entry: Entry) -> bool:
     """True when this 429/503 to a URL's first request makes ``THROTTLE_STREAK`` of the host's
-    answers to first requests in a row (``throttle_tail`` in ``engine.batch``)."""
+    answers to first requests in a row (``throttle_tail``)."""
     if ctx.host_throttle is None or entry.attempt > 0:
         return False
     return ctx.host_throttle(host_key(entry.url)) + 1 >= THROTTLE_STREAK
@@ -95,3 +98,26 @@ def pool_exhausted(ctx: HostView, reason: str) -> bool:
     if not is_proxy_fault(reason):
         return False
     return ctx.proxies is None or not ctx.proxies.has_healthy(ctx.identities.proxies)
+
+
+def throttle_tail(outcomes: Sequence[FetchOutcome]) -> tuple[bool, int]:
+    """(whether some response was not a 429/503, how many first requests of a URL were answered
+    429/503 after the last one that was). A retry's 429/503 says nothing new about the host: a
+    host whose only URLs left are a few throttled ones is not throttling the crawl."""
+    answered, tail = False, 0
+    for outcome in outcomes:
+        statuses = [name for name in outcome.visit.counts if name.startswith(names.PREFIX_STATUS)]
+        for name in statuses:
+            if name not in _THROTTLE_STATUSES:
+                answered, tail = True, 0
+            elif _first_request(outcome):
+                tail += outcome.visit.counts[name]
+    return answered, tail
+
+
+def _first_request(outcome: FetchOutcome) -> bool:
+    """True if the outcome is of a URL's first request (a Retry carries the next attempt)."""
+    return outcome.entry.attempt == (1 if isinstance(outcome, Retry) else 0)
+
+
+_THROTTLE_STATUSES = frozenset(f"{names.PREFIX_STATUS}{status}" for status in (429, 503))

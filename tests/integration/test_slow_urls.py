@@ -100,3 +100,26 @@ def test_a_host_that_keeps_timing_out_is_paused_and_reported(site: TestSite, ale
     hooks, mails = alerts_about(alert_sinks, f"host {host} keeps timing out in job {status['job']}")
     assert len(hooks) == 1 and len(mails) == 1
     assert hooks[0]["details"]["slow"] >= SLOW_HOST_BUDGET
+
+
+def test_a_host_that_keeps_timing_out_is_reported_at_the_shipped_rate_floor(
+    site: TestSite, alert_sinks: AlertSinks
+) -> None:
+    """The twin of the test above at the shipped floor and window (1 KiB/s over 5 s), a byte every 3 s.
+
+    Retries are off: they add attempts, not a different path to the budget (about 6 s per pit here).
+    """
+    shipped = Settings()
+    pits = [f"/pit/{n}.html" for n in range(SLOW_HOST_BUDGET + 1)]
+    site.add_page("/", page(*pits))
+    for path in pits:
+        site.add_response(path, tarpit(3.0))
+    limits = {"min_rate_bytes_s": shipped.min_rate_bytes_s, "slow_window_s": shipped.slow_window_s, "retries": 0}
+
+    status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0}, "limits": limits}, timeout_s=120)
+
+    assert status["state"] == "completed" and status["failed"] == {"too_slow": len(pits)}, status
+    host = site.base.split("//")[1]
+    hooks, mails = alerts_about(alert_sinks, f"host {host} keeps timing out in job {status['job']}")
+    assert len(hooks) == 1 and len(mails) == 1
+    assert hooks[0]["details"]["slow"] >= SLOW_HOST_BUDGET
