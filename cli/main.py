@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cli.nodes import add_nodes_command
 from cli.ops import add_ops_commands
 from cli.progress import follow, report, summary_of
 from cli.run import add_network_option, add_run_options, allowing, run_job_locally
@@ -90,6 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     cancel.set_defaults(run=_cmd_cancel)
 
     add_ops_commands(commands)  # serve, pause, resume, config
+    add_nodes_command(commands)  # nodes
 
     schedule = commands.add_parser("schedule", help="recurring jobs run by Celery beat (stored in Redis)")
     actions = schedule.add_subparsers(required=True, metavar="ACTION")

@@ -131,6 +131,31 @@ class FrontierQueue:
         requeued, failed = self._scripts.run("reclaim", keys, args)
         return int(requeued), int(failed)
 
+    def leased_hosts(self, job_id: str) -> dict[str, str]:
+        """Batch id -> host of every batch leased and not yet released."""
+        raw = self._redis.hgetall(redis_keys.job_leases(job_id))
+        return {text(batch_id): json.loads(lease)["h"] for batch_id, lease in raw.items()}
+
+    def hand_over(self, job_id: str, batch_ids: list[str], interval_ms: float) -> int:
+        """Requeue the URLs of batches sent to a ring node that went down; return how many.
+
+        No attempt is counted (the node failed, not the URL); each host waits its interval, or
+        its Crawl-delay, from now: the dead node may have just sent it a request.
+        """
+        if not batch_ids:
+            return 0
+        keys = job_keys(job_id, "meta", "ready", "next", "busy", "leases", "delays")
+        args = [redis_keys.job_queue_prefix(job_id), interval_ms, *batch_ids]  # hand_over.lua's ARGV
+        return int(self._scripts.run_with_wake("hand_over", keys, args, wake=True))
+
+    def known_hosts(self, job_id: str) -> set[str]:
+        """Every host the job has admitted URLs of (fetched or not yet)."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hkeys(redis_keys.job_next(job_id))
+        pipe.hkeys(redis_keys.job_delays(job_id))
+        fetched, unknown = pipe.execute()
+        return {text(host) for host in (*fetched, *unknown)}
+
     def in_flight(self, job_id: str) -> int:
         """Batches leased and not yet released."""
         return int(self._redis.hlen(redis_keys.job_leases(job_id)))

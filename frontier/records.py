@@ -69,6 +69,7 @@ class Batch:
     entries: tuple[Entry, ...]
     cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job
     paced: bool = False  # the host waits between requests (interval, Crawl-delay): late = slower
+    hops: int = 0  # times a ring node passed it on to the host's owner (the ring changed on the way)
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form carried by a fetch message."""
@@ -78,6 +79,8 @@ class Batch:
             data["cycle"] = self.cycle
         if self.paced:
             data["paced"] = True
+        if self.hops:
+            data["hops"] = self.hops
         return data
 
     @classmethod
@@ -92,7 +95,8 @@ class Batch:
             paced = data.get("paced", False)
             if not isinstance(paced, bool):
                 raise ValueError(f"Batch.paced must be true or false, got {paced!r}")
-            return cls(str(data["id"]), str(data["host"]), entries, int(data.get("cycle", 0)), paced)  # type: ignore[call-overload]
+            hops = int(data.get("hops", 0))  # type: ignore[call-overload]
+            return cls(str(data["id"]), str(data["host"]), entries, int(data.get("cycle", 0)), paced, hops)  # type: ignore[call-overload]
         except (KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:
             raise ValueError(f"malformed batch: {exc}") from None
 

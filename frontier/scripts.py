@@ -33,7 +33,9 @@ from vcrawl import names, redis_keys
 
 __all__ = ["ScriptLoader", "job_keys", "lua_source", "text"]
 
-_WITH_COMMON = frozenset({"admit", "pump", "start_lease", "release", "reclaim", "new_cycle", "resume"})
+_WITH_COMMON = frozenset(
+    {"admit", "pump", "start_lease", "release", "reclaim", "new_cycle", "resume", "hand_over", "node_beat", "node_down"}
+)
 _PLACEHOLDER = re.compile(r"\{\{([A-Za-z0-9_]+)\}\}")
 
 

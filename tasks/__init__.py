@@ -13,11 +13,19 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TextIO
 
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown, worker_ready, worker_shutdown
+from celery.signals import (
+    celeryd_after_setup,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
 
 from analyzers import load_plugins
 from engine import jobs as _jobs
 from engine import status as _status
+from engine.nodes import node_queue, nodes_listing
 from engine.trail import STATES, TERMINAL_STATES
 from storage import Storage
 from storage import records as _records
@@ -53,6 +61,7 @@ __all__ = [
     "export_records",
     "fetch",
     "fetch_batch",
+    "forget_node",
     "host_stats",
     "job_failures",
     "job_state",
@@ -67,6 +76,7 @@ __all__ = [
     "redis_info",
     "requeue_unacked",
     "resume_job",
+    "ring_nodes",
     "schedule_store",
     "settings",
     "start_cycle",
@@ -201,6 +211,16 @@ def ping_workers(names: list[str]) -> set[str]:
     return {name for reply in replies for name in reply}
 
 
+def ring_nodes(with_hosts: bool = True) -> dict[str, Any]:
+    """The host ring's nodes (alive or down), the hosts each owns now, their pages/s."""
+    return nodes_listing(deps.node_registry().membership(), deps.frontier(), with_hosts)
+
+
+def forget_node(name: str) -> bool:
+    """Drop a node that is down from the listing; False if it is alive or unknown."""
+    return deps.node_registry().forget(name)
+
+
 def requeue_unacked() -> int:
     """Put every message that stopped workers took and never acknowledged back on its queue; return how many.
 
@@ -236,6 +256,17 @@ def _check_configuration(**_: Any) -> None:
         raise SystemExit(f"vcrawl: configuration error: {exc}") from exc
 
 
+_node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
+
+
+@celeryd_after_setup.connect
+def _consume_own_queue(sender: str, instance: Any, **_: Any) -> None:
+    # A ring node also consumes its own queue: the batches of the hosts it owns.
+    _node["name"] = str(sender)
+    if deps.settings().ring_weight > 0:
+        instance.app.amqp.queues.select_add(node_queue(str(sender)))
+
+
 @worker_process_init.connect
 def _fresh_clients_after_fork(**_: Any) -> None:
     # A pool child must not share the parent's sockets.
@@ -247,6 +278,8 @@ def _start_pump(**_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
         deps.pump(dispatch_batch).start()
+        # On the ring (a ring node), and watching it for nodes that went silent (every worker).
+        deps.ring_keeper(_node.get("name")).start()
     try:  # records and WARC files a killed worker on this machine spooled but never shipped
         deps.recover_spools()
     except Exception:
@@ -257,6 +290,7 @@ def _start_pump(**_: Any) -> None:
 def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
         deps.pump(dispatch_batch).stop()
+        deps.ring_keeper(_node.get("name")).stop(leave=True)
     _release_process_resources()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from celery import Task
@@ -11,30 +12,45 @@ from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from engine import analysis_batch, jobs
 from engine.analysis_batch import AnalysisRetry
 from engine.batch import run_fetch_batch
+from engine.nodes import NODE_QUEUE_PREFIX, pass_on_to
 from frontier import Batch
 from tasks import deps
 from tasks.app import app
 from vcrawl.errors import ConfigError, InvalidTask, PermanentError
+from vcrawl.payloads import FetchedBatch
 
-__all__ = ["analysis_batch_failed", "analyze_batch", "dispatch_batch", "fetch_batch"]
+__all__ = ["analysis_batch_failed", "analyze_batch", "dispatch_batch", "fetch_batch", "ring_node_queue"]
 
 logger = logging.getLogger(__name__)
 
 
 # No Celery retries: a batch that dies with its worker keeps its lease, and the frontier
 # requeues its URLs when the lease runs out; retries of single URLs go through the frontier.
-@app.task(name="vcrawl.fetch_batch", acks_late=True, ignore_result=True, throws=(InvalidTask, ConfigError))
-def fetch_batch(job_id: str, batch: dict) -> dict:
-    """Fetch one leased batch of a job's URLs; return the stored pages for analysis."""
+@app.task(name="vcrawl.fetch_batch", bind=True, acks_late=True, ignore_result=True, throws=(InvalidTask, ConfigError))
+def fetch_batch(self: Task, job_id: str, batch: dict) -> dict:
+    """Fetch one leased batch of a job's URLs; return the stored pages for analysis.
+
+    A batch whose host belongs to another ring node now (the ring changed while it waited) is
+    passed on to that node's queue instead: a host is fetched by its owner only.
+    """
     try:
         parsed = Batch.from_dict(batch)
     except ValueError as exc:
         raise InvalidTask("batch", str(exc)) from None
+    arrived_on = (self.request.delivery_info or {}).get("routing_key")
+    if arrived_on == DOWNLOAD_QUEUE or ring_node_queue(arrived_on):
+        owner_queue = pass_on_to(parsed, arrived_on, deps.ring_queue(parsed.host))
+        if owner_queue is not None:
+            dispatch_batch(job_id, replace(parsed, hops=parsed.hops + 1), queue=owner_queue)
+            return FetchedBatch(job_id, parsed.batch_id, parsed.cycle).to_dict()  # nothing to analyse here
     try:
-        return run_fetch_batch(deps.crawl_env(), job_id, parsed)
+        result = run_fetch_batch(deps.crawl_env(), job_id, parsed)
     except ConfigError as exc:  # no retry can mend it: the job fails and says why
         jobs.fail_job(deps.frontier(), job_id, str(exc), deps.alert, batch=parsed)
         raise
+    if ring_node_queue(arrived_on):
+        deps.node_registry().count_pages(self.request.hostname, len(parsed.entries))
+    return result
 
 
 @app.task(name="vcrawl.analyze_batch", bind=True, acks_late=True, ignore_result=True, max_retries=None)
@@ -81,14 +97,24 @@ PACED_PRIORITY = 0
 BULK_PRIORITY = 6
 
 
-def dispatch_batch(job_id: str, batch: Batch, producer: Any = None) -> None:
-    """Send a leased batch to the download queue, linked to its analysis."""
+def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str | None = None) -> None:
+    """Send a leased batch to its download queue, linked to its analysis.
+
+    Browser pages go to the dynamic queue; others to the queue of their host's ring node, or to
+    the shared download queue while no ring node is alive.
+    """
     priority = PACED_PRIORITY if batch.paced else BULK_PRIORITY
     then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()], priority=priority)
-    spec = deps.runtimes().get(job_id, batch.cycle).spec
-    dynamic = any(spec.rule_for(entry.url).page_type == "dynamic" for entry in batch.entries)
-    queue = DYNAMIC_QUEUE if dynamic else DOWNLOAD_QUEUE
+    if queue is None:
+        spec = deps.runtimes().get(job_id, batch.cycle).spec
+        dynamic = any(spec.rule_for(entry.url).page_type == "dynamic" for entry in batch.entries)
+        queue = DYNAMIC_QUEUE if dynamic else (deps.ring_queue(batch.host) or DOWNLOAD_QUEUE)
     # No exchange named: Celery then publishes to the queue itself (the anonymous exchange),
     # which spares kombu a lookup of the exchange's bindings in Redis on every publish.
     fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer, queue=queue,
                             priority=priority)  # fmt: skip
+
+
+def ring_node_queue(queue: str | None) -> bool:
+    """True for a ring node's own download queue (``engine.nodes.node_queue``)."""
+    return bool(queue) and str(queue).startswith(NODE_QUEUE_PREFIX)

@@ -20,6 +20,7 @@ from engine.alerts import Alert, Alerter
 from engine.batch import CrawlEnv
 from engine.fetch_step import FetchContext
 from engine.jobs import RuntimeCache, cluster_limits, fetch_limits, robots_limits
+from engine.nodes import NodeWatcher, RingKeeper, registration_for
 from engine.pump import FrontierPump
 from engine.single import SingleEnv
 from engine.trail import StatusTrail
@@ -35,12 +36,14 @@ from fetchers import (
     make_session,
 )
 from frontier import Batch, Frontier, History, HostGate, RobotsCache
+from frontier.nodes import NodeRegistry, RingView
 from storage import Storage
 from storage.records import RecordWriter
 from storage.records import recover_spools as recover_record_spools
 from storage.warc import WarcWriter
 from storage.warc import recover_spools as recover_warc_spools
 from tasks.app import app
+from tasks.queues import purge_queue
 from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -60,12 +63,16 @@ __all__ = [
     "history",
     "host_gate",
     "identities",
+    "node_registry",
     "politeness",
     "proxy_health",
     "pump",
     "records",
     "redis_client",
     "reset",
+    "ring_keeper",
+    "ring_queue",
+    "ring_view",
     "robots",
     "runtimes",
     "session",
@@ -313,6 +320,37 @@ def pump(dispatch: Callable[[str, Batch, Any], None]) -> FrontierPump:
         return app.producer_pool.acquire(block=True, timeout=10)
 
     return _once("pump", lambda: FrontierPump(frontier(), runtimes(), dispatch, settings(), producer, alert=alert))
+
+
+def node_registry() -> NodeRegistry:
+    """The ring's membership in this process's Redis."""
+    return _once("node_registry", lambda: NodeRegistry(frontier().scripts, settings().node_timeout_s))
+
+
+def ring_view() -> RingView:
+    """This process's view of the ring (read again at most every second)."""
+    return _once("ring_view", lambda: RingView(node_registry()))
+
+
+def ring_queue(host: str) -> str | None:
+    """The queue of ``host``'s ring node now (None: no ring node alive; use the shared queue)."""
+    return ring_view().current().queue_of(host)
+
+
+def ring_keeper(node_name: str | None) -> RingKeeper:
+    """This worker's ring thread (not started): it beats as ``node_name`` if this worker is a ring
+    node (``VCRAWL_NODE_WEIGHT`` / ``VCRAWL_RING``), and watches for dead nodes either way."""
+
+    def build() -> RingKeeper:
+        current = settings()
+        watcher = NodeWatcher(frontier(), node_registry(), runtimes(), lambda name: purge_queue(redis_client(), name),
+                              alert=alert)  # fmt: skip
+        weight = current.ring_weight
+        registration = registration_for(node_name, weight) if (node_name and weight > 0) else None
+        beat_s = min(2.0, current.node_timeout_s / 5)
+        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view())
+
+    return _once("ring_keeper", build)
 
 
 def first_in_window(cause: str) -> bool:

@@ -16,6 +16,7 @@ __all__ = [
     "COUNTER_CHANGED",
     "COUNTER_DUPLICATES",
     "COUNTER_FETCHED",
+    "COUNTER_HANDED_OVER",
     "COUNTER_LEASE_EXPIRED",
     "COUNTER_NEW",
     "COUNTER_NOT_DUE",
@@ -159,6 +160,8 @@ COUNTER_NOT_DUE = "not_due"
 """Links to URLs a scheduled job knows, left to their due time."""
 COUNTER_LEASE_EXPIRED = "lease_expired"
 """URLs requeued because their batch's lease ran out."""
+COUNTER_HANDED_OVER = "handed_over"
+"""URLs requeued because the ring node their batch was sent to went down (frontier/nodes.py)."""
 COUNTER_ANALYSED = "analysed"
 COUNTER_RECORDS = "records"
 COUNTER_NOT_HTML = "not_html"

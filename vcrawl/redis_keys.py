@@ -162,3 +162,24 @@ def job_failures(job_id: str) -> str:
 def proxy_health() -> str:
     """Hash: masked proxy URL -> ``<until ms>:<strikes>`` of its cool-off after failing (Redis clock)."""
     return f"{PREFIX}:proxies:health"
+
+
+# The host ring (frontier/nodes.py): ring nodes, their heartbeats, and those declared down. The
+# hash tag {nodes} keeps them in one Redis Cluster slot, for the scripts that touch them together.
+
+NODES = f"{PREFIX}:{{nodes}}"
+"""Hash: node name -> JSON of its registration (weight, queue, pid, started)."""
+
+NODE_BEATS = f"{PREFIX}:{{nodes}}:beats"
+"""Sorted set: node name -> time of its last heartbeat (ms, Redis clock)."""
+
+NODES_DOWN = f"{PREFIX}:{{nodes}}:down"
+"""Hash: node name -> JSON of when it was declared down and what was handed over."""
+
+NODE_PAGES = f"{PREFIX}:{{nodes}}:pages"
+"""Hash: node name -> URLs its fetch batches ran (for pages/s)."""
+
+
+def node_handover(name: str, last_beat_ms: int) -> str:
+    """String: the claim of the one watcher that hands a dead node's work over (one per death)."""
+    return f"{PREFIX}:{{nodes}}:handover:{name}:{last_beat_ms}"

@@ -36,6 +36,7 @@ DEFAULT_REFERERS: tuple[str, ...] = (
 )
 
 _PREFIX = "VCRAWL_"
+DEFAULT_NODE_WEIGHT = 100  # virtual nodes of a ring node: ~10 % spread of its share
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class Settings:
     records_flush_s: float = 60.0
     records_spool_dir: str | None = None
     pump: bool = True
+    # The host ring (docs/cluster.md): a worker joins when VCRAWL_RING is on or it has a weight
+    # (virtual nodes on the ring; its share of the hosts is its weight over the total).
+    ring: bool = False
+    node_weight: int | None = None
+    node_timeout_s: float = 30.0  # a node silent this long is out; its hosts and batches move
     frontier_batch: int = 32  # URLs per fetch task at most (politeness off); a short queue is shared out
     frontier_inflight: int = 64
     robots_ttl_s: float = 86400.0
@@ -138,6 +144,10 @@ class Settings:
             raise ConfigError(f"VCRAWL_INTERVAL_JITTER must be in [0, 10], got {self.interval_jitter}")
         if not 0 < self.alert_host_failure_rate <= 1:
             raise ConfigError(f"VCRAWL_ALERT_HOST_FAILURE_RATE must be in (0, 1], got {self.alert_host_failure_rate}")
+        if self.node_weight is not None and not 0 <= self.node_weight <= 10_000:
+            raise ConfigError(f"VCRAWL_NODE_WEIGHT must be in [0, 10000], got {self.node_weight}")
+        if self.node_timeout_s < 2:  # a node beats every second or two
+            raise ConfigError(f"VCRAWL_NODE_TIMEOUT_S must be at least 2, got {self.node_timeout_s:g}")
         if self.beat_lock_timeout_s < 5:  # beat renews its lock every tick (at most 3 s apart)
             raise ConfigError(f"VCRAWL_BEAT_LOCK_TIMEOUT_S must be at least 5, got {self.beat_lock_timeout_s:g}")
         # A task (with its longest retry wait) outliving the visibility timeout runs twice.
@@ -175,6 +185,17 @@ class Settings:
         False
         """
         return name in self.given
+
+    @property
+    def ring_weight(self) -> int:
+        """This worker's weight on the host ring; 0: not on the ring.
+
+        >>> Settings(node_weight=150).ring_weight, Settings(ring=True).ring_weight, Settings().ring_weight
+        (150, 100, 0)
+        """
+        if self.node_weight is not None:
+            return self.node_weight
+        return DEFAULT_NODE_WEIGHT if self.ring else 0
 
     def to_env(self) -> dict[str, str]:
         """Return the ``VCRAWL_*`` variables that reproduce these settings in a child process."""
@@ -301,6 +322,7 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "str": _parse_str,
     "str | None": _parse_str,
     "int": _parse_int,
+    "int | None": _parse_int,
     "float": _parse_float,
     "bool": _parse_bool,
     "tuple[str, ...]": _parse_list,

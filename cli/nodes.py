@@ -1,0 +1,66 @@
+"""``vcrawl nodes``: the host ring's nodes, alive or down, and the hosts each owns."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+__all__ = ["add_nodes_command", "format_nodes"]
+
+
+def add_nodes_command(commands: Any) -> None:
+    """Register ``vcrawl nodes`` on the ``vcrawl`` parser's subparsers."""
+    nodes = commands.add_parser(
+        "nodes",
+        help="list the host ring's nodes ($VCRAWL_REDIS_URL): weight, alive, hosts owned, pages/s, last heartbeat",
+        description="Ring nodes are workers started with VCRAWL_NODE_WEIGHT (or VCRAWL_RING=on). Each owns the "
+        "hosts that the consistent-hash ring maps to it; hosts are those of the running jobs.",
+    )
+    nodes.add_argument("--json", action="store_true", help="one JSON object, with the list of hosts each node owns")
+    nodes.add_argument("--forget", metavar="NAME", help="drop a node that is down from the listing")
+    nodes.set_defaults(run=_cmd_nodes)
+
+
+def _cmd_nodes(args: argparse.Namespace) -> int:
+    import tasks
+
+    if args.forget:
+        if not tasks.forget_node(args.forget):
+            print(f"vcrawl: no node {args.forget!r} that is down")
+            return 1
+        print(f"forgot {args.forget}")
+        return 0
+    listing = tasks.ring_nodes(with_hosts=args.json)
+    print(json.dumps(listing) if args.json else format_nodes(listing))
+    return 0
+
+
+def format_nodes(listing: dict[str, Any]) -> str:
+    """The listing as a table.
+
+    >>> print(format_nodes({"nodes": [{"name": "a@box", "weight": 150, "state": "up", "share": 0.65,
+    ...     "hosts_owned": 130, "pages_per_s": 12.5, "heartbeat_age_s": 0.4}], "alive": 1, "hosts": 200,
+    ...     "unowned_hosts": 0, "node_timeout_s": 30.0, "at": 0}))
+    NODE   WEIGHT  STATE  SHARE  HOSTS  PAGES/S  HEARTBEAT
+    a@box     150  up     65.0%    130     12.5  0.4 s ago
+    1 of 1 nodes alive; 200 hosts in running jobs; node timeout 30 s
+    """
+    rows = [("NODE", "WEIGHT", "STATE", "SHARE", "HOSTS", "PAGES/S", "HEARTBEAT")]
+    for node in listing["nodes"]:
+        age = node.get("heartbeat_age_s")
+        rows.append((
+            node["name"], str(node["weight"]), node["state"], f"{node['share'] * 100:.1f}%",
+            str(node["hosts_owned"]), f"{node['pages_per_s']:.1f}", "-" if age is None else f"{age:g} s ago",
+        ))  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = {1, 3, 4, 5}
+    lines = ["  ".join(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+                       for i, cell in enumerate(row)).rstrip() for row in rows]  # fmt: skip
+    if len(rows) == 1:
+        lines = ["no ring nodes: batches go to the shared download queue (start workers with VCRAWL_NODE_WEIGHT)"]
+    total = len(listing["nodes"])
+    lines.append(f"{listing['alive']} of {total} nodes alive; {listing['hosts']} hosts in running jobs"
+                 + (f" ({listing['unowned_hosts']} without an owner)" if listing["unowned_hosts"] and total else "")
+                 + f"; node timeout {listing['node_timeout_s']:g} s")  # fmt: skip
+    return "\n".join(lines)

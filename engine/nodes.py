@@ -1,0 +1,291 @@
+"""The host ring at work: nodes beat, watchers hand a dead node's batches over, and the listing.
+
+Every worker runs a ``RingKeeper`` thread next to its frontier pump. On a ring node it beats
+(``NodeRegistry.beat``) every ``beat_s``; on every worker it watches: a node silent for longer
+than the node timeout (plus a grace that lets every process's view of the ring catch up) is
+claimed down by exactly one watcher, which
+
+1. takes back every leased batch of every running job whose host the dead node owned, so the
+   URLs go to the hosts' new owners now, not when the leases run out (``FrontierQueue.hand_over``:
+   no attempt counted, each host waits its interval or Crawl-delay from now);
+2. drops the messages left on the dead node's own queue (their leases are gone: a late copy is
+   refused as stale by ``start_lease``);
+3. sends an alert.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.alerts import Alert
+from engine.jobs import RuntimeCache
+from frontier import Batch, Frontier
+from frontier.nodes import Membership, NodeInfo, NodeRegistration, NodeRegistry, RingView
+from frontier.ring import HostRing
+from vcrawl.errors import VcrawlError
+
+__all__ = [
+    "MAX_HOPS",
+    "NODE_QUEUE_PREFIX",
+    "HandoverReport",
+    "NodeWatcher",
+    "RingKeeper",
+    "node_queue",
+    "nodes_listing",
+    "pass_on_to",
+    "registration_for",
+]
+
+logger = logging.getLogger(__name__)
+
+# After a node's timeout, how long before its work is handed over: every process reads the ring
+# again within a second (RingView), so by then no pump still sends batches to the dead node.
+HANDOVER_GRACE_MS = 2000
+_WATCH_EVERY_S = 1.0
+
+
+NODE_QUEUE_PREFIX = "download.node."
+# A batch is passed on at most this often: views of the ring may differ for a second while a
+# node joins or leaves; after that the holder fetches it rather than bounce it about.
+MAX_HOPS = 2
+
+
+def node_queue(name: str) -> str:
+    """The download queue a ring node consumes besides the shared ones."""
+    return NODE_QUEUE_PREFIX + name
+
+
+def pass_on_to(batch: Batch, arrived_on: str | None, owner_queue: str | None) -> str | None:
+    """The queue to pass a fetch batch on to (its host's owner now), or None to fetch it here.
+
+    >>> b = Batch("1", "h:80", ())
+    >>> pass_on_to(b, "download.node.a@x", "download.node.b@x"), pass_on_to(b, "download", None)
+    ('download.node.b@x', None)
+    >>> pass_on_to(b, "download.node.b@x", "download.node.b@x"), pass_on_to(replace(b, hops=2), "download", "q")
+    (None, None)
+    """
+    if owner_queue is None or owner_queue == arrived_on or batch.hops >= MAX_HOPS:
+        return None
+    return owner_queue
+
+
+@dataclass(frozen=True)
+class HandoverReport:
+    """What one dead node's handover did."""
+
+    node: str
+    batches: int
+    urls: int
+    messages_dropped: int
+    jobs: int
+
+
+class NodeWatcher:
+    """Finds silent ring nodes and hands their work over (one watcher per death)."""
+
+    def __init__(
+        self,
+        frontier: Frontier,
+        registry: NodeRegistry,
+        runtimes: RuntimeCache,
+        purge_queue: Callable[[str], int],
+        alert: Callable[[str, Alert], Any] | None = None,
+    ) -> None:
+        self._frontier = frontier
+        self._registry = registry
+        self._runtimes = runtimes
+        self._purge_queue = purge_queue  # queue name -> messages dropped
+        self._alert = alert
+
+    def check(self, membership: Membership | None = None) -> list[HandoverReport]:
+        """Hand over the work of every node silent past its timeout and the grace."""
+        membership = membership or self._registry.membership()
+        silent = membership.silent()
+        deadline = membership.now_ms - membership.timeout_ms - HANDOVER_GRACE_MS
+        due = [node for node in silent if (node.last_beat_ms or 0) < deadline]
+        if not due:
+            return []
+        # The ring they were on: the alive nodes and every node going down now.
+        before = HostRing({node.name: node.weight for node in membership.nodes if node.alive or node in silent})
+        reports = []
+        for node in due:
+            if self._registry.claim_down(node):
+                reports.append(self._hand_over(node, before, membership))
+        return reports
+
+    def _hand_over(self, node: NodeInfo, before: HostRing, membership: Membership) -> HandoverReport:
+        batches = urls = jobs = 0
+        for job_id in self._frontier.jobs.running_jobs():
+            leased = self._frontier.queue.leased_hosts(job_id)
+            owners = before.owners(set(leased.values()))
+            mine = [batch_id for batch_id, host in leased.items() if owners.get(host) == node.name]
+            if not mine:
+                continue
+            try:
+                runtime = self._runtimes.get(job_id, self._frontier.jobs.cycle(job_id))
+                interval_ms = runtime.spec.politeness.min_interval_s * 1000
+            except VcrawlError:
+                interval_ms = 0.0  # the host still waits its Crawl-delay, if it has one
+            urls += self._frontier.queue.hand_over(job_id, mine, interval_ms)
+            batches += len(mine)
+            jobs += 1
+        dropped = self._purge_queue(node.queue)
+        silent_s = (membership.now_ms - (node.last_beat_ms or 0)) / 1000 if node.last_beat_ms else None
+        report = HandoverReport(node.name, batches, urls, dropped, jobs)
+        self._registry.note_down(node.name, {"batches": batches, "urls": urls, "dropped": dropped})
+        logger.warning("ring node %s is down (silent %s s): %d batches (%d URLs) of %d jobs handed over, "
+                       "%d messages dropped from %s", node.name, "?" if silent_s is None else f"{silent_s:.0f}",
+                       batches, urls, jobs, dropped, node.queue)  # fmt: skip
+        if self._alert is not None:
+            left = node.last_beat_ms == 0
+            self._alert(
+                f"node:{node.name}:down",
+                Alert(
+                    subject=f"ring node {node.name} {'left' if left else 'down'}",
+                    text=f"Ring node {node.name} (weight {node.weight}) "
+                    + ("left the ring." if left else f"sent no heartbeat for {silent_s or 0:.0f} s. ")
+                    + f"Its hosts moved to the other nodes: {batches} batches ({urls} URLs) handed over.",
+                    details={
+                        "node": node.name,
+                        "weight": node.weight,
+                        "batches": batches,
+                        "urls": urls,
+                        "dropped_messages": dropped,
+                        "alive_nodes": len(before.members) - 1,
+                    },
+                ),
+            )
+        return report
+
+
+class RingKeeper:
+    """A worker's ring thread: beat (a ring node), watch (every worker)."""
+
+    def __init__(
+        self,
+        registry: NodeRegistry,
+        watcher: NodeWatcher,
+        registration: NodeRegistration | None,
+        beat_s: float,
+        view: RingView | None = None,
+    ) -> None:
+        self._registry = registry
+        self._watcher = watcher
+        self._registration = registration  # None: this worker watches but is not on the ring
+        self._beat_s = beat_s
+        self._view = view
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pages = (time.monotonic(), -1)
+        self._rate = 0.0
+
+    def start(self) -> RingKeeper:
+        if self._registration is not None:
+            try:  # on the ring before the first batch is routed
+                self._registry.beat(self._registration)
+                if self._view is not None:
+                    self._view.invalidate()
+            except Exception:
+                logger.exception("ring: first heartbeat of %s failed", self._registration.name)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="vcrawl-ring", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, leave: bool = True, timeout_s: float = 5.0) -> None:
+        """Stop; a ring node leaves the ring (its hosts and batches move at once)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+        if leave and self._registration is not None:
+            try:
+                self._registry.beat(self._registration, leaving=True)
+                self._watcher.check()
+            except Exception:
+                logger.exception("ring: %s could not leave the ring cleanly", self._registration.name)
+
+    def beat_once(self) -> None:
+        if self._registration is None:
+            return
+        name = self._registration.name
+        now = time.monotonic()
+        pages = self._registry.pages(name)
+        then, before = self._pages
+        if before >= 0 and now > then:
+            # Smoothed over ~10 s, so the listing shows a rate, not one beat's burst.
+            alpha = min(1.0, (now - then) / 10.0)
+            self._rate += alpha * ((pages - before) / (now - then) - self._rate)
+        self._pages = (now, pages)
+        registration = replace(self._registration, pages_per_s=round(self._rate, 2))
+        self._registry.beat(registration)
+
+    def _run(self) -> None:
+        next_beat = 0.0
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() >= next_beat:
+                    self.beat_once()
+                    next_beat = time.monotonic() + self._beat_s
+                self._watcher.check()
+            except Exception:  # Redis restarting: beat again when it is back
+                logger.warning("ring: heartbeat or watch failed", exc_info=True)
+            self._stop.wait(min(_WATCH_EVERY_S, self._beat_s))
+
+
+def registration_for(name: str, weight: int) -> NodeRegistration:
+    """This process's registration as ring node ``name``."""
+    return NodeRegistration(name, weight, node_queue(name), socket.gethostname(), os.getpid(), time.time())
+
+
+def nodes_listing(membership: Membership, frontier: Frontier, with_hosts: bool = True) -> dict[str, Any]:
+    """What ``vcrawl nodes --json`` and the API show: every node, and the hosts each owns now.
+
+    Hosts are those of the running jobs; their owners come from the same ring the pumps route by.
+    """
+    hosts: set[str] = set()
+    for job_id in frontier.jobs.running_jobs():
+        hosts |= frontier.queue.known_hosts(job_id)
+    owners = membership.ring.owners(hosts)
+    owned: dict[str, list[str]] = {}
+    for host, owner in owners.items():
+        owned.setdefault(owner, []).append(host)
+    total_weight = sum(node.weight for node in membership.nodes if node.alive)
+    rows = []
+    for node in membership.nodes:
+        mine = sorted(owned.get(node.name, ()))
+        last = node.last_beat_ms or None
+        row: dict[str, Any] = {
+            "name": node.name,
+            "weight": node.weight,
+            "alive": node.alive,
+            "state": "up" if node.alive else ("left" if node.last_beat_ms == 0 else "down"),
+            "share": round(node.weight / total_weight, 4) if node.alive and total_weight else 0.0,
+            "hosts_owned": len(mine),
+            "pages": node.pages,
+            "pages_per_s": node.registration.pages_per_s if node.alive else 0.0,
+            "last_heartbeat": None if last is None else last / 1000,
+            "heartbeat_age_s": None if last is None else round((membership.now_ms - last) / 1000, 1),
+            "down_at": None if node.down_at_ms is None else node.down_at_ms / 1000,
+            "queue": node.queue,
+            "machine": node.registration.machine,
+            "pid": node.registration.pid,
+        }
+        if with_hosts:
+            row["hosts"] = mine
+        rows.append(row)
+    return {
+        "nodes": rows,
+        "alive": sum(1 for node in membership.nodes if node.alive),
+        "hosts": len(hosts),
+        "unowned_hosts": len(hosts) - len(owners),
+        "node_timeout_s": membership.timeout_ms / 1000,
+        "at": membership.now_ms / 1000,
+    }
