@@ -162,10 +162,10 @@ class NodeRegistry:
         raw = self._redis.hget(redis_keys.NODES_DOWN, name)
         return json.loads(raw) if raw else {}
 
-    def count_pages(self, name: str, urls: int) -> None:
-        """Count URLs a node's fetch batches ran (its pages/s in ``vcrawl nodes``)."""
-        if urls:
-            self._redis.hincrby(redis_keys.NODE_PAGES, name, urls)
+    def count_pages(self, name: str, pages: int) -> None:
+        """Count pages a node's fetch batches stored (its pages/s in ``vcrawl nodes``)."""
+        if pages:
+            self._redis.hincrby(redis_keys.NODE_PAGES, name, pages)
 
     def pages(self, name: str) -> int:
         return int(self._redis.hget(redis_keys.NODE_PAGES, name) or 0)

@@ -49,7 +49,7 @@ def fetch_batch(self: Task, job_id: str, batch: dict) -> dict:
         jobs.fail_job(deps.frontier(), job_id, str(exc), deps.alert, batch=parsed)
         raise
     if ring_node_queue(arrived_on):
-        deps.node_registry().count_pages(self.request.hostname, len(parsed.entries))
+        deps.node_registry().count_pages(self.request.hostname, len(result.get("pages") or ()))
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from tests.celery_setup import REPO, LocalWorkerProcess
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from vcrawl.settings import Settings
 
-__all__ = ["REPO", "cluster_env", "start_worker", "stop_worker", "submit", "wait_all"]
+__all__ = ["REPO", "cluster_env", "ring_listing", "socket_owner", "start_job", "start_worker", "stop_worker", "submit", "wait_all"]
 
 
 def cluster_env(settings: Settings) -> dict[str, str]:
@@ -78,3 +79,43 @@ def wait_all(env: dict[str, str], ids: list[str], states: set[str], timeout_s: f
         if time.monotonic() > deadline:
             raise AssertionError(f"not all tasks reached {states} in {timeout_s}s: {records}")
         time.sleep(0.1)
+
+
+def socket_owner(local_port: int, pids: list[int]) -> int | None:
+    """Which of ``pids`` holds the open TCP socket bound to ``local_port`` (a client's end), if any.
+
+    Linux only: /proc/net/tcp gives the socket's inode, /proc/<pid>/fd the process that holds it.
+    """
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == local_port:
+                inodes.add(fields[9])
+    for pid in pids:
+        try:
+            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+        except OSError:
+            continue
+        if any(f"socket:[{inode}]" in links for inode in inodes):
+            return pid
+    return None
+
+
+def start_job(env: dict[str, str], job: dict[str, Any]) -> str:
+    """Start a crawl job from another process (``tasks.start_job``); return its id."""
+    code = "import json, sys, tasks; print(tasks.start_job(json.loads(sys.argv[1])))"
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(job)], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    return done.stdout.split()[-1]
+
+
+def ring_listing(env: dict[str, str]) -> dict[str, Any]:
+    """``vcrawl nodes --json`` as the cluster's operator sees it."""
+    done = subprocess.run([sys.executable, "-m", "cli", "nodes", "--json"], env=env, cwd=REPO, capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -70,6 +70,8 @@ class Seen:
     path: str
     headers: dict[str, str]
     at: float
+    client_port: int = 0
+    client: Any = None  # what ``TestSite.identify`` said about the client (e.g. its process)
 
 
 class TestSite:
@@ -82,13 +84,14 @@ class TestSite:
         self._versioned: dict[str, VersionedPage] = {}
         self._lock = threading.Lock()
         self.seen: list[Seen] = []
+        self.identify: Callable[[int], Any] | None = None  # client port -> who the client is
         site = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
-                site._record(self.path, dict(self.headers.items()))
+                site._record(self.path, dict(self.headers.items()), self.client_address[1])
                 versioned = site._versioned.get(self.path)
                 route = site._routes.get(self.path)
                 if versioned is not None:
@@ -189,9 +192,11 @@ class TestSite:
         with self._lock:
             return [seen for seen in self.seen if seen.path == path]
 
-    def _record(self, path: str, headers: dict[str, str]) -> None:
+    def _record(self, path: str, headers: dict[str, str], client_port: int = 0) -> None:
+        # While the request is served its connection is open: the client's socket can be found.
+        client = self.identify(client_port) if self.identify is not None else None
         with self._lock:
-            self.seen.append(Seen(path, headers, time.monotonic()))
+            self.seen.append(Seen(path, headers, time.monotonic(), client_port, client))
 
     def __enter__(self) -> TestSite:
         self._thread.start()

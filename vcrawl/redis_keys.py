@@ -177,7 +177,7 @@ NODES_DOWN = f"{PREFIX}:{{nodes}}:down"
 """Hash: node name -> JSON of when it was declared down and what was handed over."""
 
 NODE_PAGES = f"{PREFIX}:{{nodes}}:pages"
-"""Hash: node name -> URLs its fetch batches ran (for pages/s)."""
+"""Hash: node name -> pages its fetch batches stored (for pages/s)."""
 
 
 def node_handover(name: str, last_beat_ms: int) -> str:

@@ -1,0 +1,122 @@
+"""Three ring nodes crawl one job together: each host fetched by its owner only, politeness kept
+across nodes, everything stored to HDFS.
+
+Real processes: a redis-server of its own, three ``celery -A tasks worker`` processes started with
+``VCRAWL_NODE_WEIGHT`` (each its own node name and working directory; they share no disk: pages go
+to the WebHDFS protocol-level test server, the stand-in for a NameNode, see docs/cluster.md), and
+twelve loopback sites on distinct addresses. The sites tell who fetched: while a request is
+served, its client's socket is found among the nodes' processes (``tests.cluster.socket_owner``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from cli.local_redis import LocalRedis
+from engine.status import job_status
+from frontier import Frontier
+from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
+from tests.site import TestSite
+from tests.webhdfs_server import WebHdfsTestServer
+from vcrawl.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+INTERVAL_S = 0.25
+PAGES = 10  # per host, besides its home page
+WEIGHTS = {"r1": 150, "r2": 80, "r3": 200}
+
+
+def page(*links: str) -> str:
+    return "<html><body>" + "".join(f'<a href="{href}">{href}</a>' for href in links) + "</body></html>"
+
+
+@pytest.fixture
+def sites() -> Iterator[list[TestSite]]:
+    with ExitStack() as stack:
+        hosts = [stack.enter_context(TestSite(f"127.0.4.{n}")) for n in range(1, 13)]
+        for index, site in enumerate(hosts):
+            neighbour = hosts[(index + 1) % len(hosts)]
+            site.add_page("/", page(*[f"/p{i}" for i in range(PAGES)], neighbour.url("/")))
+            for i in range(PAGES):
+                site.add_page(f"/p{i}", page("/", f"/p{(i + 1) % PAGES}"))
+            site.add_page("/robots.txt", "User-agent: *\nDisallow: /private/\n", content_type="text/plain")
+        yield hosts
+
+
+def wait_completed(url: str, job_id: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    status: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        status = job_status(Frontier(redis.Redis.from_url(url)), job_id)
+        if status is not None and status["state"] != "running":
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} not done within {timeout_s}s: {status}")
+
+
+def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites: list[TestSite]) -> None:
+    with LocalRedis(tmp_path / "redis") as server, WebHdfsTestServer() as hdfs:
+        settings = Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl")
+        base = cluster_env(replace(settings, total_timeout_s=10.0))
+        workers = {}
+        try:
+            for name, weight in WEIGHTS.items():
+                home = tmp_path / name
+                home.mkdir()
+                env = {**base, "VCRAWL_NODE_WEIGHT": str(weight), "HOME": str(home), "TMPDIR": str(home)}
+                workers[name] = start_worker(env, name, tmp_path / f"{name}.log", concurrency=4)
+            pids = {process.pid: name for name, process in workers.items()}
+            for site in sites:
+                site.identify = lambda port: pids.get(socket_owner(port, list(pids)) or 0)
+            listing = ring_listing(base)
+            assert {row["name"].split("@")[0]: (row["weight"], row["alive"]) for row in listing["nodes"]} == {
+                name: (weight, True) for name, weight in WEIGHTS.items()
+            }
+            job = {"seeds": [site.url("/") for site in sites], "politeness": {"min_interval_s": INTERVAL_S,
+                   "jitter": 0, "per_host": 1}, "warc": True}  # fmt: skip
+            job_id = start_job(base, job)
+            during = ring_listing(base)  # the owners the pumps route by, while the job runs
+            status = wait_completed(server.url, job_id, 120)
+            after = ring_listing(base)
+        finally:
+            for process in workers.values():  # a warm shutdown ships each node's WARC file to HDFS
+                process.terminate()
+            for process in workers.values():
+                try:
+                    process.wait(30)
+                finally:
+                    stop_worker(process)
+        stored = hdfs.walk(f"/crawl/jobs/{job_id}/pages")
+        warcs = [path for path in hdfs.walk(f"/crawl/jobs/{job_id}/warc") if path.endswith(".warc.gz")]
+
+    assert status["state"] == "completed", status
+    assert status["pages_stored"] == 12 * (PAGES + 1) and len(stored) == 12 * (PAGES + 1)  # full recall, all on HDFS
+    assert warcs  # every node wrote its WARC files to HDFS, none to a local disk
+    owner_of = {host: row["name"].split("@")[0] for row in during["nodes"] for host in row["hosts"]}
+    assert sorted(owner_of) == sorted(site.base.removeprefix("http://") for site in sites)
+    fetched_by: dict[str, set[Any]] = defaultdict(set)
+    for site in sites:
+        host = site.base.removeprefix("http://")
+        for seen in site.seen:
+            fetched_by[host].add(seen.client)
+        # politeness across nodes: one request at a time, INTERVAL_S apart (robots.txt included)
+        times = sorted(seen.at for seen in site.seen)
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        assert min(gaps) >= INTERVAL_S - 0.02, (host, min(gaps))
+    assert {host: fetchers for host, fetchers in fetched_by.items() if fetchers != {owner_of[host]}} == {}
+    assert set(owner_of.values()) == set(WEIGHTS)  # every node got hosts
+    # each node's page count in the listing is what the sites saw it fetch
+    counted = {row["name"].split("@")[0]: row["pages"] for row in after["nodes"]}
+    seen_from = {name: sum(1 for site in sites for seen in site.seen if seen.client == name and seen.path != "/robots.txt")
+                 for name in WEIGHTS}  # fmt: skip
+    assert counted == seen_from
