@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -125,7 +126,20 @@ def test_request_goes_through_the_proxy(fetcher: StaticFetcher) -> None:
         proxy.add_page("http://shop.test/item", "via proxy")
         result = _get(fetcher, "http://shop.test/item", proxy=proxy.base)
     assert result.body == b"via proxy"
+    assert result.ip == ""  # the connection went to the proxy: the server's address is not known here
     assert proxy.seen[0].headers["User-Agent"] == "vcrawl-test"
+
+
+def test_the_address_is_that_of_the_response_returned(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_page("/end", "here")
+    with TestSite("127.0.0.2") as first:
+        first.add_redirect("/start", site.url("/end"))
+        followed = _get(fetcher, first.url("/start"))
+        unfollowed = StaticFetcher(make_session(), replace(LIMITS, follow_redirects=False), policy=LOOPBACK_POLICY)
+        redirect = _get(unfollowed, first.url("/start"))
+
+    assert (followed.status, followed.redirects, followed.ip) == (200, 1, "127.0.0.1")  # the last hop's server
+    assert (redirect.status, redirect.ip) == (302, "127.0.0.2")
 
 
 @pytest.mark.parametrize(
