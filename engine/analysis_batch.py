@@ -186,6 +186,7 @@ def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counter
                 "url": page.url,
                 "final_url": page.final_url,
                 "fetched_at": page.fetched_at,
+                "ip": page.ip,
                 "job": runtime.job_id,
                 "analyzer": rule.analyzer,
                 "data": analysis.result,

@@ -260,6 +260,7 @@ def _store(
         depth=entry.depth,
         fetched_at=datetime.now(UTC).isoformat(timespec="seconds"),
         history=history,
+        ip=result.ip,
     )
     return Stored(entry, page, Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts))
 
@@ -405,6 +406,7 @@ def _archive(ctx: FetchContext, entry: Entry, result: FetchResult, counts: Count
             response_headers=result.headers,
             body=result.body,
             fetched_at=datetime.now(UTC),
+            ip=result.ip or None,  # no WARC-IP-Address when unknown (through a proxy, the browser)
         )
         counts[names.COUNTER_WARC_RECORDS] += 1
     except (VcrawlError, OSError, ValueError) as exc:

@@ -74,6 +74,7 @@ class StatusTrail:
             content_type=page.content_type,
             save_path=stored_at,
             elapsed_s=round(page.elapsed_s, 4),
+            ip=page.ip or None,  # the server's address; left out when unknown
         )
 
     def download_failed(

@@ -12,6 +12,7 @@ from fetchers.base import (
     parse_retry_after,
 )
 from fetchers.browser import BrowserConfig, BrowserFetcher, chromium_processes
+from fetchers.dns_cache import DnsCache, DnsCacheStats
 from fetchers.identity import IdentityPool
 from fetchers.netguard import NetworkPolicy
 from fetchers.proxies import PROXY_FAULTS, ProxyHealth, fetch_through, is_proxy_fault, proxy_counter, proxy_stats
@@ -23,6 +24,8 @@ __all__ = [
     "RETRYABLE_STATUSES",
     "BrowserConfig",
     "BrowserFetcher",
+    "DnsCache",
+    "DnsCacheStats",
     "FetchLimits",
     "FetchRequest",
     "FetchResult",

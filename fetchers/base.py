@@ -74,6 +74,9 @@ class FetchResult:
     truncated: bool = False
     reason: str = ""
     request_headers: Mapping[str, str] = field(default_factory=dict)  # as sent (for WARC request records)
+    # The address of the server that sent this response (WARC-IP-Address); "" when unknown: through
+    # a proxy (it was the proxy's), or a browser fetch (Chromium does not say).
+    ip: str = ""
 
     @property
     def content_type(self) -> str | None:

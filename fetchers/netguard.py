@@ -9,8 +9,10 @@ Teredo) are judged by the IPv4 address inside.
 
 A host name is resolved once, inside the connection: refused addresses are dropped and the
 socket connects to a checked address itself, so nothing resolves the name again in between (no
-DNS-rebinding window). TLS still checks the certificate against the host name. A kept-alive
-connection is checked again against the policy of the request that reuses it.
+DNS-rebinding window). Workers resolve through their process's DNS cache (``fetchers.dns_cache``):
+the one resolution of a connection may come from there, and it is still the one checked and
+used. TLS still checks the certificate against the host name. A kept-alive connection is checked
+again against the policy of the request that reuses it.
 
 Through a proxy, the proxy resolves the target itself: the target is resolved here first and
 refused if any of its addresses is (a literal IP address is exact; a name that does not resolve

@@ -107,6 +107,7 @@ class StaticFetcher:
         url, seen = request.url, {request.url}
         for hop in range(self._limits.max_redirects + 1):
             response = self._send(request, url)
+            ip = _peer_address(response) if request.proxy is None else ""  # through a proxy: the proxy's
             try:
                 is_redirect = response.status_code in _REDIRECTS and "location" in response.headers
                 if is_redirect and not self._limits.follow_redirects:
@@ -118,6 +119,7 @@ class StaticFetcher:
                         elapsed_s=self._clock() - started,
                         reason=response.reason or "",
                         request_headers=dict(response.request.headers),
+                        ip=ip,
                     )
                 if is_redirect:
                     url = _redirect_target(request.url, url, _location(response.headers["location"]))
@@ -138,6 +140,7 @@ class StaticFetcher:
                     truncated=truncated,
                     reason=response.reason or "",
                     request_headers=dict(response.request.headers),
+                    ip=ip,
                 )
             finally:
                 response.close()
@@ -246,6 +249,15 @@ class _RateFloor:
             samples.popleft()
         base_at, base_size = samples[0]
         return now - base_at >= self._window_s and size - base_size < self._min_rate * (now - base_at)
+
+
+def _peer_address(response: requests.Response) -> str:
+    """The address the response's connection was pinned to (``fetchers.netguard``), "" if unknown.
+
+    Read before the body: once it is read, urllib3 hands the connection back to its pool.
+    """
+    connection = getattr(response.raw, "connection", None)  # urllib3 2's public HTTPResponse.connection
+    return getattr(connection, "pinned_address", None) or ""
 
 
 def _headers(response: requests.Response) -> dict[str, str]:

@@ -199,7 +199,7 @@ def read_records(store: Storage, prefix: str) -> Iterator[dict[str, Any]]:
                 yield json.loads(line)
 
 
-_BASE_COLUMNS = ("url", "final_url", "fetched_at", "job", "analyzer")
+_BASE_COLUMNS = ("url", "final_url", "fetched_at", "job", "analyzer", "ip")
 
 
 def export_records(store: Storage, prefix: str, out: io.TextIOBase, fmt: str) -> int:

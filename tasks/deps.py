@@ -27,6 +27,7 @@ from engine.trail import StatusTrail
 from fetchers import (
     BrowserConfig,
     BrowserFetcher,
+    DnsCache,
     Fetcher,
     FetcherRegistry,
     IdentityPool,
@@ -55,6 +56,7 @@ __all__ = [
     "batch_analysis_retry",
     "close_warc",
     "crawl_env",
+    "dns_cache",
     "fetch_retry",
     "fetchers",
     "first_in_window",
@@ -146,7 +148,7 @@ def fetchers() -> FetcherRegistry:
         }
         unavailable = {}
         if os.access(browser.chromium_path, os.X_OK) and os.access(browser.chromedriver_path, os.X_OK):
-            factories["dynamic"] = lambda: BrowserFetcher(browser, policy=policy)
+            factories["dynamic"] = lambda: BrowserFetcher(browser, policy=policy, resolver=dns_cache())
         else:
             unavailable["dynamic"] = f"{browser.chromium_path} or {browser.chromedriver_path} is missing"
         return FetcherRegistry(factories, unavailable)
@@ -156,7 +158,12 @@ def fetchers() -> FetcherRegistry:
 
 def session() -> requests.Session:
     """Return this process's pooled HTTP session (shared by single tasks and jobs)."""
-    return _once("session", lambda: make_session(pool_size=64))
+    return _once("session", lambda: make_session(pool_size=64, resolver=dns_cache()))
+
+
+def dns_cache() -> DnsCache:
+    """Return this process's DNS cache: every connection of its threads resolves through it."""
+    return _once("dns_cache", lambda: DnsCache.from_settings(settings()))
 
 
 def frontier() -> Frontier:

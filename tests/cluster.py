@@ -18,7 +18,17 @@ from tests.celery_setup import REPO, LocalWorkerProcess
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from vcrawl.settings import Settings
 
-__all__ = ["REPO", "cluster_env", "ring_listing", "socket_owner", "start_job", "start_worker", "stop_worker", "submit", "wait_all"]
+__all__ = [
+    "REPO",
+    "cluster_env",
+    "ring_listing",
+    "socket_owner",
+    "start_job",
+    "start_worker",
+    "stop_worker",
+    "submit",
+    "wait_all",
+]
 
 
 def cluster_env(settings: Settings) -> dict[str, str]:

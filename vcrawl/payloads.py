@@ -252,6 +252,7 @@ class FetchedPage:
     depth: int = 0  # a job's page: its link depth
     fetched_at: str = ""  # ISO 8601, UTC
     history: str | None = None  # a scheduled job's page: the encoded URL history this visit makes
+    ip: str = ""  # the server address the page came from; "" when unknown (a proxy, the browser)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FetchedPage:

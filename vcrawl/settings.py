@@ -109,6 +109,11 @@ class Settings:
     alert_stuck_s: float = 900.0
     # Non-public networks workers may fetch from (CIDRs); empty: public addresses only (SSRF guard).
     allowed_networks: tuple[str, ...] = ()
+    # Per-process DNS cache (fetchers.dns_cache): names kept (0: none), how long an answer and a
+    # failure are kept. Fixed times: getaddrinfo, the system's resolver, reports no TTL.
+    dns_cache_size: int = 4096
+    dns_ttl_s: float = 60.0
+    dns_negative_ttl_s: float = 5.0
     # Not a variable: the fields ``from_env`` found set, for the few defaults that depend on it
     # (no VCRAWL_REDIS_URL: ``vcrawl crawl`` runs a private Redis). Not compared: where a value
     # came from does not change the settings.
@@ -148,6 +153,13 @@ class Settings:
             raise ConfigError(f"VCRAWL_NODE_WEIGHT must be in [0, 10000], got {self.node_weight}")
         if self.node_timeout_s < 2:  # a node beats every second or two
             raise ConfigError(f"VCRAWL_NODE_TIMEOUT_S must be at least 2, got {self.node_timeout_s:g}")
+        if not 1 <= self.dns_ttl_s <= 3600:  # longer, a site that moved is fetched at its old address
+            raise ConfigError(f"VCRAWL_DNS_TTL_S must be in [1, 3600], got {self.dns_ttl_s:g}")
+        if self.dns_negative_ttl_s > self.dns_ttl_s:
+            raise ConfigError(
+                f"VCRAWL_DNS_NEGATIVE_TTL_S={self.dns_negative_ttl_s:g} must not exceed "
+                f"VCRAWL_DNS_TTL_S={self.dns_ttl_s:g}"
+            )
         if self.beat_lock_timeout_s < 5:  # beat renews its lock every tick (at most 3 s apart)
             raise ConfigError(f"VCRAWL_BEAT_LOCK_TIMEOUT_S must be at least 5, got {self.beat_lock_timeout_s:g}")
         # A task (with its longest retry wait) outliving the visibility timeout runs twice.

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
 
 import tasks
 from storage import lookup, read_response
@@ -427,3 +428,34 @@ def test_a_warc_job_archives_every_response(site: TestSite) -> None:
     assert http_status == 200 and b"<h1>A</h1>" in body and content_type.startswith("text/html")
     statuses = sorted(e.status for index in indexes for e in lookup(store, index, site.url("/gone.html")))
     assert statuses == [404]  # every response, not only the stored pages
+
+
+def test_pages_carry_the_address_they_came_from_into_warc_and_records(site: TestSite) -> None:
+    by_name = site.url("/").replace("127.0.0.1", "localhost")  # a name, resolved through the worker's DNS cache
+    site.add_page("/", page("/products/1.html", "/gone.html"))
+    site.add_page("/products/1.html", page(title="Hammer"))
+    rules = [{"pattern": r"/products/\d+\.html$", "analyzer": "fields", "fields": {"name": "h1"}}]
+    before = tasks.deps.dns_cache().stats()
+
+    status = run_job({"seeds": [by_name], "politeness": FAST, "warc": True, "rules": rules})
+    tasks.deps.close_warc()
+    tasks.deps.flush_records()
+
+    assert status["state"] == "completed" and status["records"] == 1
+    after = tasks.deps.dns_cache().stats()
+    assert after.lookups + after.hits > before.lookups + before.hits  # the guard resolved through the cache
+    warcs = [f for f in tasks.deps.storage().list_files(f"jobs/{status['job']}/warc") if f.endswith(".warc.gz")]
+    addresses = {}
+    for path in warcs:
+        with open(path, "rb") as stream:
+            for record in ArchiveIterator(stream):
+                if record.rec_type == "response":
+                    target = record.rec_headers.get_header("WARC-Target-URI")
+                    addresses[target] = record.rec_headers.get_header("WARC-IP-Address")
+    assert addresses == {  # every response, the 404 too, from the address its connection was pinned to
+        by_name: "127.0.0.1",
+        by_name + "products/1.html": "127.0.0.1",
+        by_name + "gone.html": "127.0.0.1",
+    }
+    [record] = read_records(tasks.deps.storage(), f"jobs/{status['job']}/records")
+    assert (record["url"], record["ip"]) == (by_name + "products/1.html", "127.0.0.1")

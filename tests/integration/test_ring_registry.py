@@ -120,7 +120,8 @@ def test_a_dead_nodes_batches_go_back_to_its_hosts_new_owners_and_no_other(clien
     registry.beat(node("b@box"), leaving=True)
     [report] = watcher.check()
     b_hosts = {h for h, owner in owners.items() if owner == "b@box"}
-    assert (report.node, report.batches, report.urls, report.messages_dropped) == ("b@box", len(b_hosts), len(b_hosts), 3)
+    assert (report.node, report.batches, report.urls) == ("b@box", len(b_hosts), len(b_hosts))
+    assert report.messages_dropped == 3
     assert purged == ["download.node.b@box"]
     left = frontier.queue.leased_hosts(runtime.job_id)
     assert set(left.values()) == set(hosts) - b_hosts  # a's batches untouched

@@ -5,10 +5,11 @@ from __future__ import annotations
 import gzip
 import socket
 import time
+from dataclasses import replace
 
 import pytest
 
-from fetchers import FetchLimits, FetchRequest, StaticFetcher, check_status, make_session
+from fetchers import DnsCache, DnsCacheStats, FetchLimits, FetchRequest, StaticFetcher, check_status, make_session
 from tests.conftest import LOOPBACK_POLICY
 from tests.site import Response, TestSite
 from vcrawl.errors import DownloadFailed, FetchFailed
@@ -125,7 +126,39 @@ def test_request_goes_through_the_proxy(fetcher: StaticFetcher) -> None:
         proxy.add_page("http://shop.test/item", "via proxy")
         result = _get(fetcher, "http://shop.test/item", proxy=proxy.base)
     assert result.body == b"via proxy"
+    assert result.ip == ""  # the connection went to the proxy: the server's address is not known here
     assert proxy.seen[0].headers["User-Agent"] == "vcrawl-test"
+
+
+def test_connections_to_one_name_share_one_lookup_through_the_cache(site: TestSite) -> None:
+    lookups: list[str] = []
+
+    def counting_getaddrinfo(host: str, *args: object) -> list:
+        lookups.append(host)
+        return socket.getaddrinfo(host, *args)  # type: ignore[arg-type]
+
+    cache = DnsCache(counting_getaddrinfo)
+    site.add_page("/p", "by name")
+    url = site.url("/p").replace("127.0.0.1", "localhost")  # /etc/hosts: no DNS server needed
+    for _ in range(2):  # two sessions, so two connections, each resolving once (from the cache)
+        result = _get(StaticFetcher(make_session(resolver=cache), LIMITS, policy=LOOPBACK_POLICY), url)
+        assert (result.body, result.ip) == (b"by name", "127.0.0.1")
+
+    assert lookups == ["localhost"]
+    assert cache.stats() == DnsCacheStats(lookups=1, hits=1, failures=0, names=1)
+    assert len(site.seen) == 2
+
+
+def test_the_address_is_that_of_the_response_returned(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_page("/end", "here")
+    with TestSite("127.0.0.2") as first:
+        first.add_redirect("/start", site.url("/end"))
+        followed = _get(fetcher, first.url("/start"))
+        unfollowed = StaticFetcher(make_session(), replace(LIMITS, follow_redirects=False), policy=LOOPBACK_POLICY)
+        redirect = _get(unfollowed, first.url("/start"))
+
+    assert (followed.status, followed.redirects, followed.ip) == (200, 1, "127.0.0.1")  # the last hop's server
+    assert (redirect.status, redirect.ip) == (302, "127.0.0.2")
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ def test_happy_path_stores_page_writes_result_and_reports_analyzed(site: TestSit
     assert record["http_status"] == 200
     assert record["attempts"] == 1 and record["analysis_attempts"] == 1
     assert record["bytes"] == len(PAGE.encode())
+    assert record["ip"] == "127.0.0.1"  # the address the page's connection was pinned to
     for stamp in ("queued_at", "downloading_at", "downloaded_at", "analyzing_at", "analyzed_at"):
         assert stamp in record, stamp
     assert record["queued_at"] <= record["downloaded_at"] <= record["analyzed_at"]
