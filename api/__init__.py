@@ -24,4 +24,5 @@ def real_api(token: str | None) -> JobApi:
         host_stats=tasks.host_stats,
         stats=tasks.job_stats,
         queues=tasks.queue_lengths,
+        nodes=lambda with_hosts: tasks.ring_nodes(with_hosts=with_hosts),
     )

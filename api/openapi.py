@@ -92,5 +92,11 @@ def openapi_document() -> dict[str, Any]:
                 "get": _op("Per-minute fetch counters and pages/s", params=[_JOB_ID, _query("minutes", 60)])
             },
             "/api/queues": {"get": _op("Messages waiting in the download and analysis queues", errors=("401",))},
+            "/api/nodes": {
+                "get": _op(
+                    "The host ring's nodes: weight, alive, hosts owned (?hosts=1: which), pages/s, last heartbeat",
+                    errors=("401",),
+                )
+            },
         },
     }

@@ -49,6 +49,7 @@ class JobApi:
     host_stats: Callable[[str], dict[str, dict[str, int]]]
     stats: Callable[[str, int, float], list[tuple[int, dict[str, int]]]]
     queues: Callable[[], dict[str, int]]
+    nodes: Callable[[bool], dict[str, Any]] = lambda with_hosts: {"nodes": []}
     clock: Callable[[], float] = time.time
     _routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = field(default_factory=list, repr=False)
 
@@ -63,6 +64,7 @@ class JobApi:
             ("GET", rf"/api/jobs/{_JOB}/hosts", self._hosts),
             ("GET", rf"/api/jobs/{_JOB}/stats", self._stats),
             ("GET", r"/api/queues", self._queues),
+            ("GET", r"/api/nodes", self._nodes),
         ]
         self._routes = [(method, re.compile(pattern + "$"), handler) for method, pattern, handler in route]
 
@@ -173,6 +175,10 @@ class JobApi:
 
     def _queues(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
         return _json(200, {"queues": self.queues()})
+
+    def _nodes(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
+        # ?hosts=1 lists the hosts each node owns (long on a big crawl); counts always
+        return _json(200, self.nodes(query.get("hosts", ["0"])[-1] in ("1", "true")))
 
     def _status(self, job: str) -> dict[str, Any]:
         status = self.job_status(job)

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -175,8 +175,10 @@ class RingKeeper:
         registration: NodeRegistration | None,
         beat_s: float,
         view: RingView | None = None,
+        counters: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self._registry = registry
+        self._counters = counters  # this process's connection and DNS counters, sent with each beat
         self._watcher = watcher
         self._registration = registration  # None: this worker watches but is not on the ring
         self._beat_s = beat_s
@@ -224,7 +226,8 @@ class RingKeeper:
             alpha = min(1.0, (now - then) / 10.0)
             self._rate += alpha * ((pages - before) / (now - then) - self._rate)
         self._pages = (now, pages)
-        registration = replace(self._registration, pages_per_s=round(self._rate, 2))
+        counters = dict(self._counters()) if self._counters is not None else {}
+        registration = replace(self._registration, pages_per_s=round(self._rate, 2), **counters)
         self._registry.beat(registration)
 
     def _run(self) -> None:
@@ -274,6 +277,9 @@ def nodes_listing(membership: Membership, frontier: Frontier, with_hosts: bool =
             "last_heartbeat": None if last is None else last / 1000,
             "heartbeat_age_s": None if last is None else round((membership.now_ms - last) / 1000, 1),
             "down_at": None if node.down_at_ms is None else node.down_at_ms / 1000,
+            "connections_opened": node.registration.connections_opened,
+            "dns_lookups": node.registration.dns_lookups,
+            "dns_hits": node.registration.dns_hits,
             "queue": node.queue,
             "machine": node.registration.machine,
             "pid": node.registration.pid,

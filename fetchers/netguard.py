@@ -26,6 +26,7 @@ import ipaddress
 import logging
 import socket
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -52,6 +53,7 @@ __all__ = [
     "applying",
     "check_target",
     "connect_pinned",
+    "connections_opened",
     "current_policy",
     "embedded_ipv4",
     "is_public",
@@ -320,8 +322,29 @@ class _Pinned:
             logger.info("refused a connection to %s port %s: %s", conn.host, conn.port, exc)
             raise
         self.pinned_address = sock.getpeername()[0]
+        _OPENED.add()
         sys.audit("http.client.connect", self, conn.host, conn.port)
         return sock
+
+
+class _Count:
+    """A counter the threads of a process share."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self) -> None:
+        with self._lock:
+            self.value += 1
+
+
+_OPENED = _Count()
+
+
+def connections_opened() -> int:
+    """Connections this process opened to sites so far (kept-alive ones are reused, not counted again)."""
+    return _OPENED.value
 
 
 class _Rechecked:

@@ -36,6 +36,10 @@ class NodeRegistration:
     pid: int = 0
     started_s: float = 0.0
     pages_per_s: float = 0.0
+    # this node's process: connections opened to sites, DNS lookups sent and answered from cache
+    connections_opened: int = 0
+    dns_lookups: int = 0
+    dns_hits: int = 0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

@@ -36,6 +36,7 @@ from fetchers import (
     StaticFetcher,
     make_session,
 )
+from fetchers.netguard import connections_opened
 from frontier import Batch, Frontier, History, HostGate, RobotsCache
 from frontier.nodes import NodeRegistry, RingView
 from storage import Storage
@@ -355,9 +356,14 @@ def ring_keeper(node_name: str | None) -> RingKeeper:
         weight = current.ring_weight
         registration = registration_for(node_name, weight) if (node_name and weight > 0) else None
         beat_s = min(2.0, current.node_timeout_s / 5)
-        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view())
+        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view(), counters=_process_counters)
 
     return _once("ring_keeper", build)
+
+
+def _process_counters() -> dict[str, int]:
+    dns = dns_cache().stats()
+    return {"connections_opened": connections_opened(), "dns_lookups": dns.lookups, "dns_hits": dns.hits}
 
 
 def first_in_window(cause: str) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+import redis
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
@@ -19,7 +20,10 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 import tasks
+from engine.nodes import registration_for
 from fetchers.browser import _CHROMIUM_FLAGS
+from frontier import Frontier
+from frontier.nodes import NodeRegistry
 from tests.integration.conftest import api_server
 from tests.site import TestSite
 from vcrawl.settings import Settings
@@ -160,3 +164,22 @@ def test_the_dashboard_follows_a_running_job_and_cancels_it(
     finally:
         browser.save_screenshot(str(ARTIFACTS / "dashboard.png"))
         tasks.cancel_job(job)  # a failed test must not leave the job running for the rest of the session
+
+
+def test_the_dashboard_lists_the_ring_nodes(dashboard_url: str, token: str, browser: WebDriver) -> None:
+    registry = NodeRegistry(Frontier(redis.Redis.from_url(tasks.settings().redis_url)).scripts, timeout_s=30)
+    alive, gone = registration_for("web-a@box", 150), registration_for("web-b@box", 50)
+    registry.beat(gone, leaving=True)  # a node that left: listed, not on the ring
+    registry.beat(alive)
+    try:
+        browser.get(f"{dashboard_url}/?token={token}")
+        rows = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#nodes tbody tr[data-node]") or None,
+                     "the ring nodes are listed")  # fmt: skip
+        cells = {row.get_attribute("data-node"): [c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows}
+        assert cells["web-a@box"][:5] == ["web-a@box", "150", "up", "100.0%", "0"]
+        assert cells["web-b@box"][:3] == ["web-b@box", "50", "left"]
+        assert "1 of 2 alive" in text_of(browser, "#nodes-caption")
+    finally:
+        registry.beat(alive, leaving=True)
+        for name in ("web-a@box", "web-b@box"):
+            registry.forget(name)
