@@ -8,9 +8,14 @@ claimed down by exactly one watcher, which
 1. takes back every leased batch of every running job whose host the dead node owned, so the
    URLs go to the hosts' new owners now, not when the leases run out (``FrontierQueue.hand_over``:
    no attempt counted, each host waits its interval or Crawl-delay from now);
-2. drops the messages left on the dead node's own queue (their leases are gone: a late copy is
-   refused as stale by ``start_lease``);
+2. moves the messages left on the dead node's own queue to the shared download queue, where any
+   worker passes each on to its host's owner now (``pass_on_to``); their leases are gone, so the
+   owner finds them stale (``start_lease``) or, if the dead node had fetched and released the
+   batch but died before its analysis was sent, sends that analysis;
 3. sends an alert.
+
+The dead node's unacknowledged messages come back to its queue after the broker's visibility
+timeout; every watcher keeps moving them on while the node is listed down.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ class HandoverReport:
     node: str
     batches: int
     urls: int
-    messages_dropped: int
+    messages_moved: int
     jobs: int
 
 
@@ -95,18 +100,23 @@ class NodeWatcher:
         frontier: Frontier,
         registry: NodeRegistry,
         runtimes: RuntimeCache,
-        purge_queue: Callable[[str], int],
+        drain_queue: Callable[[str], int],
         alert: Callable[[str, Alert], Any] | None = None,
     ) -> None:
         self._frontier = frontier
         self._registry = registry
         self._runtimes = runtimes
-        self._purge_queue = purge_queue  # queue name -> messages dropped
+        self._drain_queue = drain_queue  # a node's queue -> messages moved to the shared one
         self._alert = alert
 
     def check(self, membership: Membership | None = None) -> list[HandoverReport]:
         """Hand over the work of every node silent past its timeout and the grace."""
         membership = membership or self._registry.membership()
+        for node in membership.nodes:
+            if node.down_at_ms is not None and not node.alive:
+                moved = self._drain_queue(node.queue)  # its unacknowledged messages, come back
+                if moved:
+                    logger.info("ring node %s is down: %d of its messages moved to the shared queue", node.name, moved)
         silent = membership.silent()
         deadline = membership.now_ms - membership.timeout_ms - HANDOVER_GRACE_MS
         due = [node for node in silent if (node.last_beat_ms or 0) < deadline]
@@ -136,13 +146,14 @@ class NodeWatcher:
             urls += self._frontier.queue.hand_over(job_id, mine, interval_ms)
             batches += len(mine)
             jobs += 1
-        dropped = self._purge_queue(node.queue)
+        moved = self._drain_queue(node.queue)
         silent_s = (membership.now_ms - (node.last_beat_ms or 0)) / 1000 if node.last_beat_ms else None
-        report = HandoverReport(node.name, batches, urls, dropped, jobs)
-        self._registry.note_down(node.name, {"batches": batches, "urls": urls, "dropped": dropped})
+        report = HandoverReport(node.name, batches, urls, moved, jobs)
+        self._registry.note_down(node.name, {"batches": batches, "urls": urls, "moved": moved})
+        silent = "?" if silent_s is None else f"{silent_s:.0f}"
         logger.warning("ring node %s is down (silent %s s): %d batches (%d URLs) of %d jobs handed over, "
-                       "%d messages dropped from %s", node.name, "?" if silent_s is None else f"{silent_s:.0f}",
-                       batches, urls, jobs, dropped, node.queue)  # fmt: skip
+                       "%d messages moved from %s to the shared queue", node.name, silent, batches, urls, jobs,
+                       moved, node.queue)  # fmt: skip
         if self._alert is not None:
             left = node.last_beat_ms == 0
             self._alert(
@@ -157,7 +168,7 @@ class NodeWatcher:
                         "weight": node.weight,
                         "batches": batches,
                         "urls": urls,
-                        "dropped_messages": dropped,
+                        "messages_moved": moved,
                         "alive_nodes": len(before.members) - 1,
                     },
                 ),

@@ -16,6 +16,7 @@ from typing import Any
 import redis
 import requests
 
+from celeryconfig import DOWNLOAD_QUEUE
 from engine.alerts import Alert, Alerter
 from engine.batch import CrawlEnv
 from engine.fetch_step import FetchContext
@@ -45,7 +46,7 @@ from storage.records import recover_spools as recover_record_spools
 from storage.warc import WarcWriter
 from storage.warc import recover_spools as recover_warc_spools
 from tasks.app import app
-from tasks.queues import purge_queue
+from tasks.queues import move_queue
 from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -351,8 +352,10 @@ def ring_keeper(node_name: str | None) -> RingKeeper:
 
     def build() -> RingKeeper:
         current = settings()
-        watcher = NodeWatcher(frontier(), node_registry(), runtimes(), lambda name: purge_queue(redis_client(), name),
-                              alert=alert)  # fmt: skip
+        # A dead node's messages (and those its unacknowledged ones come back as, after the visibility
+        # timeout) go to the shared queue; whoever takes one passes it on to its host's owner now.
+        watcher = NodeWatcher(frontier(), node_registry(), runtimes(),
+                              lambda name: move_queue(redis_client(), name, DOWNLOAD_QUEUE), alert=alert)  # fmt: skip
         weight = current.ring_weight
         registration = registration_for(node_name, weight) if (node_name and weight > 0) else None
         beat_s = min(2.0, current.node_timeout_s / 5)

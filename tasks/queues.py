@@ -6,7 +6,7 @@ from typing import Any
 
 from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE, DYNAMIC_QUEUE, queue_lists
 
-__all__ = ["purge_queue", "queue_lengths"]
+__all__ = ["move_queue", "queue_lengths"]
 
 
 def queue_lengths(client: Any) -> dict[str, int]:
@@ -21,12 +21,14 @@ def queue_lengths(client: Any) -> dict[str, int]:
     return {name: sum(counts[i * steps : (i + 1) * steps]) for i, name in enumerate(names)}
 
 
-def purge_queue(client: Any, name: str) -> int:
-    """Drop every message waiting on queue ``name`` (all priority steps); return how many."""
-    pipe = client.pipeline(transaction=True)
-    for key in queue_lists(name):
-        pipe.llen(key)
-    for key in queue_lists(name):
-        pipe.delete(key)
-    counts = pipe.execute()
-    return sum(counts[: len(queue_lists(name))])
+
+def move_queue(client: Any, source: str, target: str, limit: int = 100_000) -> int:
+    """Move the messages waiting on queue ``source`` to queue ``target``, oldest first, each to the
+    same priority step, to be taken next; return how many (at most ``limit``)."""
+    moved = 0
+    for source_list, target_list in zip(queue_lists(source), queue_lists(target), strict=True):
+        # kombu publishes with LPUSH and consumes from the right. Newest first onto the target's right
+        # end: the oldest ends up rightmost, taken first, and all of them before the target's own.
+        while moved < limit and client.lmove(source_list, target_list, "LEFT", "RIGHT") is not None:
+            moved += 1
+    return moved

@@ -110,10 +110,10 @@ def test_a_dead_nodes_batches_go_back_to_its_hosts_new_owners_and_no_other(clien
     before = registry.membership().ring
     owners = before.owners(hosts)
     assert set(owners.values()) == {"a@box", "b@box"}
-    purged: list[str] = []
+    drained: list[str] = []
     alerts: list[tuple[str, Alert]] = []
     cache = RuntimeCache(frontier, Settings(), session=None, client=client)
-    watcher = NodeWatcher(frontier, registry, cache, lambda q: purged.append(q) or 3,
+    watcher = NodeWatcher(frontier, registry, cache, lambda q: drained.append(q) or 3,
                           alert=lambda cause, alert: alerts.append((cause, alert)))  # fmt: skip
     assert watcher.check() == []  # nobody is dead
 
@@ -121,8 +121,8 @@ def test_a_dead_nodes_batches_go_back_to_its_hosts_new_owners_and_no_other(clien
     [report] = watcher.check()
     b_hosts = {h for h, owner in owners.items() if owner == "b@box"}
     assert (report.node, report.batches, report.urls) == ("b@box", len(b_hosts), len(b_hosts))
-    assert report.messages_dropped == 3
-    assert purged == ["download.node.b@box"]
+    assert report.messages_moved == 3
+    assert drained == ["download.node.b@box"]
     left = frontier.queue.leased_hosts(runtime.job_id)
     assert set(left.values()) == set(hosts) - b_hosts  # a's batches untouched
     state = frontier.jobs.raw_state(runtime.job_id)
@@ -139,6 +139,22 @@ def test_a_dead_nodes_batches_go_back_to_its_hosts_new_owners_and_no_other(clien
     [(cause, alert)] = alerts
     assert cause == "node:b@box:down" and "left" in alert.subject and alert.details["batches"] == len(b_hosts)
     assert watcher.check() == []  # handed over once
+    # but its queue is drained at every check while it is down: its unacknowledged messages come back
+    assert drained == ["download.node.b@box"] * 2
+
+
+def test_a_dead_nodes_messages_move_to_the_shared_queue_first_in_line(client: redis.Redis) -> None:
+    from celeryconfig import queue_lists
+    from tasks.queues import move_queue
+
+    shared, own = queue_lists("download"), queue_lists("download.node.x@box")
+    client.lpush(shared[0], "waiting")
+    client.lpush(own[0], "m1", "m2")  # kombu publishes with LPUSH: m1 is the oldest
+    client.lpush(own[2], "low")
+    assert move_queue(client, "download.node.x@box", "download") == 3
+    assert [client.llen(key) for key in own] == [0, 0, 0, 0]
+    assert client.rpop(shared[0]) == "m1" and client.rpop(shared[0]) == "m2"  # taken next, oldest first
+    assert client.rpop(shared[0]) == "waiting" and client.lrange(shared[2], 0, -1) == ["low"]
 
 
 def test_the_listing_shows_each_nodes_hosts_and_the_dead(client: redis.Redis) -> None:

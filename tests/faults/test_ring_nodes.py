@@ -1,0 +1,255 @@
+"""Ring nodes that die, join, and a Redis restart while the ring changes, with real processes.
+
+Each test runs its own redis-server (AOF on), ring nodes as ``celery -A tasks worker`` processes
+with ``VCRAWL_NODE_WEIGHT`` in their own process groups, and loopback sites on distinct addresses
+that note which node's process fetched each request (``tests.cluster.socket_owner``). A job must
+complete with exactly the pages of an undisturbed run, each host fetched by one node at a time.
+`make test-faults` runs them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from cli.local_redis import LocalRedis
+from engine.status import job_status
+from frontier import Frontier
+from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
+from tests.site import TestSite
+from vcrawl.settings import Settings
+
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
+
+NODE_TIMEOUT_S = 3.0
+INTERVAL_S = 0.5
+PAGES = 16  # per host, besides its home page: ~8 s a host, so the ring changes mid-crawl
+Note = Any  # the fault_report fixture (tests/faults/conftest.py)
+
+
+def page(*links: str) -> str:
+    return "<html><body>" + "".join(f'<a href="{href}">{href}</a>' for href in links) + "</body></html>"
+
+
+@pytest.fixture
+def sites() -> Iterator[list[TestSite]]:
+    with ExitStack() as stack:
+        hosts = [stack.enter_context(TestSite(f"127.0.5.{n}")) for n in range(1, 11)]
+        for site in hosts:
+            site.add_page("/", page(*[f"/p{i}" for i in range(PAGES)]))
+            for i in range(PAGES):
+                site.add_page(f"/p{i}", page("/"))
+        yield hosts
+
+
+class Ring:
+    """Ring nodes of one test: started, killed and stopped by PID (each its own process group)."""
+
+    def __init__(self, env: dict[str, str], tmp: Path, sites: list[TestSite]) -> None:
+        self.env, self.tmp, self.sites = env, tmp, sites
+        self.nodes: dict[str, subprocess.Popen[bytes]] = {}
+        self.by_pid: dict[int, str] = {}
+        for site in sites:
+            site.identify = lambda port: self.by_pid.get(socket_owner(port, list(self.by_pid)) or 0)
+
+    def start(self, name: str, weight: int) -> None:
+        env = {**self.env, "VCRAWL_NODE_WEIGHT": str(weight)}
+        process = start_worker(env, name, self.tmp / f"{name}.log", concurrency=4)
+        self.nodes[name] = process
+        self.by_pid[process.pid] = name
+
+    def kill(self, name: str) -> None:
+        os.kill(self.nodes[name].pid, signal.SIGKILL)
+        self.nodes[name].wait(10)
+
+    def stop(self) -> None:
+        for process in self.nodes.values():
+            stop_worker(process)
+
+    def listing(self) -> dict[str, Any]:
+        return ring_listing(self.env)
+
+
+def owners(listing: dict[str, Any]) -> dict[str, str]:
+    return {host: row["name"].split("@")[0] for row in listing["nodes"] for host in row.get("hosts", ())}
+
+
+def wait_for(check: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout_s}s: {what}")
+
+
+def wait_done(url: str, job_id: str, timeout_s: float) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        try:
+            status = job_status(Frontier(redis.Redis.from_url(url)), job_id)
+        except redis.ConnectionError:
+            return None
+        return status if status is not None and status["state"] != "running" else None
+
+    return wait_for(done, timeout_s, f"job {job_id} done")
+
+
+def fetched_pages(sites: list[TestSite]) -> Counter[str]:
+    return Counter(site.url(seen.path) for site in sites for seen in site.seen if seen.path != "/robots.txt")
+
+
+def expected_pages(sites: list[TestSite]) -> set[str]:
+    return {site.url(path) for site in sites for path in ["/", *(f"/p{i}" for i in range(PAGES))]}
+
+
+def overlapping_fetchers(sites: list[TestSite], since: float) -> dict[str, list[str]]:
+    """Hosts whose requests after ``since`` came from more than one node."""
+    out = {}
+    for site in sites:
+        names = sorted({str(seen.client) for seen in site.seen if seen.at >= since})
+        if len(names) > 1:
+            out[site.base] = names
+    return out
+
+
+def settings_for(server: LocalRedis, data: Path, node_timeout_s: float = NODE_TIMEOUT_S) -> Settings:
+    return Settings(redis_url=server.url, data=str(data), node_timeout_s=node_timeout_s, total_timeout_s=5.0,
+                    visibility_timeout_s=30.0, max_retry_after_s=5.0)  # fmt: skip
+
+
+JOB = {"politeness": {"min_interval_s": INTERVAL_S, "jitter": 0, "per_host": 1}}
+
+
+def run_with_a_kill(tmp_path: Path, sites: list[TestSite], node_timeout_s: float, note: Note) -> None:
+    with LocalRedis(tmp_path / "redis") as server:
+        env = cluster_env(settings_for(server, tmp_path / "data", node_timeout_s))
+        ring = Ring(env, tmp_path, sites)
+        try:
+            for name, weight in (("a", 150), ("b", 80), ("c", 200)):
+                ring.start(name, weight)
+            job_id = start_job(env, {**JOB, "seeds": [site.url("/") for site in sites]})
+            wait_for(lambda: len(fetched_pages(sites)) >= 25, 30, "25 pages fetched")
+            before = owners(ring.listing())
+            ring.kill("c")
+            killed_at = time.monotonic()
+            c_hosts = {host for host, name in before.items() if name == "c"}
+            assert c_hosts, before
+
+            def reowned() -> dict[str, str] | None:
+                listing = ring.listing()
+                rows = {row["name"].split("@")[0]: row for row in listing["nodes"]}
+                now = owners(listing)
+                return now if not rows["c"]["alive"] and set(now) == set(before) else None
+
+            after = wait_for(reowned, node_timeout_s + 15, "c listed down and its hosts re-owned")
+            reowned_s = time.monotonic() - killed_at
+            status = wait_done(server.url, job_id, 120)
+            handed = ring.listing()
+        finally:
+            ring.stop()
+    seen = fetched_pages(sites)
+    moved = {host for host in before if before[host] != after[host]}
+    note(fault=f"ring node c (weight 200 of 430) SIGKILLed mid-crawl, node timeout {node_timeout_s:g} s",
+         reowned_s=round(reowned_s, 1), hosts_moved=len(moved), hosts_of_c=len(c_hosts),
+         refetched=sum(seen.values()) - len(seen), state=status["state"])  # fmt: skip
+    assert status["state"] == "completed", status
+    assert set(seen) == expected_pages(sites) and status["pages_stored"] == len(expected_pages(sites))
+    assert moved == c_hosts  # only c's hosts moved, each to a surviving node
+    assert {after[host] for host in c_hosts} <= {"a", "b"}
+    assert sum(seen.values()) - len(seen) <= len(c_hosts)  # at most c's in-flight URL per host again
+    assert reowned_s <= node_timeout_s + 5
+    down = {row["name"].split("@")[0]: row for row in handed["nodes"]}["c"]
+    assert down["state"] == "down" and down["hosts_owned"] == 0
+    # while the ring stood, and after c was out, one node per host
+    assert overlapping_fetchers(sites, since=killed_at + node_timeout_s + 3) == {}
+
+
+def test_a_ring_node_sigkilled_mid_crawl_its_hosts_move_and_nothing_is_lost(
+    tmp_path: Path, sites: list[TestSite], fault_report: Note
+) -> None:
+    run_with_a_kill(tmp_path, sites, NODE_TIMEOUT_S, fault_report)
+
+
+def test_at_the_shipped_node_timeout_a_dead_nodes_hosts_move_too(
+    tmp_path: Path, sites: list[TestSite], fault_report: Note
+) -> None:
+    # The twin of the test above at VCRAWL_NODE_TIMEOUT_S's default (30 s).
+    run_with_a_kill(tmp_path, sites, Settings().node_timeout_s, fault_report)
+
+
+def test_a_node_joining_mid_crawl_takes_its_share_and_the_job_completes(
+    tmp_path: Path, sites: list[TestSite], fault_report: Note
+) -> None:
+    with LocalRedis(tmp_path / "redis") as server:
+        env = cluster_env(settings_for(server, tmp_path / "data"))
+        ring = Ring(env, tmp_path, sites)
+        try:
+            ring.start("a", 100)
+            ring.start("b", 100)
+            job_id = start_job(env, {**JOB, "seeds": [site.url("/") for site in sites]})
+            wait_for(lambda: len(fetched_pages(sites)) >= 20, 30, "20 pages fetched")
+            before = owners(ring.listing())
+            ring.start("e", 300)
+            joined_at = time.monotonic()
+            after = wait_for(lambda: (o := owners(ring.listing())) and "e" in o.values() and o, 15, "e owns hosts")
+            status = wait_done(server.url, job_id, 120)
+        finally:
+            ring.stop()
+    seen = fetched_pages(sites)
+    moved = {host for host in before if before[host] != after[host]}
+    e_fetched = sum(1 for site in sites for s in site.seen if s.client == "e")
+    fault_report(fault="ring node e (weight 300) joined a and b (100 each) mid-crawl", hosts_moved=len(moved),
+                 hosts=len(before), e_pages=e_fetched, state=status["state"])  # fmt: skip
+    assert status["state"] == "completed", status
+    assert set(seen) == expected_pages(sites) and sum(seen.values()) == len(seen)  # nothing twice
+    assert moved and all(after[host] == "e" for host in moved)  # hosts move only to the newcomer
+    assert e_fetched > 0
+    assert overlapping_fetchers(sites, since=joined_at + 3) == {}
+
+
+def test_redis_restarted_while_a_dead_node_is_handed_over_loses_nothing(
+    tmp_path: Path, sites: list[TestSite], fault_report: Note
+) -> None:
+    server = LocalRedis(tmp_path / "redis").start()
+    port = server.port
+    env = cluster_env(replace(settings_for(server, tmp_path / "data"), visibility_timeout_s=10.0))
+    ring = Ring(env, tmp_path, sites)
+    try:
+        for name, weight in (("a", 150), ("b", 80), ("c", 200)):
+            ring.start(name, weight)
+        job_id = start_job(env, {**JOB, "seeds": [site.url("/") for site in sites]})
+        wait_for(lambda: len(fetched_pages(sites)) >= 25, 30, "25 pages fetched")
+        ring.kill("c")
+        time.sleep(NODE_TIMEOUT_S / 2)  # inside c's timeout: the ring is changing
+        server.stop()  # SIGTERM: Redis writes its AOF and exits
+        time.sleep(1.0)
+        server = LocalRedis(tmp_path / "redis", port=port).start()
+        back_at = time.monotonic()
+        status = wait_done(server.url, job_id, 150)
+        listing = ring.listing()
+        fault_report(fault="ring node c SIGKILLed, Redis restarted (AOF) inside c's node timeout",
+                     completed_s_after_restart=round(time.monotonic() - back_at, 1))  # fmt: skip
+        assert all(ring.nodes[name].poll() is None for name in ("a", "b"))  # they reconnected by themselves
+    finally:
+        ring.stop()
+        server.stop()
+    seen = fetched_pages(sites)
+    fault_report(
+        state=status["state"], pages_expected=len(expected_pages(sites)), refetched=sum(seen.values()) - len(seen)
+    )
+    assert status["state"] == "completed", status
+    assert set(seen) == expected_pages(sites) and status["pages_stored"] == len(expected_pages(sites))
+    rows = {row["name"].split("@")[0]: row for row in listing["nodes"]}
+    assert rows["a"]["alive"] and rows["b"]["alive"] and not rows["c"]["alive"]
