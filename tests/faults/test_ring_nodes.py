@@ -224,7 +224,7 @@ def test_redis_restarted_while_a_dead_node_is_handed_over_loses_nothing(
 ) -> None:
     server = LocalRedis(tmp_path / "redis").start()
     port = server.port
-    env = cluster_env(replace(settings_for(server, tmp_path / "data"), visibility_timeout_s=10.0))
+    env = cluster_env(replace(settings_for(server, tmp_path / "data"), visibility_timeout_s=12.0))
     ring = Ring(env, tmp_path, sites)
     try:
         for name, weight in (("a", 150), ("b", 80), ("c", 200)):
