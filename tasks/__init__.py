@@ -278,8 +278,8 @@ def _start_pump(**_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
         deps.pump(dispatch_batch).start()
-        # On the ring (a ring node), and watching it for nodes that went silent (every worker).
-        deps.ring_keeper(_node.get("name")).start()
+    # On the ring (a ring node), and watching it for nodes that went silent (every worker).
+    deps.ring_keeper(_node.get("name")).start()
     try:  # records and WARC files a killed worker on this machine spooled but never shipped
         deps.recover_spools()
     except Exception:
@@ -290,7 +290,7 @@ def _start_pump(**_: Any) -> None:
 def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
         deps.pump(dispatch_batch).stop()
-        deps.ring_keeper(_node.get("name")).stop(leave=True)
+    deps.ring_keeper(_node.get("name")).stop(leave=True)
     _release_process_resources()
 
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Ignore
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from engine import analysis_batch, jobs
@@ -17,7 +18,6 @@ from frontier import Batch
 from tasks import deps
 from tasks.app import app
 from vcrawl.errors import ConfigError, InvalidTask, PermanentError
-from vcrawl.payloads import FetchedBatch
 
 __all__ = ["analysis_batch_failed", "analyze_batch", "dispatch_batch", "fetch_batch", "ring_node_queue"]
 
@@ -42,7 +42,10 @@ def fetch_batch(self: Task, job_id: str, batch: dict) -> dict:
         owner_queue = pass_on_to(parsed, arrived_on, deps.ring_queue(parsed.host))
         if owner_queue is not None:
             dispatch_batch(job_id, replace(parsed, hops=parsed.hops + 1), queue=owner_queue)
-            return FetchedBatch(job_id, parsed.batch_id, parsed.cycle).to_dict()  # nothing to analyse here
+            logger.info("batch %s of %s passed on to %s (its owner now)", parsed.batch_id, parsed.host, owner_queue)
+            # Acknowledged, and its linked analysis never sent: the owner's copy, with the same
+            # batch id, sends the one analysis whose admission counts.
+            raise Ignore()
     try:
         result = run_fetch_batch(deps.crawl_env(), job_id, parsed)
     except ConfigError as exc:  # no retry can mend it: the job fails and says why
