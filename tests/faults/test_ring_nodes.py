@@ -1,7 +1,8 @@
 """Ring nodes that die, join, and a Redis restart while the ring changes, with real processes.
 
 Each test runs its own redis-server (AOF on), ring nodes as ``celery -A tasks worker`` processes
-with ``VCRAWL_NODE_WEIGHT`` in their own process groups, and loopback sites on distinct addresses
+with ``VCRAWL_NODE_WEIGHT``, each with its own node name and home, all storing to the WebHDFS
+test server (no node reads another's disk), and loopback sites on distinct addresses
 that note which node's process fetched each request (``tests.cluster.socket_owner``). A job must
 complete with exactly the pages of an undisturbed run, each host fetched by one node at a time.
 `make test-faults` runs them.
@@ -28,6 +29,7 @@ from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
 from tests.site import Response, TestSite
+from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -64,7 +66,9 @@ class Ring:
             site.identify = lambda port: self.by_pid.get(socket_owner(port, list(self.by_pid)) or 0)
 
     def start(self, name: str, weight: int, concurrency: int = 4, loglevel: str = "WARNING") -> None:
-        env = {**self.env, "VCRAWL_NODE_WEIGHT": str(weight)}
+        home = self.tmp / f"home-{name}"  # its own spools and temp files: nodes share no disk
+        home.mkdir(exist_ok=True)
+        env = {**self.env, "VCRAWL_NODE_WEIGHT": str(weight), "HOME": str(home), "TMPDIR": str(home)}
         process = start_worker(env, name, self.tmp / f"{name}.log", concurrency=concurrency, loglevel=loglevel)
         self.nodes[name] = process
         self.by_pid[process.pid] = name
@@ -124,17 +128,27 @@ def overlapping_fetchers(sites: list[TestSite], since: float) -> dict[str, list[
     return out
 
 
-def settings_for(server: LocalRedis, data: Path, node_timeout_s: float = NODE_TIMEOUT_S) -> Settings:
-    return Settings(redis_url=server.url, data=str(data), node_timeout_s=node_timeout_s, total_timeout_s=5.0,
-                    visibility_timeout_s=30.0, max_retry_after_s=5.0)  # fmt: skip
+@pytest.fixture
+def hdfs() -> Iterator[WebHdfsTestServer]:
+    """Where every node stores: no node reads another's disk (the WebHDFS protocol-level test server)."""
+    with WebHdfsTestServer() as server:
+        yield server
+
+
+def settings_for(server: LocalRedis, hdfs: WebHdfsTestServer, node_timeout_s: float = NODE_TIMEOUT_S) -> Settings:
+    return Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl",
+                    node_timeout_s=node_timeout_s, total_timeout_s=5.0, visibility_timeout_s=30.0,
+                    max_retry_after_s=5.0)  # fmt: skip
 
 
 JOB = {"politeness": {"min_interval_s": INTERVAL_S, "jitter": 0, "per_host": 1}}
 
 
-def run_with_a_kill(tmp_path: Path, sites: list[TestSite], node_timeout_s: float, note: Note) -> None:
+def run_with_a_kill(
+    tmp_path: Path, sites: list[TestSite], hdfs: WebHdfsTestServer, node_timeout_s: float, note: Note
+) -> None:
     with LocalRedis(tmp_path / "redis") as server:
-        env = cluster_env(settings_for(server, tmp_path / "data", node_timeout_s))
+        env = cluster_env(settings_for(server, hdfs, node_timeout_s))
         ring = Ring(env, tmp_path, sites)
         try:
             for name, weight in (("a", 150), ("b", 80), ("c", 200)):
@@ -160,12 +174,14 @@ def run_with_a_kill(tmp_path: Path, sites: list[TestSite], node_timeout_s: float
         finally:
             ring.stop()
     seen = fetched_pages(sites)
+    stored = hdfs.walk(f"/crawl/jobs/{job_id}/pages")
     moved = {host for host in before if before[host] != after[host]}
     note(fault=f"ring node c (weight 200 of 430) SIGKILLed mid-crawl, node timeout {node_timeout_s:g} s",
          reowned_s=round(reowned_s, 1), hosts_moved=len(moved), hosts_of_c=len(c_hosts),
          refetched=sum(seen.values()) - len(seen), state=status["state"])  # fmt: skip
     assert status["state"] == "completed", status
     assert set(seen) == expected_pages(sites) and status["pages_stored"] == len(expected_pages(sites))
+    assert len(stored) == len(expected_pages(sites))  # every page on HDFS, whichever node fetched it
     assert moved == c_hosts  # only c's hosts moved, each to a surviving node
     assert {after[host] for host in c_hosts} <= {"a", "b"}
     assert sum(seen.values()) - len(seen) <= len(c_hosts)  # at most c's in-flight URL per host again
@@ -177,14 +193,14 @@ def run_with_a_kill(tmp_path: Path, sites: list[TestSite], node_timeout_s: float
 
 
 def test_a_ring_node_sigkilled_mid_crawl_its_hosts_move_and_nothing_is_lost(
-    tmp_path: Path, sites: list[TestSite], fault_report: Note
+    tmp_path: Path, sites: list[TestSite], hdfs: WebHdfsTestServer, fault_report: Note
 ) -> None:
     # At the shipped VCRAWL_NODE_TIMEOUT_S (30 s): what users run. The other tests shorten it to 3 s.
-    run_with_a_kill(tmp_path, sites, Settings().node_timeout_s, fault_report)
+    run_with_a_kill(tmp_path, sites, hdfs, Settings().node_timeout_s, fault_report)
 
 
 def test_a_node_joining_mid_crawl_takes_its_share_and_the_job_completes(
-    tmp_path: Path, sites: list[TestSite], fault_report: Note
+    tmp_path: Path, sites: list[TestSite], hdfs: WebHdfsTestServer, fault_report: Note
 ) -> None:
     # One thread on node a and slow pages: a's queue holds a backlog of batches when e joins, so
     # those of e's hosts reach a after their owner changed and must be passed on to e.
@@ -192,7 +208,7 @@ def test_a_node_joining_mid_crawl_takes_its_share_and_the_job_completes(
         for i in range(PAGES):
             site.add_response(f"/p{i}", Response(page("/").encode(), delay_s=0.15))
     with LocalRedis(tmp_path / "redis") as server:
-        env = cluster_env(settings_for(server, tmp_path / "data"))
+        env = cluster_env(settings_for(server, hdfs))
         ring = Ring(env, tmp_path, sites)
         try:
             ring.start("a", 100, concurrency=1, loglevel="INFO")
@@ -220,11 +236,11 @@ def test_a_node_joining_mid_crawl_takes_its_share_and_the_job_completes(
 
 
 def test_redis_restarted_while_a_dead_node_is_handed_over_loses_nothing(
-    tmp_path: Path, sites: list[TestSite], fault_report: Note
+    tmp_path: Path, sites: list[TestSite], hdfs: WebHdfsTestServer, fault_report: Note
 ) -> None:
     server = LocalRedis(tmp_path / "redis").start()
     port = server.port
-    env = cluster_env(replace(settings_for(server, tmp_path / "data"), visibility_timeout_s=12.0))
+    env = cluster_env(replace(settings_for(server, hdfs), visibility_timeout_s=12.0))
     ring = Ring(env, tmp_path, sites)
     try:
         for name, weight in (("a", 150), ("b", 80), ("c", 200)):
