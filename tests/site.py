@@ -15,6 +15,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+def link_page(*links: str) -> str:
+    """An HTML page that links to ``links``."""
+    return "<html><body>" + "".join(f'<a href="{href}">{href}</a>' for href in links) + "</body></html>"
+
+
 @dataclass
 class Response:
     """One scripted response."""

@@ -28,7 +28,7 @@ from cli.local_redis import LocalRedis
 from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
-from tests.site import Response, TestSite
+from tests.site import Response, TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
 
@@ -40,18 +40,14 @@ PAGES = 16  # per host, besides its home page: ~8 s a host, so the ring changes 
 Note = Any  # the fault_report fixture (tests/faults/conftest.py)
 
 
-def page(*links: str) -> str:
-    return "<html><body>" + "".join(f'<a href="{href}">{href}</a>' for href in links) + "</body></html>"
-
-
 @pytest.fixture
 def sites() -> Iterator[list[TestSite]]:
     with ExitStack() as stack:
         hosts = [stack.enter_context(TestSite(f"127.0.5.{n}")) for n in range(1, 11)]
         for site in hosts:
-            site.add_page("/", page(*[f"/p{i}" for i in range(PAGES)]))
+            site.add_page("/", link_page(*[f"/p{i}" for i in range(PAGES)]))
             for i in range(PAGES):
-                site.add_page(f"/p{i}", page("/"))
+                site.add_page(f"/p{i}", link_page("/"))
         yield hosts
 
 
@@ -72,6 +68,14 @@ class Ring:
         process = start_worker(env, name, self.tmp / f"{name}.log", concurrency=concurrency, loglevel=loglevel)
         self.nodes[name] = process
         self.by_pid[process.pid] = name
+
+    def crawl_with_three_nodes(self) -> str:
+        """Nodes a, b, c (weights 150, 80, 200) crawl the sites; return the job once it is under way."""
+        for name, weight in (("a", 150), ("b", 80), ("c", 200)):
+            self.start(name, weight)
+        job_id = start_job(self.env, {**JOB, "seeds": [site.url("/") for site in self.sites]})
+        wait_for(lambda: len(fetched_pages(self.sites)) >= 25, 30, "25 pages fetched")
+        return job_id
 
     def kill(self, name: str) -> None:
         os.kill(self.nodes[name].pid, signal.SIGKILL)
@@ -151,10 +155,7 @@ def run_with_a_kill(
         env = cluster_env(settings_for(server, hdfs, node_timeout_s))
         ring = Ring(env, tmp_path, sites)
         try:
-            for name, weight in (("a", 150), ("b", 80), ("c", 200)):
-                ring.start(name, weight)
-            job_id = start_job(env, {**JOB, "seeds": [site.url("/") for site in sites]})
-            wait_for(lambda: len(fetched_pages(sites)) >= 25, 30, "25 pages fetched")
+            job_id = ring.crawl_with_three_nodes()
             before = owners(ring.listing())
             ring.kill("c")
             killed_at = time.monotonic()
@@ -206,7 +207,7 @@ def test_a_node_joining_mid_crawl_takes_its_share_and_the_job_completes(
     # those of e's hosts reach a after their owner changed and must be passed on to e.
     for site in sites:
         for i in range(PAGES):
-            site.add_response(f"/p{i}", Response(page("/").encode(), delay_s=0.15))
+            site.add_response(f"/p{i}", Response(link_page("/").encode(), delay_s=0.15))
     with LocalRedis(tmp_path / "redis") as server:
         env = cluster_env(settings_for(server, hdfs))
         ring = Ring(env, tmp_path, sites)
@@ -243,10 +244,7 @@ def test_redis_restarted_while_a_dead_node_is_handed_over_loses_nothing(
     env = cluster_env(replace(settings_for(server, hdfs), visibility_timeout_s=12.0))
     ring = Ring(env, tmp_path, sites)
     try:
-        for name, weight in (("a", 150), ("b", 80), ("c", 200)):
-            ring.start(name, weight)
-        job_id = start_job(env, {**JOB, "seeds": [site.url("/") for site in sites]})
-        wait_for(lambda: len(fetched_pages(sites)) >= 25, 30, "25 pages fetched")
+        job_id = ring.crawl_with_three_nodes()
         ring.kill("c")
         time.sleep(NODE_TIMEOUT_S / 2)  # inside c's timeout: the ring is changing
         server.stop()  # SIGTERM: Redis writes its AOF and exits

@@ -26,7 +26,7 @@ from cli.local_redis import LocalRedis
 from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
-from tests.site import TestSite
+from tests.site import TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
 
@@ -37,19 +37,15 @@ PAGES = 10  # per host, besides its home page
 WEIGHTS = {"r1": 150, "r2": 80, "r3": 200}
 
 
-def page(*links: str) -> str:
-    return "<html><body>" + "".join(f'<a href="{href}">{href}</a>' for href in links) + "</body></html>"
-
-
 @pytest.fixture
 def sites() -> Iterator[list[TestSite]]:
     with ExitStack() as stack:
         hosts = [stack.enter_context(TestSite(f"127.0.4.{n}")) for n in range(1, 13)]
         for index, site in enumerate(hosts):
             neighbour = hosts[(index + 1) % len(hosts)]
-            site.add_page("/", page(*[f"/p{i}" for i in range(PAGES)], neighbour.url("/")))
+            site.add_page("/", link_page(*[f"/p{i}" for i in range(PAGES)], neighbour.url("/")))
             for i in range(PAGES):
-                site.add_page(f"/p{i}", page("/", f"/p{(i + 1) % PAGES}"))
+                site.add_page(f"/p{i}", link_page("/", f"/p{(i + 1) % PAGES}"))
             site.add_page("/robots.txt", "User-agent: *\nDisallow: /private/\n", content_type="text/plain")
         yield hosts
 
