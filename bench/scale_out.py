@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import socket
@@ -182,6 +183,7 @@ class Point:
                 nc.cpu_s([server_pid]),
             )
             busy0, total0 = nc.machine_busy_s()
+            me0 = nc.cpu_s([os.getpid()])
             t0 = time.monotonic()
             job_id = tasks.start_job(job)
             deadline = t0 + timeout_s
@@ -197,6 +199,7 @@ class Point:
                 nc.cpu_s([server_pid]),
             )
             busy1, total1 = nc.machine_busy_s()
+            me1 = nc.cpu_s([os.getpid()])
         final_state = tasks.job_state(job_id)
         time.sleep(1.5)  # the server flushes its access log every second
         score = nc.evaluate(state, offset, self.delay_s or None)
@@ -220,6 +223,9 @@ class Point:
             "conn_samples": conns.samples,
             "server_cores": round((s1 - s0) / wall, 2),
             "machine_busy": round((busy1 - busy0) / max(1e-9, total1 - total0), 3),
+            "bench_cores": round((me1 - me0) / wall, 2),
+            # CPU of everything else on the machine (another user's work shows here)
+            "other_cores": round(((busy1 - busy0) - (w1 - w0) - redis_cpu - (s1 - s0) - (me1 - me0)) / wall, 2),
             "redis_saturation_pages_s": round(1000 / max(1e-9, 1000 * redis_cpu / fetched)),
         }  # fmt: skip
         if self.delay_s:
@@ -251,7 +257,10 @@ def per_host_bound(state: Path, offset: int, fetched: int, delay_s: float) -> fl
 def limit_of(row: dict[str, Any]) -> str:
     """What bounds a point, from its own figures (a rule of thumb; the docs discuss it)."""
     if row["machine_busy"] >= 0.9:
-        return f"CPU: machine {row['machine_busy']:.0%} busy (workers {row['worker_cores']} cores)"
+        return (
+            f"CPU: machine {row['machine_busy']:.0%} busy (workers {row['worker_cores']}, Redis "
+            f"{row['redis_cores']}, site {row['server_cores']}, others {row['other_cores']} cores)"
+        )
     if "per_host_bound" in row and row["pages_per_s"] >= 0.8 * row["per_host_bound"]:
         return f"politeness: {row['pages_per_s'] / row['per_host_bound']:.0%} of the per-host bound"
     if "concurrency_bound" in row and row["pages_per_s"] >= 0.6 * row["concurrency_bound"]:
@@ -264,14 +273,14 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     points = [r for r in rows if "pages_per_s" in r]
     print(
         "\n| site | nodes | queue | pages/s | worker CPU ms/page | Redis CPU ms/page | Redis commands/page "
-        "| connections/page | machine busy | Redis saturates at (pages/s) | limit |"
+        "| connections/page | machine busy | other work (cores) | Redis saturates at (pages/s) | limit |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in points:
         print(
             f"| {r['site']} | {r['nodes']} | {r['mode']} | {r['pages_per_s']} | {r['worker_cpu_ms_per_page']} "
             f"| {r['redis_cpu_ms_per_page']} | {r['redis_commands_per_page']} | {r['connections_per_page']} "
-            f"| {r['machine_busy']:.0%} | {r['redis_saturation_pages_s']} | {r['limit']} |"
+            f"| {r['machine_busy']:.0%} | {r['other_cores']} | {r['redis_saturation_pages_s']} | {r['limit']} |"
         )
     for r in rows:
         if "error" in r:
