@@ -63,6 +63,8 @@ def main() -> int:
     parser.add_argument("--kill-at", type=float, default=20.0, help="seconds after submit to kill C")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds after C's hosts are re-owned to start E")
     parser.add_argument("--timeout", type=float, default=600.0, help="hard stop of the crawl, seconds")
+    parser.add_argument("--stall", type=float, default=60.0, help="give up on a job with nothing queued, "
+                        "nothing in flight and no counter moving for this long (s)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="smoke run: 60 hosts, 900 pages, Crawl-delay 3")
     parser.add_argument("--out", default="/tmp/vcrawl-ring-experiment.jsonl", help="JSON lines")
     args = parser.parse_args()
@@ -74,7 +76,7 @@ def main() -> int:
         for row in rows:
             out.write(json.dumps(row) + "\n")
     print_table(rows)
-    return 0 if rows and rows[-1].get("kind") == "summary" else 1
+    return 0 if rows and rows[-1].get("kind") == "summary" and rows[-1]["state"] == "completed" else 1
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -169,6 +171,8 @@ def experiment(
     # Stage 3 until the job ends
     deadline = t0 + args.timeout
     last = after_e
+    stuck: dict[str, Any] | None = None
+    seen, since = None, time.monotonic()
     while time.time() < deadline and tasks.job_state(job_id) not in ("completed", "failed", "cancelled"):
         for letter, node in nodes.items():
             if letter != "C" and not node.running():
@@ -176,6 +180,18 @@ def experiment(
         last_try = listing(tasks)
         if last_try["hosts"]:
             last = last_try
+        status = tasks.job_status(job_id) or {}
+        now_seen = tuple(status.get(k) for k in ("pending", "queued", "in_flight_batches", "analysed", "pages_fetched"))
+        if now_seen != seen:
+            seen, since = now_seen, time.monotonic()
+        elif (
+            status.get("queued") == 0 and status.get("in_flight_batches") == 0 and time.monotonic() - since > args.stall
+        ):
+            # nothing queued, nothing in flight, no counter moving: the job will not end by itself
+            stuck = {k: status.get(k) for k in ("pending", "queued", "in_flight_batches", "pages_stored", "analysed",
+                                                "handed_over", "pages_fetched", "state")}  # fmt: skip
+            print(f">>> job stuck for {args.stall:g} s: {stuck}", file=sys.stderr, flush=True)
+            break
         time.sleep(1)
     t1 = time.time()
     final = listing(tasks)
@@ -195,7 +211,7 @@ def experiment(
         "crawl_delay_violated_hosts": score["crawl_delay_violated_hosts"],
         "crawl_delay_hosts": score.get("crawl_delay_hosts"), "duplicate_page_fetches": score["duplicate_page_fetches"],
         "requests": score["requests"], "pages_by_node": pages_of(final),
-        "c_hosts_at_kill": len(hosts_of(before_kill).get("C", [])),
+        "c_hosts_at_kill": len(hosts_of(before_kill).get("C", [])), "stuck": stuck,
     })  # fmt: skip
     for row in rows:
         print(json.dumps(row), flush=True)
@@ -346,8 +362,10 @@ def print_table(rows: list[dict[str, Any]]) -> None:
             f"({c['ideal_note']}) | {c['moved_between_other_nodes']} | {c['listing_after_s']:g} s |"
         )
     for s in (r for r in rows if r.get("kind") == "summary"):
+        if s.get("stuck"):
+            print(f"\nThe job did not complete: nothing queued or in flight, no counter moving: {s['stuck']}")
         print(
-            f"\nJob {s['state']} in {s['wall_s']} s; C killed at {s['kill_at_s']} s, out of the listing "
+            f"\nJob {s['state']} after {s['wall_s']} s; C killed at {s['kill_at_s']} s, out of the listing "
             f"{s['c_out_after_s']} s later; C's hosts fetched again {s['c_hosts_refetch_first_s']}-"
             f"{s['c_hosts_refetch_max_s']} s after the kill (median {s['c_hosts_refetch_median_s']}); E in "
             f"{s['e_in_after_s']} s after its start. Recall {s['recall']} ({s['reachable_fetched']}/"
