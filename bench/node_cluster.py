@@ -181,11 +181,11 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
-def cpu_s(pids: list[int]) -> float:
-    """utime + stime (seconds) of these processes and of all their descendants alive now."""
+def cpu_s(pids: list[int], descendants: bool = True) -> float:
+    """utime + stime (seconds) of these processes and (``descendants``) of all their descendants alive now."""
     total = 0.0
     for root in pids:
-        for pid in tree_pids(root):
+        for pid in tree_pids(root) if descendants else [root]:
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:

@@ -183,7 +183,7 @@ class Point:
                 nc.cpu_s([server_pid]),
             )
             busy0, total0 = nc.machine_busy_s()
-            me0 = nc.cpu_s([os.getpid()])
+            me0 = nc.cpu_s([os.getpid()], descendants=False)  # its children are measured apart
             t0 = time.monotonic()
             job_id = tasks.start_job(job)
             deadline = t0 + timeout_s
@@ -199,7 +199,7 @@ class Point:
                 nc.cpu_s([server_pid]),
             )
             busy1, total1 = nc.machine_busy_s()
-            me1 = nc.cpu_s([os.getpid()])
+            me1 = nc.cpu_s([os.getpid()], descendants=False)  # its children are measured apart
         final_state = tasks.job_state(job_id)
         time.sleep(1.5)  # the server flushes its access log every second
         score = nc.evaluate(state, offset, self.delay_s or None)
