@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs
+.PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs \
+	ring-experiment scale-out
 
 setup: system-packages $(STAMP)
 
@@ -67,6 +68,18 @@ compare: setup
 SOAK_ARGS ?=
 soak: setup
 	bench/run.sh soak $(SOAK_ARGS)
+
+# The host ring experiment (docs/scale-out.md): nodes A150 B80 C200 D40 on 200 hosts, C SIGKILLed, E300
+# added; host and URL shares, hosts moved, recall and politeness. About 4 minutes; RING_ARGS=--quick.
+RING_ARGS ?=
+ring-experiment: setup
+	bench/run.sh ring $(RING_ARGS)
+
+# Pages/s, CPU, Redis commands and connections per page with 1, 2 and 4 worker nodes, ring and shared
+# queue, politeness off and polite (docs/scale-out.md). About 10 minutes; SCALE_ARGS=--quick.
+SCALE_ARGS ?=
+scale-out: setup
+	bench/run.sh scale $(SCALE_ARGS)
 
 # The manual (docs/, Sphinx + MyST) with warnings as errors; its tools are the `docs` extra.
 DOCS_STAMP := $(VENV)/.docs-installed

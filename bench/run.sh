@@ -36,6 +36,18 @@ if [ "${1:-}" = soak ]; then
   exec .venv/bin/python bench/soak.py "$@"
 fi
 
+# `bench/run.sh ring [options]` (make ring-experiment): the host ring experiment A150 B80 C200 D40, -C, +E300.
+if [ "${1:-}" = ring ]; then
+  shift
+  exec .venv/bin/python bench/ring_experiment.py "$@"
+fi
+
+# `bench/run.sh scale [options]` (make scale-out): pages/s with 1, 2 and 4 nodes, ring and shared queue.
+if [ "${1:-}" = scale ]; then
+  shift
+  exec .venv/bin/python bench/scale_out.py "$@"
+fi
+
 if [ "${1:-}" = compare ]; then
   shift
   exec .venv/bin/python bench/compare.py "$@"
