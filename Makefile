@@ -41,13 +41,14 @@ browser-packages:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$need; \
 	fi
 
+# Two processes (pytest-xdist), each with its own Redis and worker; a file's tests stay together.
 test: setup browser-packages
-	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 # Workers SIGKILLed, Redis restarted, hosts going down, hostile sites: real processes, ~2 minutes.
 test-faults: setup
-	@$(PY) -m pytest -m faults tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
+	@$(PY) -m pytest -n 2 --dist loadfile -m faults tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-faults: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 # The fault suite again, printing what happened in each fault (pages, refetches, recovery time).
