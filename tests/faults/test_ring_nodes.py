@@ -179,7 +179,7 @@ def run_with_a_kill(
     stored = hdfs.walk(f"/crawl/jobs/{job_id}/pages")
     moved = {host for host in before if before[host] != after[host]}
     note(fault=f"ring node {victim} (of a 150, b 80, c 200) SIGKILLed mid-crawl, node timeout {node_timeout_s:g} s",
-         reowned_s=round(reowned_s, 1), hosts_moved=len(moved), hosts_of_c=len(c_hosts),
+         reowned_s=round(reowned_s, 1), hosts_moved=len(moved), hosts_of_the_dead_node=len(c_hosts),
          refetched=sum(seen.values()) - len(seen), state=status["state"])  # fmt: skip
     assert status["state"] == "completed", status
     assert set(seen) == expected_pages(sites) and status["pages_stored"] == len(expected_pages(sites))
