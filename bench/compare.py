@@ -40,7 +40,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -300,7 +299,7 @@ def run_one(case: str, tool: str, run: list[str] | Vcrawl, state: Path, work: Pa
         row["redis_commands_per_page"] = round(redis_cost["commands"] / fetched, 2)
         row["redis_cpu_ms_per_page"] = round(1000 * redis_cost["cpu_s"] / fetched, 3)
     if case == "c":
-        row.update(per_host_bound(log_path, offset, row, state, delay_s=0.5))
+        row.update(per_host_bound(offset, row, state, delay_s=0.5))
     return row
 
 
@@ -360,18 +359,9 @@ def job_for(manifest: dict[str, Any], per_host: int, delay_s: float, retry_after
     }
 
 
-def per_host_bound(log_path: Path, offset: int, row: dict[str, Any], state: Path, delay_s: float) -> dict[str, Any]:
+def per_host_bound(offset: int, row: dict[str, Any], state: Path, delay_s: float) -> dict[str, Any]:
     """The per-host bound of a polite run: pages / (the busiest host's requests x its delay)."""
-    manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
-    crawl_delays = {host: robots["crawl_delay"] or 0.0 for host, robots in manifest["robots"].items()}
-    requests: Counter[str] = Counter()
-    with open(log_path, "rb") as log:
-        log.seek(offset)
-        for line in log:
-            parts = line.split()
-            if len(parts) >= 6:
-                requests[parts[2].decode()] += 1
-    busiest_s = max((n * max(delay_s, crawl_delays.get(host, 0.0)) for host, n in requests.items()), default=0.0)
+    busiest_s = crawl_universe.busiest_host_s(state, offset, delay_s)
     bound = row["reachable_fetched"] / busiest_s if busiest_s else 0.0
     return {"per_host_bound": round(bound, 1), "busiest_host_s": round(busiest_s, 1)}
 

@@ -137,3 +137,22 @@ def universe_row(name: str, state: Path) -> dict[str, object]:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def busiest_host_s(state: Path, offset: int, delay_s: float) -> float:
+    """Seconds the busiest host needs for its requests of a run: requests x its interval (its
+    Crawl-delay when longer), from the universe's access log after ``offset``; a polite run's bound
+    is the pages fetched over this."""
+    from collections import Counter
+
+    st = json.loads(Path(state).read_text())
+    manifest = json.loads(Path(st["manifest"]).read_text())
+    crawl_delays = {host: robots["crawl_delay"] or 0.0 for host, robots in manifest["robots"].items()}
+    requests: Counter[str] = Counter()
+    with open(st["log"], "rb") as log:
+        log.seek(offset)
+        for line in log:
+            parts = line.split()
+            if len(parts) >= 6:
+                requests[parts[2].decode()] += 1
+    return max((n * max(delay_s, crawl_delays.get(host, 0.0)) for host, n in requests.items()), default=0.0)

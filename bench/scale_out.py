@@ -44,7 +44,6 @@ import socket
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -240,17 +239,7 @@ class Point:
 
 def per_host_bound(state: Path, offset: int, fetched: int, delay_s: float) -> float:
     """Pages / (the busiest host's requests x its interval, Crawl-delay included): a polite run's bound."""
-    st = json.loads(state.read_text())
-    manifest = json.loads(Path(st["manifest"]).read_text())
-    crawl_delays = {host: robots["crawl_delay"] or 0.0 for host, robots in manifest["robots"].items()}
-    requests: Counter[str] = Counter()
-    with open(st["log"], "rb") as log:
-        log.seek(offset)
-        for line in log:
-            parts = line.split()
-            if len(parts) >= 6:
-                requests[parts[2].decode()] += 1
-    busiest_s = max((n * max(delay_s, crawl_delays.get(host, 0.0)) for host, n in requests.items()), default=0.0)
+    busiest_s = nc.crawl_universe.busiest_host_s(state, offset, delay_s)
     return round(fetched / busiest_s, 1) if busiest_s else 0.0
 
 
