@@ -242,9 +242,10 @@ def test_redis_restarted_while_a_dead_node_is_handed_over_loses_nothing(
 ) -> None:
     server = LocalRedis(tmp_path / "redis").start()
     port = server.port
-    env = cluster_env(replace(settings_for(server, hdfs), visibility_timeout_s=12.0))
-    ring = Ring(env, tmp_path, sites)
-    try:
+    ring: Ring | None = None
+    try:  # from here on, the Redis we started is stopped whatever fails
+        env = cluster_env(replace(settings_for(server, hdfs), visibility_timeout_s=12.0))
+        ring = Ring(env, tmp_path, sites)
         job_id = ring.crawl_with_three_nodes()
         ring.kill("c")
         time.sleep(NODE_TIMEOUT_S / 2)  # inside c's timeout: the ring is changing
@@ -258,7 +259,8 @@ def test_redis_restarted_while_a_dead_node_is_handed_over_loses_nothing(
                      completed_s_after_restart=round(time.monotonic() - back_at, 1))  # fmt: skip
         assert all(ring.nodes[name].poll() is None for name in ("a", "b"))  # they reconnected by themselves
     finally:
-        ring.stop()
+        if ring is not None:
+            ring.stop()
         server.stop()
     seen = fetched_pages(sites)
     fault_report(
