@@ -174,15 +174,14 @@ class Point:
         client = redis.Redis.from_url(redis_server.url)
         worker_pids = [node.pid for node in nodes]
         offset = nc.log_offset(state)
+
+        def snapshot() -> tuple[Any, ...]:
+            """Redis INFO; CPU s of the nodes, Redis, the site; machine busy/total s; the bench's own CPU s."""
+            return (client.info(), nc.cpu_s(worker_pids), nc.cpu_s([redis_server.pid]), nc.cpu_s([server_pid]),
+                    *nc.machine_busy_s(), nc.cpu_s([os.getpid()], descendants=False))  # fmt: skip
+
         with nc.ConnectionCounter(self.port) as conns:
-            info0, w0, r0, s0 = (
-                client.info(),
-                nc.cpu_s(worker_pids),
-                nc.cpu_s([redis_server.pid]),
-                nc.cpu_s([server_pid]),
-            )
-            busy0, total0 = nc.machine_busy_s()
-            me0 = nc.cpu_s([os.getpid()], descendants=False)  # its children are measured apart
+            info0, w0, r0, s0, busy0, total0, me0 = snapshot()
             t0 = time.monotonic()
             job_id = tasks.start_job(job)
             deadline = t0 + timeout_s
@@ -191,14 +190,7 @@ class Point:
                     raise SystemExit(f"a node exited during the run; see {nodes[0].log.parent}")
                 time.sleep(0.2)
             wall = time.monotonic() - t0
-            info1, w1, r1, s1 = (
-                client.info(),
-                nc.cpu_s(worker_pids),
-                nc.cpu_s([redis_server.pid]),
-                nc.cpu_s([server_pid]),
-            )
-            busy1, total1 = nc.machine_busy_s()
-            me1 = nc.cpu_s([os.getpid()], descendants=False)  # its children are measured apart
+            info1, w1, r1, s1, busy1, total1, me1 = snapshot()
         final_state = tasks.job_state(job_id)
         time.sleep(1.5)  # the server flushes its access log every second
         score = nc.evaluate(state, offset, self.delay_s or None)

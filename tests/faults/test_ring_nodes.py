@@ -140,6 +140,11 @@ def hdfs() -> Iterator[WebHdfsTestServer]:
 
 
 def settings_for(server: LocalRedis, hdfs: WebHdfsTestServer, node_timeout_s: float = NODE_TIMEOUT_S) -> Settings:
+    # The node timeout is the ring's recovery path: the kill test runs it at the shipped 30 s. The
+    # visibility timeout (shipped 3600 s, at least MAX_RETRY_AFTER_S + TOTAL_TIMEOUT_S) is shortened
+    # so that analysis messages a killed node had reserved come back within the test; that path is
+    # the broker's redelivery (at its default a killed worker's reserved messages wait an hour: the
+    # subject of "completed means complete"), not the ring's.
     return Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl",
                     node_timeout_s=node_timeout_s, total_timeout_s=5.0, visibility_timeout_s=30.0,
                     max_retry_after_s=5.0)  # fmt: skip

@@ -15,7 +15,6 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import ExitStack
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,7 @@ def wait_completed(url: str, job_id: str, timeout_s: float) -> dict[str, Any]:
 def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites: list[TestSite]) -> None:
     with LocalRedis(tmp_path / "redis") as server, WebHdfsTestServer() as hdfs:
         settings = Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl")
-        base = cluster_env(replace(settings, total_timeout_s=10.0))
+        base = cluster_env(settings)  # the shipped timeouts
         workers = {}
         try:
             for name, weight in WEIGHTS.items():
@@ -106,6 +105,7 @@ def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites:
         host = site.base.removeprefix("http://")
         for seen in site.seen:
             fetched_by[host].add(seen.client)
+        assert len(site.requests_to("/robots.txt")) == 1  # fetched once, by the host's owner
         # politeness across nodes: one request at a time, INTERVAL_S apart (robots.txt included)
         times = sorted(seen.at for seen in site.seen)
         gaps = [b - a for a, b in itertools.pairwise(times)]
@@ -118,3 +118,31 @@ def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites:
     pages_seen = [seen.client for site in sites for seen in site.seen if seen.path != "/robots.txt"]
     seen_from = {name: pages_seen.count(name) for name in WEIGHTS}
     assert counted == seen_from
+
+
+def test_a_mixed_cluster_completes_with_job_batches_on_the_ring_node_only(
+    tmp_path: Path, sites: list[TestSite]
+) -> None:
+    # A worker without a weight shares the queues (analysis, the shared download queue) with one
+    # ring node: while the ring node is alive, every host's batches are its.
+    with LocalRedis(tmp_path / "redis") as server, WebHdfsTestServer() as hdfs:
+        settings = Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl")
+        base = cluster_env(settings)
+        ring_env = {**base, "VCRAWL_NODE_WEIGHT": "100"}
+        workers = {"ring": start_worker(ring_env, "ring", tmp_path / "ring.log", concurrency=4),
+                   "plain": start_worker(base, "plain", tmp_path / "plain.log", concurrency=4)}  # fmt: skip
+        try:
+            pids = {process.pid: name for name, process in workers.items()}
+            for site in sites:
+                site.identify = lambda port: pids.get(socket_owner(port, list(pids)) or 0)
+            listing = ring_listing(base)
+            politeness = {"min_interval_s": INTERVAL_S, "jitter": 0, "per_host": 1}
+            job_id = start_job(base, {"seeds": [site.url("/") for site in sites], "politeness": politeness})
+            status = wait_completed(server.url, job_id, 120)
+        finally:
+            for process in workers.values():
+                stop_worker(process)
+
+    assert [(row["name"].split("@")[0], row["weight"]) for row in listing["nodes"]] == [("ring", 100)]
+    assert status["state"] == "completed" and status["pages_stored"] == 12 * (PAGES + 1), status
+    assert {seen.client for site in sites for seen in site.seen} == {"ring"}

@@ -59,6 +59,21 @@ def test_a_node_is_alive_while_it_beats_and_out_after_its_timeout(client: redis.
     assert membership.queue_of("any.host:80") == "download.node.a@box"
 
 
+def test_at_the_shipped_node_timeout_a_node_is_out_after_30_s_and_claimed_once(client: redis.Redis) -> None:
+    # The twin of the two tests around it at VCRAWL_NODE_TIMEOUT_S's default: the beats are dated
+    # back on the Redis clock rather than waited for.
+    registry = NodeRegistry(Frontier(client).scripts, timeout_s=Settings().node_timeout_s)
+    for name in ("fresh@box", "stale@box"):
+        registry.beat(node(name))
+    now_ms = registry.membership().now_ms
+    client.zadd(redis_keys.NODE_BEATS, {"fresh@box": now_ms - 29_000, "stale@box": now_ms - 31_000})
+    membership = registry.membership()
+    assert {n.name: n.alive for n in membership.nodes} == {"fresh@box": True, "stale@box": False}
+    assert membership.ring.members == {"fresh@box": 100}
+    [silent] = membership.silent()
+    assert [registry.claim_down(silent) for _ in range(3)] == [True, False, False]
+
+
 def test_exactly_one_watcher_claims_a_death_and_a_node_that_beats_again_rejoins(client: redis.Redis) -> None:
     registry = NodeRegistry(Frontier(client).scripts, timeout_s=0.2)
     registry.beat(node("c@box"))
