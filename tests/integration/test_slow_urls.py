@@ -114,7 +114,11 @@ def test_a_host_that_keeps_timing_out_is_reported_at_the_shipped_rate_floor(
     site.add_page("/", page(*pits))
     for path in pits:
         site.add_response(path, tarpit(3.0))
-    limits = {"min_rate_bytes_s": shipped.min_rate_bytes_s, "slow_window_s": shipped.slow_window_s, "retries": 0}
+    # The shipped timeouts too: the session's 3 s read timeout would race the 3 s drip.
+    limits = {
+        name: getattr(shipped, name)
+        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "min_rate_bytes_s", "slow_window_s")
+    } | {"retries": 0}
 
     status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0}, "limits": limits}, timeout_s=120)
 
