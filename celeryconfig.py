@@ -67,6 +67,10 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
             "vcrawl.analyze_batch": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.analysis_batch_failed": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.start_cycle": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.batch_map": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.batch_reduce": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.batch_failed": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.start_batch_analysis": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
         },
         # Beat: schedules live in Redis (RedBeat), so they survive restarts, can change while
         # beat runs, and a lock lets only one beat fire when several are started.

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cli.analyze import add_analysis_commands
 from cli.nodes import add_nodes_command
 from cli.ops import add_ops_commands
 from cli.progress import follow, report, summary_of
@@ -92,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_ops_commands(commands)  # serve, pause, resume, config
     add_nodes_command(commands)  # nodes
+    add_analysis_commands(commands)  # analyze, reanalyze, analyzers
 
     schedule = commands.add_parser("schedule", help="recurring jobs run by Celery beat (stored in Redis)")
     actions = schedule.add_subparsers(required=True, metavar="ACTION")

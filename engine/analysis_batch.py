@@ -149,6 +149,8 @@ def run_analyze_batch(
         history=_page_history(batch.pages, set(not_analysed)),
         analysed_batch=batch.batch,
     )
+    if admission.completed and env.on_completed is not None:
+        env.on_completed(batch.job, batch.cycle)
     return {"job": batch.job, "batch": batch.batch, "admitted": admission.admitted,
             "completed": admission.completed}  # fmt: skip
 
@@ -257,8 +259,11 @@ def abandon_analysis(
     readable = tuple(page for page in map(_page_or_none, pages) if page is not None)
     # The same token as the analysis: if it did admit before failing, this changes nothing.
     history = _page_history(readable, {page.url for page in readable})
-    admit_links(runtime, env.frontier, _salvaged_links(fetched, carried), done=len(pages) + len(redirects),
-                token=f"a:{batch_id}", counters=counters, history=history, analysed_batch=batch_id)  # fmt: skip
+    links, done = _salvaged_links(fetched, carried), len(pages) + len(redirects)
+    admission = admit_links(runtime, env.frontier, links, done=done, token=f"a:{batch_id}", counters=counters,
+                            history=history, analysed_batch=batch_id)  # fmt: skip
+    if admission.completed and env.on_completed is not None:
+        env.on_completed(job_id, runtime.cycle)
 
 
 def _salvaged_links(fetched: Mapping[str, Any], carried: Mapping[str, Any] | None) -> list[Link]:

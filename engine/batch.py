@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from engine.alerts import Alert, Alerter
+from engine.fetch_log import log_lines
 from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, stops_batch
 from engine.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, RuntimeCache, lease_ms
@@ -57,6 +58,8 @@ class CrawlEnv:
     clock: Callable[[], float] = time.time
     host_alert: tuple[float, int] = (0.5, 20)  # alert when this share of a host's URLs failed, after this many
     proxies: ProxyHealth | None = None  # the cluster's proxy bench; None: draw from the pool blindly
+    fetch_log: Callable[[str], RecordWriter] | None = None  # job id -> this process's fetch log writer
+    on_completed: Callable[[str, int], None] | None = None  # (job, cycle): the job or cycle just completed
 
     def alert(self, cause: str, alert: Alert) -> bool:
         """Send ``alert`` unless one for ``cause`` went out in the alert window."""
@@ -123,6 +126,10 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     result = fetched.to_dict()
     handed_on = json.dumps(result, separators=(",", ":")) if fetched.done else ""
     now = round(env.clock(), 3)
+    if env.fetch_log is not None:  # before the release: a line is never missing, at worst written twice
+        log = env.fetch_log(job_id)
+        for line in log_lines(outcomes, batch.cycle, now):
+            log.append(line.to_json())
     failures = [(outcome.entry.url, outcome.reason) for outcome in outcomes if isinstance(outcome, Failed)]
     released = env.frontier.queue.release(
         job_id,
@@ -136,6 +143,8 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     )
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing.to_dict()
+    if released and env.on_completed is not None:
+        env.on_completed(job_id, batch.cycle)
     if failures:
         _check_host(env, runtime, batch.host, failures)
     return result

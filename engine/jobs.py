@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from analyzers.batch_registry import batch_analyzer_names
 from engine.alerts import Alert
 from engine.validation import check_rule
 from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher
@@ -95,6 +96,10 @@ def check_job(spec: JobSpec, fetchers: FetcherRegistry) -> None:
     """
     for index, rule in enumerate(spec.rules):
         check_rule(rule, fetchers, f"rules[{index}]")
+    known = batch_analyzer_names()
+    for index, name in enumerate(spec.batch_analyzers):
+        if name not in known:
+            raise InvalidTask(f"batch_analyzers[{index}]", f"no batch analyzer {name!r}; known: {', '.join(known)}")
 
 
 def scope_of(spec: JobSpec) -> Scope:

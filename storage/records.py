@@ -51,8 +51,13 @@ class RecordWriter:
         writer_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         spool_dir: str | None = None,
+        on_open: Callable[[str], None] | None = None,
+        on_ship: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_open``/``on_ship`` are called with the writer id when a part gets its first line and
+        when it is shipped (e.g. to tell readers a part is still to come)."""
         self._store = store
+        self._on_open, self._on_ship = on_open, on_ship
         self._prefix = prefix.rstrip("/")
         self._max_bytes, self._max_age_s = max_part_bytes, max_part_age_s
         self._writer_id = writer_id or f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
@@ -74,6 +79,8 @@ class RecordWriter:
         line = (json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             if self._spool is None:
+                if self._on_open is not None:
+                    self._on_open(self._writer_id)
                 self._spool = self._open_spool()
                 self._opened_at, self._size = self._clock(), 0
                 self._timer = threading.Timer(self._max_age_s, self._flush_when_old)
@@ -134,6 +141,8 @@ class RecordWriter:
             os.unlink(self._spool_path)  # while still locked, so no recovery ships it again
         spool.close()
         self.parts.append(location)
+        if self._on_ship is not None:
+            self._on_ship(self._writer_id)
 
     def _flush_when_old(self) -> None:
         # Runs on a timer, so a part of an idle worker still ships after max_part_age_s.

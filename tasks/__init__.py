@@ -31,8 +31,17 @@ from storage import Storage
 from storage import records as _records
 from tasks import deps
 from tasks import queues as _queues
+from tasks.analysis_facade import (
+    analysis_run,
+    analysis_runs,
+    analyze_job,
+    analyzers,
+    reanalyze_job,
+    start_analysis,
+)
 from tasks.analyze import analyze
 from tasks.app import app
+from tasks.batch_analysis import batch_map, batch_reduce, start_batch_analysis
 from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
 from tasks.crawl import crawl
 from tasks.failures import record_failure
@@ -50,9 +59,15 @@ __all__ = [
     "TERMINAL_STATES",
     "InvalidTask",
     "JobSpec",
+    "analysis_run",
+    "analysis_runs",
     "analyze",
     "analyze_batch",
+    "analyze_job",
+    "analyzers",
     "app",
+    "batch_map",
+    "batch_reduce",
     "cancel_job",
     "check_job",
     "check_settings",
@@ -71,6 +86,7 @@ __all__ = [
     "pause_job",
     "ping_workers",
     "queue_lengths",
+    "reanalyze_job",
     "reconfigure_job",
     "record_failure",
     "redis_info",
@@ -79,6 +95,8 @@ __all__ = [
     "ring_nodes",
     "schedule_store",
     "settings",
+    "start_analysis",
+    "start_batch_analysis",
     "start_cycle",
     "start_job",
     "status",

@@ -7,9 +7,11 @@ Nothing here connects at import time. A pool child gets fresh clients after fork
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +21,7 @@ import requests
 from celeryconfig import DOWNLOAD_QUEUE
 from engine.alerts import Alert, Alerter
 from engine.batch import CrawlEnv
+from engine.fetch_log import fetch_log_prefix
 from engine.fetch_step import FetchContext
 from engine.jobs import RuntimeCache, cluster_limits, fetch_limits, robots_limits
 from engine.nodes import NodeWatcher, RingKeeper, registration_for
@@ -51,6 +54,8 @@ from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "alert",
     "alerter",
@@ -59,6 +64,7 @@ __all__ = [
     "close_warc",
     "crawl_env",
     "dns_cache",
+    "fetch_log",
     "fetch_retry",
     "fetchers",
     "first_in_window",
@@ -83,6 +89,7 @@ __all__ = [
     "settings",
     "single_context",
     "single_env",
+    "start_batch_analyzers",
     "storage",
     "trail",
     "warc",
@@ -242,6 +249,8 @@ def crawl_env() -> CrawlEnv:
             retry_robots_s,
             host_alert=(settings().alert_host_failure_rate, settings().alert_host_min_fetches),
             proxies=proxy_health(),
+            fetch_log=fetch_log,
+            on_completed=start_batch_analyzers,
         ),
     )
 
@@ -268,6 +277,51 @@ def records(job_id: str) -> RecordWriter:
             spool_dir=spool_dir(current, "records"),
         ),
     )
+
+
+def fetch_log(job_id: str) -> RecordWriter:
+    """Return this process's fetch log writer for ``job_id`` (``engine.fetch_log``).
+
+    Its open parts are listed in Redis until shipped, so batch analysis knows to wait for them.
+    """
+    pending = redis_keys.job_log_writers(job_id)
+
+    def opened(writer_id: str) -> None:
+        _best_effort(lambda: redis_client().hset(pending, writer_id, round(time.time(), 3)))
+
+    def shipped(writer_id: str) -> None:
+        _best_effort(lambda: redis_client().hdel(pending, writer_id))
+
+    return _per_job(
+        "fetch_log",
+        job_id,
+        lambda current: RecordWriter(
+            storage(),
+            fetch_log_prefix(job_id),
+            max_part_bytes=current.records_part_bytes,
+            max_part_age_s=current.records_flush_s,
+            spool_dir=spool_dir(current, "records"),
+            on_open=opened,
+            on_ship=shipped,
+        ),
+    )
+
+
+def start_batch_analyzers(job_id: str, cycle: int) -> None:
+    """Send the job's own batch analyzers (its ``batch_analyzers``) for the job or cycle that just completed."""
+    spec = runtimes().get(job_id, cycle).spec
+    for analyzer in spec.batch_analyzers:
+        # By name: this module is below the task modules.
+        app.send_task("vcrawl.start_batch_analysis", args=(job_id, analyzer, cycle or None))
+        logger.info("job %s: batch analyzer %s sent for cycle %d", job_id, analyzer, cycle)
+
+
+def _best_effort(call: Callable[[], Any]) -> None:
+    # A hint for readers (batch analysis waits less); a failure must not fail the fetch batch.
+    try:
+        call()
+    except redis.RedisError as exc:
+        logger.warning("fetch log: could not note a part in Redis: %r", exc)
 
 
 def spool_dir(current: Settings, kind: str) -> str:
@@ -316,9 +370,10 @@ def close_warc() -> None:
 
 
 def flush_records() -> None:
-    """Ship every job's pending records into the store (at worker shutdown, or on demand)."""
-    for writer in list(_made.get("records", {}).values()):
-        writer.flush()
+    """Ship every job's pending records and fetch log lines into the store (at worker shutdown, or on demand)."""
+    for kind in ("records", "fetch_log"):
+        for writer in list(_made.get(kind, {}).values()):
+            writer.flush()
 
 
 def pump(dispatch: Callable[[str, Batch, Any], None]) -> FrontierPump:

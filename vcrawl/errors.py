@@ -24,6 +24,7 @@ Attributes are plain ``str``/``int``/``float``.
 from __future__ import annotations
 
 __all__ = [
+    "AnalysisFailed",
     "AttemptsExhausted",
     "ConfigError",
     "DownloadFailed",
@@ -178,3 +179,14 @@ class StorageFailed(RetryableError):
 
     def __str__(self) -> str:
         return f"storage at {self.location!r} failed: {self.problem}"
+
+
+class AnalysisFailed(VcrawlError):
+    """A batch analysis or replay run ended without a result (its error says why)."""
+
+    def __init__(self, run: str, error: str) -> None:
+        super().__init__(run, error)
+        self.run, self.error = run, error
+
+    def __str__(self) -> str:
+        return f"run {self.run} failed: {self.error}"

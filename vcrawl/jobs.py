@@ -136,6 +136,7 @@ class JobSpec:
     allowed_networks: tuple[str, ...] = ()
     warc: bool = False
     revisit: RevisitSpec = field(default_factory=RevisitSpec)
+    batch_analyzers: tuple[str, ...] = ()  # run over the stored crawl when the job (each cycle) completes
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -165,6 +166,7 @@ class JobSpec:
             allowed_networks=_networks(data.get("allowed_networks")),
             warc=_bool(data.get("warc", False), "warc"),
             revisit=_revisit(data.get("revisit")),
+            batch_analyzers=_str_list(data.get("batch_analyzers", []), "batch_analyzers"),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             try:

@@ -20,6 +20,7 @@ __all__ = [
     "FieldRule",
     "RedirectLink",
     "Rule",
+    "field_rules",
 ]
 
 PAGE_TYPES = ("static", "dynamic")
@@ -408,6 +409,15 @@ _SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
 def _key_name(key: Any) -> str:
     """An unknown key as a field name people can read ('' and non-strings shown quoted)."""
     return key if isinstance(key, str) and key else repr(key)
+
+
+def field_rules(value: Any) -> dict[str, FieldRule]:
+    """Parse a ``fields`` object (name -> rule, as in a job's rules).
+
+    Raises:
+        InvalidTask: ``fields`` or ``fields.<name>...`` naming the bad part.
+    """
+    return _field_rules(value)
 
 
 def _field_rules(value: Any) -> dict[str, FieldRule]:

@@ -183,3 +183,24 @@ NODE_PAGES = f"{PREFIX}:{{nodes}}:pages"
 def node_handover(name: str, last_beat_ms: int) -> str:
     """String: the claim of the one watcher that hands a dead node's work over (one per death)."""
     return f"{PREFIX}:{{nodes}}:handover:{name}:{last_beat_ms}"
+
+
+# Batch analysis (``engine.batch_analysis``): a job's runs, and its fetch log's unshipped parts.
+def job_log_writers(job_id: str) -> str:
+    """Hash: writer id -> when its open fetch log part got its first line (parts not shipped yet)."""
+    return f"{PREFIX}:job:{{{job_id}}}:logw"
+
+
+def job_analyses(job_id: str) -> str:
+    """Sorted set: a job's batch analysis runs by start time."""
+    return f"{PREFIX}:job:{{{job_id}}}:runs"
+
+
+def analysis_run(job_id: str, run_id: str) -> str:
+    """Hash: one batch analysis run (analyzer, state, chunks, result, ...)."""
+    return f"{PREFIX}:job:{{{job_id}}}:run:{run_id}"
+
+
+def analysis_chunks_done(job_id: str, run_id: str) -> str:
+    """Set: the indexes of a run's chunks whose map finished."""
+    return f"{PREFIX}:job:{{{job_id}}}:run:{run_id}:done"

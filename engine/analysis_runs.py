@@ -1,0 +1,83 @@
+"""The state of batch analysis runs in Redis: what the CLI's progress line and the dashboard show.
+
+One hash per run (analyzer, kind, state, chunks, result, error, times), a set of the chunks whose
+map finished (a redelivered map adds its index once), and a sorted set of a job's runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+
+from vcrawl import redis_keys
+
+__all__ = ["RUN_STATES", "AnalysisRuns"]
+
+RUN_STATES = ("running", "done", "failed")
+_INT_FIELDS = frozenset({"chunks", "urls", "pages", "cycle", "chunk_size"})
+_FLOAT_FIELDS = frozenset({"started_at", "finished_at"})
+
+
+class AnalysisRuns:
+    """Reads and writes the runs of batch analysis and replay."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    def create(self, job_id: str, run_id: str, fields: Mapping[str, Any], now: float) -> None:
+        """Record a run that is starting (``fields``: analyzer, kind, chunks, urls, ...)."""
+        values = {key: "" if value is None else value for key, value in fields.items()}
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hset(redis_keys.analysis_run(job_id, run_id), mapping={**values, "state": "running", "started_at": now})
+        pipe.zadd(redis_keys.job_analyses(job_id), {run_id: now})
+        pipe.execute()
+
+    def chunk_done(self, job_id: str, run_id: str, index: int) -> None:
+        """Count chunk ``index`` as mapped (idempotent)."""
+        self._redis.sadd(redis_keys.analysis_chunks_done(job_id, run_id), index)
+
+    def finish(self, job_id: str, run_id: str, result: str, now: float) -> None:
+        """Record the run's result location."""
+        key = redis_keys.analysis_run(job_id, run_id)
+        self._redis.hset(key, mapping={"state": "done", "result": result, "finished_at": now, "error": ""})
+
+    def fail(self, job_id: str, run_id: str, error: str, now: float) -> None:
+        """Record a run that ended without a result."""
+        key = redis_keys.analysis_run(job_id, run_id)
+        self._redis.hset(key, mapping={"state": "failed", "error": error[:2000], "finished_at": now})
+
+    def get(self, job_id: str, run_id: str) -> dict[str, Any] | None:
+        """A run's state with ``chunks_done``; None if unknown."""
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hgetall(redis_keys.analysis_run(job_id, run_id))
+        pipe.scard(redis_keys.analysis_chunks_done(job_id, run_id))
+        raw, done = pipe.execute()
+        if not raw:
+            return None
+        return _decode(run_id, raw, int(done))
+
+    def list(self, job_id: str, limit: int = 20) -> list[dict[str, Any]]:
+        """A job's latest runs, newest first."""
+        run_ids = [_text(run) for run in self._redis.zrevrange(redis_keys.job_analyses(job_id), 0, limit - 1)]
+        runs = (self.get(job_id, run_id) for run_id in run_ids)
+        return [run for run in runs if run is not None]
+
+
+def _decode(run_id: str, raw: Mapping[Any, Any], done: int) -> dict[str, Any]:
+    run: dict[str, Any] = {"run": run_id}
+    for key, value in raw.items():
+        name, text = _text(key), _text(value)
+        if name in _INT_FIELDS and text:
+            run[name] = int(text)
+        elif name in _FLOAT_FIELDS and text:
+            run[name] = float(text)
+        else:
+            run[name] = text or None
+    run["chunks_done"] = min(done, int(run.get("chunks") or 0))
+    return run
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,156 @@
+"""Batch analysis and replay as a Celery chord on the ``analysis`` queue.
+
+``vcrawl.batch_map`` (one per chunk) -> ``vcrawl.batch_reduce`` (the chord's body). A map that
+fails is retried alone, with backoff, up to the analysis retries (3); then the run fails and the
+admin alert goes out. Both tasks acknowledge late and store their output under fixed names, so
+a worker killed mid-chord loses nothing: its message comes back and runs again.
+``vcrawl.start_batch_analysis`` plans and starts a run from a worker (a job's own batch
+analyzers, when it or a cycle completes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Task, chord
+
+from engine import batch_analysis
+from engine.alerts import Alert
+from engine.analysis_runs import AnalysisRuns
+from tasks import deps
+from tasks.app import app
+from vcrawl import redis_keys
+from vcrawl.errors import InvalidTask, PermanentError
+
+__all__ = [
+    "batch_failed",
+    "batch_map",
+    "batch_reduce",
+    "launch",
+    "start_batch_analysis",
+    "unshipped_log_parts",
+]
+
+logger = logging.getLogger(__name__)
+
+_LOG_WAIT_POLL_S = 1.0
+
+
+def runs() -> AnalysisRuns:
+    """The runs' state in this process's Redis."""
+    return AnalysisRuns(deps.redis_client())
+
+
+@app.task(name="vcrawl.batch_map", bind=True, acks_late=True, max_retries=None, throws=(PermanentError,))
+def batch_map(self: Task, job_id: str, run_id: str, index: int) -> str:
+    """Map one chunk of a run; return where its partial is stored."""
+    try:
+        return batch_analysis.map_chunk(deps.storage(), runs(), job_id, run_id, index, _rules_for(job_id))
+    except PermanentError as exc:  # the run's files are gone, an unknown analyzer: no retry can help
+        _give_up(job_id, run_id, f"chunk {index}: {type(exc).__name__}: {exc}", 1)
+        raise
+    except Exception as exc:  # the task edge: an analyzer's bug or storage trouble is retried, alone
+        attempt = self.request.retries + 1
+        delay_s = deps.analysis_retry().delay_for(attempt)
+        if delay_s is None:
+            _give_up(job_id, run_id, f"chunk {index}: {type(exc).__name__}: {exc}", attempt)
+            raise
+        logger.warning("run %s: chunk %d failed (attempt %d), retrying in %.1fs: %r", run_id, index, attempt, delay_s,
+                       exc)  # fmt: skip
+        raise self.retry(exc=exc, countdown=delay_s) from exc
+
+
+@app.task(name="vcrawl.batch_reduce", bind=True, acks_late=True, max_retries=None, throws=(PermanentError,))
+def batch_reduce(self: Task, partials: list[str], job_id: str, run_id: str) -> str:
+    """Fold a run's partials into its result; return the result's location."""
+    try:
+        return batch_analysis.reduce_run(deps.storage(), runs(), job_id, run_id, list(partials))
+    except PermanentError as exc:
+        _give_up(job_id, run_id, f"reduce: {type(exc).__name__}: {exc}", 1)
+        raise
+    except Exception as exc:
+        attempt = self.request.retries + 1
+        delay_s = deps.analysis_retry().delay_for(attempt)
+        if delay_s is None:
+            _give_up(job_id, run_id, f"reduce: {type(exc).__name__}: {exc}", attempt)
+            raise
+        raise self.retry(exc=exc, countdown=delay_s) from exc
+
+
+@app.task(name="vcrawl.batch_failed", ignore_result=True)
+def batch_failed(request: Any, exc: BaseException, traceback: str, job_id: str = "", run_id: str = "") -> None:
+    """Errback of the chord's body: a map that failed for good fails the run (if the map has not said so)."""
+    run = runs().get(job_id, run_id)
+    if run is not None and run.get("state") == "running":
+        _give_up(job_id, run_id, f"{type(exc).__name__}: {exc}", 0)
+
+
+@app.task(name="vcrawl.start_batch_analysis", bind=True, acks_late=True, max_retries=None, ignore_result=True)
+def start_batch_analysis(self: Task, job_id: str, analyzer: str, cycle: int | None = None, since: float = 0.0) -> None:
+    """Plan and start a run of ``analyzer`` over a job (or cycle) that completed, from a worker."""
+    since = since or time.time()
+    if unshipped_log_parts(job_id) and time.time() - since < _log_wait_s():
+        raise self.retry(countdown=_LOG_WAIT_POLL_S, kwargs={"job_id": job_id, "analyzer": analyzer,
+                                                             "cycle": cycle, "since": since})  # fmt: skip
+    try:
+        launch(job_id, analyzer, cycle=cycle)
+    except InvalidTask as exc:  # nothing stored in this cycle, ...: nothing to analyse
+        logger.warning("job %s: batch analyzer %s not run: %s", job_id, analyzer, exc)
+
+
+def launch(
+    job_id: str,
+    analyzer: str,
+    *,
+    kind: str = "batch",
+    cycle: int | None = None,
+    chunk: int = batch_analysis.DEFAULT_CHUNK,
+    fields: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Plan a run and send its chord; return the run's state (``run``, ``chunks``, ``urls``, ...)."""
+    plan = batch_analysis.plan_run(
+        deps.storage(), runs(), job_id, analyzer, kind=kind, cycle=cycle, chunk_size=chunk, fields=fields
+    )
+    body = batch_reduce.s(job_id, plan.run).set(link_error=[batch_failed.s(job_id=job_id, run_id=plan.run)])
+    chord(batch_map.s(job_id, plan.run, index) for index in range(plan.chunks))(body)
+    state = runs().get(job_id, plan.run)
+    assert state is not None, "a planned run is recorded"
+    return state
+
+
+def unshipped_log_parts(job_id: str) -> int:
+    """Fetch log parts that live workers opened and have not shipped yet (they ship within the flush age)."""
+    now = time.time()
+    opened = deps.redis_client().hvals(redis_keys.job_log_writers(job_id))
+    return sum(1 for at in opened if now - float(at) < _log_wait_s())
+
+
+def _log_wait_s() -> float:
+    # An open part ships VCRAWL_RECORDS_FLUSH_S after its first line; older entries are dead writers'
+    # (their spools ship when a worker starts on their machine).
+    return deps.settings().records_flush_s + 10.0
+
+
+def _rules_for(job_id: str) -> Any:
+    def rules(url: str) -> Any:
+        return deps.runtimes().get(job_id, 0).spec.rule_for(url).fields
+
+    return rules
+
+
+def _give_up(job_id: str, run_id: str, error: str, attempts: int) -> None:
+    """Fail the run and alert the admins (once per run and alert window)."""
+    runs().fail(job_id, run_id, error, time.time())
+    tries = f" after {attempts} attempt(s)" if attempts else ""
+    deps.alert(
+        f"{job_id}:analysis:{run_id}",
+        Alert(
+            subject=f"batch analysis {run_id} of job {job_id} failed",
+            text=f"Run {run_id} of job {job_id} failed{tries}: {error}",
+            details={"job": job_id, "run": run_id, "error": error, "attempts": attempts},
+        ),
+    )
+    logger.error("job %s: analysis run %s failed: %s", job_id, run_id, error)
