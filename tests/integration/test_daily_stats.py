@@ -25,12 +25,16 @@ from frontier import BatchRelease, Frontier
 from frontier.statistics import stats_day, stats_days
 from tests.cluster import REPO, cluster_env
 from tests.integration.conftest import api_server, run_job
+from tests.integration.test_cycles import ALWAYS_DUE, page, run_cycle
 from tests.site import TestSite
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
 
 DAY_S = 86400
+IN_CYCLES = {"new": "new", "changed": "changed", "unchanged": "unchanged", "pages_fetched": "fetched",
+             "pages_stored": "stored", "bytes": "bytes"}  # fmt: skip
+"""A day report's total -> the counter of a scheduled job's cycle summaries."""
 
 
 def summed(report: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +133,27 @@ def test_a_hosts_days_add_up_to_the_jobs_and_to_its_totals(site: TestSite) -> No
         assert sum(entry["pages_fetched"] for entry in entries) == totals[host]["fetched"]
         assert sum(entry["failed"] for entry in entries) == totals[host]["failed"] == 3
     assert list(one["hosts"]) == [other.base.split("//", 1)[1]] and one["days"] == report["days"]
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_scheduled_jobs_days_count_the_new_and_changed_pages_of_every_cycle(site: TestSite) -> None:
+    site.add_versioned("/", page("/a", "/b", title="home"))
+    site.add_versioned("/a", page(title="a"), validators="none")
+    b = site.add_versioned("/b", page(title="b"), validators="none")
+    spec = {"id": f"daily-cycles-{uuid.uuid4().hex[:6]}", "seeds": [site.url("/")], "revisit": ALWAYS_DUE,
+            "politeness": {"min_interval_s": 0.0}}  # fmt: skip
+
+    run_cycle(spec)
+    b.change(page("/c", title="b, again"))
+    site.add_versioned("/c", page(title="c"))
+    status = run_cycle(spec)
+    report = tasks.job_daily(spec["id"], 2)
+
+    cycles = status["cycles"]
+    assert [(c["new"], c["changed"]) for c in cycles] == [(3, 0), (1, 1)]
+    assert report is not None
+    for key, counter in IN_CYCLES.items():
+        assert report["totals"][key] == sum(cycle[counter] for cycle in cycles), key
 
 
 @pytest.mark.usefixtures("worker")
