@@ -25,4 +25,5 @@ def real_api(token: str | None) -> JobApi:
         stats=tasks.job_stats,
         queues=tasks.queue_lengths,
         nodes=lambda with_hosts: tasks.ring_nodes(with_hosts=with_hosts),
+        daily=tasks.job_daily,
     )

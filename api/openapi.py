@@ -42,6 +42,8 @@ def _op(
 
 _JOB_ID = {"name": "job", "in": "path", "required": True, "schema": {"type": "string"}}
 
+_HOST = {"name": "host", "in": "query", "required": False, "schema": {"type": "string"}}
+
 
 def _query(name: str, default: int) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": {"type": "integer", "default": default}}
@@ -90,6 +92,12 @@ def openapi_document() -> dict[str, Any]:
             },
             "/api/jobs/{job}/stats": {
                 "get": _op("Per-minute fetch counters and pages/s", params=[_JOB_ID, _query("minutes", 60)])
+            },
+            "/api/jobs/{job}/daily": {
+                "get": _op(
+                    "Per UTC day: pages fetched and stored, bytes, failures by reason, new/changed pages; per host too",
+                    params=[_JOB_ID, _query("days", 14), _query("limit", 50), _HOST],
+                )
             },
             "/api/queues": {"get": _op("Messages waiting in the download and analysis queues", errors=("401",))},
             "/api/nodes": {

@@ -50,6 +50,7 @@ class JobApi:
     stats: Callable[[str, int, float], list[tuple[int, dict[str, int]]]]
     queues: Callable[[], dict[str, int]]
     nodes: Callable[[bool], dict[str, Any]] = lambda with_hosts: {"nodes": []}
+    daily: Callable[[str, int, float, str | None], dict[str, Any] | None] = lambda job, days, now, host: None
     clock: Callable[[], float] = time.time
     _routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = field(default_factory=list, repr=False)
 
@@ -63,6 +64,7 @@ class JobApi:
             ("GET", rf"/api/jobs/{_JOB}/failures", self._failures),
             ("GET", rf"/api/jobs/{_JOB}/hosts", self._hosts),
             ("GET", rf"/api/jobs/{_JOB}/stats", self._stats),
+            ("GET", rf"/api/jobs/{_JOB}/daily", self._daily),
             ("GET", r"/api/queues", self._queues),
             ("GET", r"/api/nodes", self._nodes),
         ]
@@ -172,6 +174,16 @@ class JobApi:
             out.append({"minute": minute * 60, "fetched": fetched, "pages_per_s": round(fetched / seconds, 3),
                         "stored": counters.get("stored", 0), "failed": failed, "statuses": statuses})  # fmt: skip
         return _json(200, {"job": job, "minutes": out})
+
+    def _daily(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        self._status(job)
+        days, limit = _int_param(query, "days", 14, 1, 3660), _int_param(query, "limit", 50, 1, 10_000)
+        report = self.daily(job, days, self.clock(), query.get("host", [""])[-1] or None)
+        if report is None:
+            raise _Refused(404, f"no job {job!r}")
+        hosts = report["hosts"]  # the busiest over the window first, at most `limit` of them
+        busiest = sorted(hosts, key=lambda host: (-sum(day["pages_fetched"] for day in hosts[host]), host))[:limit]
+        return _json(200, {**report, "hosts": {host: hosts[host] for host in busiest}, "total_hosts": len(hosts)})
 
     def _queues(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
         return _json(200, {"queues": self.queues()})

@@ -21,6 +21,7 @@ from cli.nodes import add_nodes_command
 from cli.ops import add_ops_commands
 from cli.progress import follow, report, summary_of
 from cli.run import add_network_option, add_run_options, allowing, run_job_locally
+from cli.stats import add_stats_command
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
 from vcrawl.settings import Settings, child_environment
@@ -94,6 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     add_ops_commands(commands)  # serve, pause, resume, config
     add_nodes_command(commands)  # nodes
     add_analysis_commands(commands)  # analyze, reanalyze, analyzers
+    add_stats_command(commands)  # stats
 
     schedule = commands.add_parser("schedule", help="recurring jobs run by Celery beat (stored in Redis)")
     actions = schedule.add_subparsers(required=True, metavar="ACTION")

@@ -17,12 +17,12 @@ class Frontier:
 
     ``queue``: admission, leasing batches, their release and reclaim (``FrontierQueue``);
     ``jobs``: create, cycles, pause, resume, cancel, fail, state (``JobLifecycle``);
-    ``stats``: per-minute counters, per-host totals, failures (``FrontierStats``).
+    ``stats``: per-minute and per-day counters, per-host totals, failures (``FrontierStats``).
     One instance per process is enough.
     """
 
-    def __init__(self, client: redis.Redis, stats_ttl_s: int = 3 * 86400) -> None:
+    def __init__(self, client: redis.Redis, stats_ttl_s: int = 3 * 86400, day_stats_ttl_s: int = 90 * 86400) -> None:
         self.scripts = ScriptLoader(client)
-        self.queue = FrontierQueue(self.scripts, stats_ttl_s=stats_ttl_s)
+        self.queue = FrontierQueue(self.scripts, stats_ttl_s=stats_ttl_s, day_stats_ttl_s=day_stats_ttl_s)
         self.jobs = JobLifecycle(self.scripts)
         self.stats = FrontierStats(client)

@@ -19,7 +19,7 @@ from typing import Any
 from frontier.history import UrlHistory
 from frontier.records import Admission, AdmitRequest, Batch, BatchRelease, Entry, PumpResult
 from frontier.scripts import ScriptLoader, job_keys, text
-from frontier.statistics import stats_minute
+from frontier.statistics import stats_day, stats_minute
 from vcrawl import redis_keys
 
 __all__ = ["FrontierQueue"]
@@ -32,10 +32,11 @@ _BACK_OF_QUEUE = 1000 * _DEPTH_WEIGHT  # deeper than any depth a job allows
 class FrontierQueue:
     """A job's URLs from admission to release: queue, lease as batches, requeue, reclaim."""
 
-    def __init__(self, scripts: ScriptLoader, stats_ttl_s: int = 3 * 86400) -> None:
+    def __init__(self, scripts: ScriptLoader, stats_ttl_s: int = 3 * 86400, day_stats_ttl_s: int = 90 * 86400) -> None:
         self._scripts = scripts
         self._redis = scripts.client
         self._stats_ttl_s = stats_ttl_s  # how long per-minute statistics are kept
+        self._day_stats_ttl_s = day_stats_ttl_s  # per-day ones: after their day's last write
 
     def admit(self, job_id: str, request: AdmitRequest) -> Admission:
         """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip."""
@@ -100,18 +101,21 @@ class FrontierQueue:
         Returns True if this completed the job, False if not, None if the lease was gone
         (reclaimed: nothing is counted twice).
         """
+        now = time.time()
         keys = [
             *job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
             redis_keys.job_queue(job_id, batch.host),
             redis_keys.job_delays(job_id),
             redis_keys.job_history(job_id),
             redis_keys.job_due(job_id),
-            redis_keys.job_stats_bucket(job_id, stats_minute(time.time())),
+            redis_keys.job_stats_bucket(job_id, stats_minute(now)),
             redis_keys.job_host_stats(job_id),
             redis_keys.job_failures(job_id),
             redis_keys.job_released(job_id),
+            redis_keys.job_day_stats(job_id, stats_day(now)),
+            redis_keys.job_day_host_stats(job_id, stats_day(now)),
         ]
-        args = _release_argv(batch, release, self._stats_ttl_s)
+        args = _release_argv(batch, release, self._stats_ttl_s, self._day_stats_ttl_s)
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
         result = int(self._scripts.run_with_wake("release", keys, args, wake=True))
         return None if result < 0 else result == 1  # completed: the pump forgets it next round
@@ -126,8 +130,10 @@ class FrontierQueue:
 
         Returns (requeued, failed).
         """
-        keys = job_keys(job_id, "meta", "ready", "next", "busy", "leases")
-        args = [redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms]  # reclaim.lua's ARGV 1-3
+        day = stats_day(time.time())
+        keys = [*job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
+                redis_keys.job_day_stats(job_id, day), redis_keys.job_day_host_stats(job_id, day)]  # fmt: skip
+        args = [redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms, self._day_stats_ttl_s]  # its ARGV 1-4
         requeued, failed = self._scripts.run("reclaim", keys, args)
         return int(requeued), int(failed)
 
@@ -209,7 +215,7 @@ def _pump_argv(
     return [max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix]
 
 
-def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int) -> list[Any]:
+def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int, day_ttl_s: int) -> list[Any]:
     """ARGV of ``release.lua`` (documented at its top)."""
     requeue: list[str | float] = []
     for entry in release.requeue:  # at the front of their depth: next in line
@@ -218,7 +224,7 @@ def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int) -> list
         requeue.extend((_BACK_OF_QUEUE + entry.depth * _DEPTH_WEIGHT, entry.encode()))
     history = _history_args(release.history)
     failures = [json.dumps(failure, separators=(",", ":")) for failure in release.failures]
-    head = {  # ARGV 1-13, in release.lua's order
+    head = {  # ARGV 1-14, in release.lua's order
         "batch_id": batch.batch_id,
         "host": batch.host,
         "pause_ms": int(release.pause_ms),
@@ -232,6 +238,7 @@ def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int) -> list
         "host_done": release.host_done,
         "handed_on": release.handed_on,
         "throttle": release.throttle,
+        "day_ttl_s": day_ttl_s,
     }
     return [*head.values(), *requeue, *history, *failures, *_counter_args(release.counters)]
 

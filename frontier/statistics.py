@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 import redis
 
 from frontier.scripts import text
 from vcrawl import names, redis_keys
 
-__all__ = ["FrontierStats", "stats_minute"]
+__all__ = ["DayStats", "FrontierStats", "stats_day", "stats_days", "stats_minute"]
 
 # Per-host totals; the host's throttle streak (names.HOST_THROTTLED) is kept in the same hash but is not one.
 _HOST_KINDS = tuple(
     prefix.rstrip("|") for prefix in (names.HOST_FETCHED, names.HOST_DONE, names.HOST_FAILED, names.HOST_SLOW)
 )
+
+DayStats = tuple[str, dict[str, int], dict[str, dict[str, int]]]
+"""One UTC day of a job: (``YYYY-MM-DD``, its counters, per host: ``fetched``/``stored``/``bytes``/``failed``)."""
+_DAY_HOST_KINDS = tuple(prefix.rstrip("|") for prefix in (names.HOST_FETCHED, names.HOST_STORED, names.HOST_BYTES,
+                                                          names.HOST_FAILED))  # fmt: skip
 
 
 class FrontierStats:
@@ -34,6 +40,24 @@ class FrontierStats:
             (minute, {text(k): int(v) for k, v in row.items()})
             for minute, row in zip(range(last - minutes + 1, last + 1), rows, strict=True)
         ]
+
+    def daily(self, job_id: str, days: int, now: float) -> list[DayStats]:
+        """The job's per-day counters and per-host per-day counters over the last ``days`` UTC days, oldest first."""
+        window = stats_days(now, days)
+        pipe = self._redis.pipeline(transaction=False)
+        for day in window:
+            pipe.hgetall(redis_keys.job_day_stats(job_id, day))
+            pipe.hgetall(redis_keys.job_day_host_stats(job_id, day))
+        rows = pipe.execute()
+        out: list[DayStats] = []
+        for day, counters, by_host in zip(window, rows[::2], rows[1::2], strict=True):
+            hosts: dict[str, dict[str, int]] = {}
+            for field, value in by_host.items():
+                kind, host = text(field).split("|", 1)
+                if kind in _DAY_HOST_KINDS:
+                    hosts.setdefault(host, dict.fromkeys(_DAY_HOST_KINDS, 0))[kind] = int(value)
+            out.append((day, {text(k): int(v) for k, v in counters.items()}, hosts))
+        return out
 
     def host_stats(self, job_id: str) -> dict[str, dict[str, int]]:
         """Per host: responses (``fetched``), URLs finished (``done``), final failures (``failed``) and
@@ -86,3 +110,22 @@ def stats_minute(now_s: float) -> int:
     2
     """
     return int(now_s // 60)
+
+
+def stats_day(now_s: float) -> str:
+    """The per-day statistics bucket of a moment: its UTC date.
+
+    >>> stats_day(0), stats_day(86399.9), stats_day(1_795_000_000)
+    ('1970-01-01', '1970-01-01', '2026-11-18')
+    """
+    return datetime.fromtimestamp(now_s, UTC).date().isoformat()
+
+
+def stats_days(now_s: float, days: int) -> list[str]:
+    """The last ``days`` UTC dates up to the one of ``now_s``, oldest first.
+
+    >>> stats_days(86400 * 2, 3)
+    ['1970-01-01', '1970-01-02', '1970-01-03']
+    """
+    today = datetime.fromtimestamp(now_s, UTC).date()
+    return [(today - timedelta(days=back)).isoformat() for back in range(days - 1, -1, -1)]

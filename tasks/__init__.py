@@ -23,6 +23,7 @@ from celery.signals import (
 )
 
 from analyzers import load_plugins
+from engine import daily as _daily
 from engine import jobs as _jobs
 from engine import status as _status
 from engine.nodes import node_queue, nodes_listing
@@ -78,6 +79,7 @@ __all__ = [
     "fetch_batch",
     "forget_node",
     "host_stats",
+    "job_daily",
     "job_failures",
     "job_state",
     "job_stats",
@@ -211,6 +213,11 @@ def host_stats(job_id: str) -> dict[str, dict[str, int]]:
 def job_stats(job_id: str, minutes: int, now: float) -> list[tuple[int, dict[str, int]]]:
     """A job's per-minute counters over the last ``minutes`` minutes, oldest first."""
     return deps.frontier().stats.stats(job_id, minutes, now)
+
+
+def job_daily(job_id: str, days: int, now: float | None = None, host: str | None = None) -> dict[str, Any] | None:
+    """A job's last ``days`` UTC days (None if unknown), as ``vcrawl stats JOB --by day --json`` prints them."""
+    return _daily.job_daily(deps.frontier(), job_id, days, time.time() if now is None else now, host)
 
 
 def queue_lengths() -> dict[str, int]:

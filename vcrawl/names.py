@@ -32,11 +32,14 @@ __all__ = [
     "COUNTER_UNCHANGED",
     "COUNTER_WARC_FAILED",
     "COUNTER_WARC_RECORDS",
+    "DAY_COUNTERS",
     "FINAL_STATES",
+    "HOST_BYTES",
     "HOST_DONE",
     "HOST_FAILED",
     "HOST_FETCHED",
     "HOST_SLOW",
+    "HOST_STORED",
     "HOST_THROTTLED",
     "META_ADMITTED",
     "META_BATCH_SEQ",
@@ -197,3 +200,11 @@ HOST_SLOW = "slow|"
 HOST_THROTTLED = "throttled|"
 """The host's latest run of 429/503 answers in a row (``politeness.retry_after: auto``)."""
 """Requests to the host given up for time (``COUNTER_SLOW``): its failure budget."""
+
+# Per-day statistics (``redis_keys.job_day_stats``): these counters and every ``failed:<reason>``
+# of a fetch batch, per job and UTC day; per host and day (``redis_keys.job_day_host_stats``)
+# ``HOST_FETCHED``, ``HOST_STORED``, ``HOST_BYTES`` and ``HOST_FAILED`` (all reasons together).
+
+DAY_COUNTERS = (COUNTER_FETCHED, COUNTER_STORED, COUNTER_BYTES, COUNTER_NEW, COUNTER_CHANGED, COUNTER_UNCHANGED)
+HOST_STORED = "stored|"
+HOST_BYTES = "bytes|"

@@ -146,6 +146,16 @@ def job_stats_bucket(job_id: str, minute: int) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:stats:{minute}"
 
 
+def job_day_stats(job_id: str, day: str) -> str:
+    """Hash: a job's counters (``names.DAY_COUNTERS``, ``failed:<reason>``) on one UTC day (``YYYY-MM-DD``); expires."""
+    return f"{PREFIX}:job:{{{job_id}}}:day:{day}"
+
+
+def job_day_host_stats(job_id: str, day: str) -> str:
+    """Hash: ``fetched|<host>``, ``stored|<host>``, ``bytes|<host>``, ``failed|<host>`` on one UTC day; expires."""
+    return f"{PREFIX}:job:{{{job_id}}}:day:{day}:hosts"
+
+
 def job_host_stats(job_id: str) -> str:
     """Hash: ``fetched|<host>`` and ``failed|<host>`` -> totals of the job."""
     return f"{PREFIX}:job:{{{job_id}}}:hosts"

@@ -102,6 +102,7 @@ class Settings:
     schedules_file: str | None = None
     beat_lock_timeout_s: float = 15.0
     stats_retention_s: int = 3 * 86400
+    stats_retention_days: int = 90  # per-day job and host statistics
     api_token: str | None = field(default=None, repr=False)
     alert_window_s: float = 3600.0
     alert_host_failure_rate: float = 0.5
@@ -138,6 +139,8 @@ class Settings:
             raise ConfigError("VCRAWL_ALERT_EMAIL_TO is set but VCRAWL_SMTP_HOST is not")
         if not 1 <= self.frontier_batch <= 1000:
             raise ConfigError(f"VCRAWL_FRONTIER_BATCH must be in [1, 1000], got {self.frontier_batch}")
+        if self.stats_retention_days < 1:
+            raise ConfigError(f"VCRAWL_STATS_RETENTION_DAYS must be at least 1, got {self.stats_retention_days}")
         if self.frontier_inflight < 1:
             raise ConfigError(f"VCRAWL_FRONTIER_INFLIGHT must be at least 1, got {self.frontier_inflight}")
         if self.min_rate_bytes_s < 0 or self.slow_window_s <= 0:

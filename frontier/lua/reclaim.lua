@@ -1,13 +1,15 @@
 -- Take back the batches whose lease ran out: their worker died (or its message was lost).
 --
--- KEYS: meta, ready, next, busy, leases
+-- KEYS: meta, ready, next, busy, leases, day stats (this UTC day), day host stats (this UTC day)
 -- ARGV: 1 qprefix (the key prefix of the job's per-host queues)   2 max_attempts   3 interval_ms
+--       4 day_ttl_s
 -- Returns {URLs requeued, URLs failed}
 --
 -- A reclaimed URL goes back to the front of its host's queue with one more attempt, or fails
--- once it had enough.
+-- once it had enough; a failure is also counted in the day's job and host buckets (release.lua).
 local meta, ready, nextk, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local qprefix, max_attempts, interval = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local failed_name = {{PREFIX_FAILED}} .. {{REASON_LEASE_EXPIRED}}
 local now = clock_ms()
 local all = redis.call('HGETALL', leases)
 local back, failed = 0, 0
@@ -15,12 +17,12 @@ for j = 1, #all, 2 do
   local lease = cjson.decode(all[j + 1])
   if lease.t < now then
     redis.call('HDEL', leases, all[j])
-    local requeued = 0
+    local requeued, lease_failed = 0, 0
     for _, member in ipairs(lease.e) do
       local entry = cjson.decode(member)
       entry.a = entry.a + 1
       if entry.a > max_attempts then
-        failed = failed + 1
+        lease_failed = lease_failed + 1
       else
         redis.call('ZADD', qprefix .. lease.h, entry.d * 1e12, cjson.encode(entry))
         requeued = requeued + 1
@@ -34,7 +36,12 @@ for j = 1, #all, 2 do
       redis.call('HSET', nextk, lease.h, not_before)
       redis.call('ZADD', ready, 'GT', not_before, lease.h)
     end
+    if lease_failed > 0 then
+      redis.call('HINCRBY', KEYS[6], failed_name, lease_failed)
+      redis.call('HINCRBY', KEYS[7], {{HOST_FAILED}} .. lease.h, lease_failed)
+    end
     back = back + requeued
+    failed = failed + lease_failed
   end
 end
 if back > 0 then
@@ -42,7 +49,9 @@ if back > 0 then
   redis.call('HINCRBY', meta, {{COUNTER_LEASE_EXPIRED}}, back)
 end
 if failed > 0 then
-  redis.call('HINCRBY', meta, {{PREFIX_FAILED}} .. {{REASON_LEASE_EXPIRED}}, failed)
+  redis.call('HINCRBY', meta, failed_name, failed)
+  redis.call('EXPIRE', KEYS[6], tonumber(ARGV[4]))
+  redis.call('EXPIRE', KEYS[7], tonumber(ARGV[4]))
 end
 settle(meta, failed, now)
 return {back, failed}

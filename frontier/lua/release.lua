@@ -1,11 +1,12 @@
 -- End a fetch batch's lease: requeue what it hands back, count, set the host's next time.
 --
 -- KEYS: meta, ready, next, busy, leases, queue (the batch's host), delays, history, due,
---       stats bucket (this minute), host stats, failures, released
+--       stats bucket (this minute), host stats, failures, released, day stats (this UTC day),
+--       day host stats (this UTC day)
 -- ARGV (built by frontier.queue._release_argv):
 --   1 batch_id   2 host   3 pause_ms   4 host_delay_ms   5 done   6 crawl_delay_ms (-1: nothing
 --   fetched, keep what is known)   7 n_requeue   8 n_history   9 bucket_ttl_s   10 n_failures
---   11 host_done   12 handed_on ('' for nothing)   13 throttle ('=N' / '+N' / '')
+--   11 host_done   12 handed_on ('' for nothing)   13 throttle ('=N' / '+N' / '')   14 day_ttl_s
 --   then [score, member] * n_requeue, [url, history record, due_s] * n_history,
 --        [failure JSON] * n_failures, [counter name, increment]*
 -- Returns 1 if this completed the job, 0 if not, -1 if the lease was gone (reclaimed: nothing
@@ -18,6 +19,8 @@
 -- History records (scheduled jobs: URLs found unchanged or failed) are written with the release
 -- that finishes them, so a cycle never completes before they are. The counters also go to the
 -- job's per-minute bucket and the host's totals; final failures to the job's recent failures.
+-- The day's counters (names.DAY_COUNTERS and failed:*) also go to the job's and the host's
+-- buckets of the UTC day, kept day_ttl_s after their last write.
 -- The host's next time: a pause after the batch started, never before it ended, and later
 -- still when the host asked to be left alone (host_delay_ms from now).
 local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -48,7 +51,7 @@ if string.sub(throttle, 1, 1) == '=' then
 elseif string.sub(throttle, 1, 1) == '+' then
   redis.call('HINCRBY', KEYS[11], {{HOST_THROTTLED}} .. host, tonumber(string.sub(throttle, 2)))
 end
-local i = 14
+local i = 15
 for _ = 1, nreq do
   redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
   i = i + 2
@@ -66,23 +69,38 @@ if nfail > 0 then redis.call('LTRIM', KEYS[12], 0, 199) end
 redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, nreq)
 if host_done > 0 then redis.call('HINCRBY', KEYS[11], {{HOST_DONE}} .. host, host_done) end
 redis.call('HSET', meta, {{META_PROGRESS_AT}}, now / 1000)
-local counted = false
+local counted, day_counted = false, false
 local failed_prefix = {{PREFIX_FAILED}}
+-- A day counter -> its field prefix in the host's day bucket ('': the job's day bucket only).
+local by_day = {[{{COUNTER_FETCHED}}] = {{HOST_FETCHED}}, [{{COUNTER_STORED}}] = {{HOST_STORED}},
+                [{{COUNTER_BYTES}}] = {{HOST_BYTES}}, [{{COUNTER_NEW}}] = '', [{{COUNTER_CHANGED}}] = '',
+                [{{COUNTER_UNCHANGED}}] = ''}
 while i <= #ARGV do
   local name, incr = ARGV[i], tonumber(ARGV[i + 1])
   redis.call('HINCRBY', meta, name, incr)
   redis.call('HINCRBY', KEYS[10], name, incr)
   counted = true
+  local is_failure = string.sub(name, 1, #failed_prefix) == failed_prefix
   if name == {{COUNTER_FETCHED}} then
     redis.call('HINCRBY', KEYS[11], {{HOST_FETCHED}} .. host, incr)
   elseif name == {{COUNTER_SLOW}} then
     redis.call('HINCRBY', KEYS[11], {{HOST_SLOW}} .. host, incr)
-  elseif string.sub(name, 1, #failed_prefix) == failed_prefix then
+  elseif is_failure then
     redis.call('HINCRBY', KEYS[11], {{HOST_FAILED}} .. host, incr)
+  end
+  local host_field = is_failure and {{HOST_FAILED}} or by_day[name]
+  if host_field then
+    redis.call('HINCRBY', KEYS[14], name, incr)
+    if host_field ~= '' then redis.call('HINCRBY', KEYS[15], host_field .. host, incr) end
+    day_counted = true
   end
   i = i + 2
 end
 if counted then redis.call('EXPIRE', KEYS[10], bucket_ttl) end
+if day_counted then
+  redis.call('EXPIRE', KEYS[14], tonumber(ARGV[14]))
+  redis.call('EXPIRE', KEYS[15], tonumber(ARGV[14]))
+end
 redis.call('HSET', nextk, host, nxt)
 local state = redis.call('HGET', meta, {{META_STATE}})
 if redis.call('ZCARD', q) > 0 and (state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}) then

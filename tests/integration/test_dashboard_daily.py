@@ -1,0 +1,72 @@
+"""The dashboard's per-day chart in real headless Chromium, over the session's job API, Redis and worker."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+
+import tasks
+from frontier.statistics import stats_day
+from tests.integration import test_dashboard as dashboard
+from tests.integration.conftest import run_job
+from tests.site import TestSite
+from vcrawl import redis_keys
+
+pytestmark = [pytest.mark.usefixtures("worker"), pytest.mark.browser]
+
+# The dashboard tests' fixtures: a token, the API and dashboard on a free port, a fresh Chromium per test.
+token, dashboard_url, browser = dashboard.token, dashboard.dashboard_url, dashboard.browser
+until, text_of = dashboard.until, dashboard.text_of
+EARLIER = 7  # pages of an earlier day, counted as the release script counts them
+
+
+def daily_total(driver: WebDriver) -> int:
+    return int(driver.find_element(By.ID, "daily-chart").get_attribute("data-total") or 0)
+
+
+def test_the_dashboard_draws_the_days_of_a_job_next_to_its_minutes(
+    dashboard_url: str, token: str, browser: WebDriver, site: TestSite
+) -> None:
+    site.add_page("/", "<html><body>" + "".join(f'<a href="/d{n}">{n}</a>' for n in range(8)) + "</body></html>")
+    for n in range(8):
+        site.add_page(f"/d{n}", "<html><body>day</body></html>")
+    status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0, "jitter": 0}})
+    job, fetched = status["job"], status["pages_fetched"]
+    assert status["state"] == "completed" and fetched == 9
+    earlier = stats_day(time.time() - 3 * 86400)
+    client = redis.Redis.from_url(tasks.settings().redis_url)
+    key = redis_keys.job_day_stats(job, earlier)
+    client.hset(key, mapping={"fetched": EARLIER, "stored": EARLIER, "bytes": 700, "failed:timeout": 1})
+    client.expire(key, 600)
+    try:
+        browser.get(f"{dashboard_url}/?token={token}")
+        row = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, f'#jobs-body tr[data-job="{job}"]'), "row")
+        row[0].click()
+        until(browser, lambda d: text_of(d, "#job-id") == job, "the job is selected")
+        until(browser, lambda d: daily_total(d) == fetched + EARLIER, "the days' pages on the per-day chart")
+
+        chart = browser.find_element(By.ID, "daily-chart")
+        bars = chart.find_elements(By.CSS_SELECTOR, "rect.bar")
+        by_day = {bar.get_attribute("data-day"): bar for bar in bars}
+        assert chart.get_attribute("data-points") == "14" and len(bars) == 14 and chart.is_displayed()
+        assert list(by_day)[-1] == stats_day(time.time()) and "now" in (bars[-1].get_attribute("class") or "")
+        assert by_day[stats_day(time.time())].get_attribute("data-fetched") == str(fetched)
+        assert by_day[earlier].get_attribute("data-fetched") == str(EARLIER)
+        assert by_day[earlier].get_attribute("data-failed") == "1"
+        assert float(by_day[earlier].get_attribute("height") or 0) > 0
+        assert "14 days" in text_of(browser, "#daily-caption")
+        minutes = browser.find_element(By.ID, "chart")
+        assert minutes.is_displayed() and int(minutes.get_attribute("data-total") or 0) == fetched
+        # Side by side: the per-day chart is next to the per-minute one, not below it.
+        assert (
+            browser.find_element(By.ID, "daily-section").location["y"]
+            == browser.find_element(By.ID, "rate").location["y"]
+        )
+    finally:
+        dashboard.ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(dashboard.ARTIFACTS / "dashboard-daily.png"))
+        client.delete(key)
