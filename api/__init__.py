@@ -26,4 +26,5 @@ def real_api(token: str | None) -> JobApi:
         queues=tasks.queue_lengths,
         nodes=lambda with_hosts: tasks.ring_nodes(with_hosts=with_hosts),
         daily=tasks.job_daily,
+        analyses=tasks.analysis_runs,
     )

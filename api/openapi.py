@@ -99,6 +99,12 @@ def openapi_document() -> dict[str, Any]:
                     params=[_JOB_ID, _query("days", 14), _query("limit", 50), _HOST],
                 )
             },
+            "/api/jobs/{job}/analyses": {
+                "get": _op(
+                    "The job's batch analysis and replay runs, newest first: state, chunks mapped, result location",
+                    params=[_JOB_ID, _query("limit", 20)],
+                )
+            },
             "/api/queues": {"get": _op("Messages waiting in the download and analysis queues", errors=("401",))},
             "/api/nodes": {
                 "get": _op(

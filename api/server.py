@@ -51,6 +51,7 @@ class JobApi:
     queues: Callable[[], dict[str, int]]
     nodes: Callable[[bool], dict[str, Any]] = lambda with_hosts: {"nodes": []}
     daily: Callable[[str, int, float, str | None], dict[str, Any] | None] = lambda job, days, now, host: None
+    analyses: Callable[[str, int], list[dict[str, Any]]] = lambda job, limit: []
     clock: Callable[[], float] = time.time
     _routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = field(default_factory=list, repr=False)
 
@@ -65,6 +66,7 @@ class JobApi:
             ("GET", rf"/api/jobs/{_JOB}/hosts", self._hosts),
             ("GET", rf"/api/jobs/{_JOB}/stats", self._stats),
             ("GET", rf"/api/jobs/{_JOB}/daily", self._daily),
+            ("GET", rf"/api/jobs/{_JOB}/analyses", self._analyses),
             ("GET", r"/api/queues", self._queues),
             ("GET", r"/api/nodes", self._nodes),
         ]
@@ -184,6 +186,10 @@ class JobApi:
         hosts = report["hosts"]  # the busiest over the window first, at most `limit` of them
         busiest = sorted(hosts, key=lambda host: (-sum(day["pages_fetched"] for day in hosts[host]), host))[:limit]
         return _json(200, {**report, "hosts": {host: hosts[host] for host in busiest}, "total_hosts": len(hosts)})
+
+    def _analyses(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        self._status(job)
+        return _json(200, {"job": job, "runs": self.analyses(job, _int_param(query, "limit", 20, 1, 500))})
 
     def _queues(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
         return _json(200, {"queues": self.queues()})

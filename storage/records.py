@@ -53,10 +53,14 @@ class RecordWriter:
         spool_dir: str | None = None,
         on_open: Callable[[str], None] | None = None,
         on_ship: Callable[[str], None] | None = None,
+        idle_s: float | None = None,
     ) -> None:
         """``on_open``/``on_ship`` are called with the writer id when a part gets its first line and
-        when it is shipped (e.g. to tell readers a part is still to come)."""
+        when it is shipped (e.g. to tell readers a part is still to come). With ``idle_s``, a part
+        also ships once no line came for that long (its job has gone quiet)."""
         self._store = store
+        self._idle_s = idle_s
+        self._last_at = 0.0
         self._on_open, self._on_ship = on_open, on_ship
         self._prefix = prefix.rstrip("/")
         self._max_bytes, self._max_age_s = max_part_bytes, max_part_age_s
@@ -83,9 +87,8 @@ class RecordWriter:
                     self._on_open(self._writer_id)
                 self._spool = self._open_spool()
                 self._opened_at, self._size = self._clock(), 0
-                self._timer = threading.Timer(self._max_age_s, self._flush_when_old)
-                self._timer.daemon = True
-                self._timer.start()
+                self._start_timer(min(self._max_age_s, self._idle_s or self._max_age_s))
+            self._last_at = self._clock()
             self._spool.write(line)
             self._size += len(line)
             if self._size >= self._max_bytes or self._clock() - self._opened_at >= self._max_age_s:
@@ -144,10 +147,24 @@ class RecordWriter:
         if self._on_ship is not None:
             self._on_ship(self._writer_id)
 
+    def _start_timer(self, delay_s: float) -> None:
+        self._timer = threading.Timer(max(0.0, delay_s), self._flush_when_old)
+        self._timer.daemon = True
+        self._timer.start()
+
     def _flush_when_old(self) -> None:
-        # Runs on a timer, so a part of an idle worker still ships after max_part_age_s.
+        # Runs on a timer, so a part of an idle worker still ships after max_part_age_s (or idle_s).
         try:
-            self.flush()
+            with self._lock:
+                if self._spool is None:
+                    return
+                now = self._clock()
+                age_left = self._max_age_s - (now - self._opened_at)
+                idle_left = self._idle_s - (now - self._last_at) if self._idle_s is not None else age_left
+                if age_left > 0 and idle_left > 0:  # lines still coming: look again when one limit is due
+                    self._start_timer(min(age_left, idle_left))
+                    return
+                self._ship()
         except Exception as exc:  # kept for the next try; the worker goes on
             logger.warning("records part of %s not shipped yet: %r", self._prefix, exc)
 

@@ -280,6 +280,11 @@ def records(job_id: str) -> RecordWriter:
     )
 
 
+# A job's fetch log part ships once no line came for this long: right after the job ends, so
+# batch analysis started then finds it whole.
+FETCH_LOG_IDLE_S = 2.0
+
+
 def fetch_log(job_id: str) -> RecordWriter:
     """Return this process's fetch log writer for ``job_id`` (``engine.fetch_log``).
 
@@ -304,6 +309,7 @@ def fetch_log(job_id: str) -> RecordWriter:
             spool_dir=spool_dir(current, "records"),
             on_open=opened,
             on_ship=shipped,
+            idle_s=FETCH_LOG_IDLE_S,
         ),
     )
 
