@@ -17,7 +17,7 @@ __all__ = ["RUN_STATES", "AnalysisRuns"]
 
 RUN_STATES = ("running", "done", "failed")
 _INT_FIELDS = frozenset({"chunks", "urls", "pages", "cycle", "chunk_size"})
-_FLOAT_FIELDS = frozenset({"started_at", "finished_at"})
+_FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at"})
 
 
 class AnalysisRuns:

@@ -61,7 +61,7 @@ class RunPlan:
     cycle: int | None = None
     created_at: float = 0.0
     statuses: Mapping[str, int] = field(default_factory=dict)  # batch: final status of URLs not stored
-    fields: Mapping[str, Any] | None = None  # replay: the field rules given instead of the job's
+    field_rules: Mapping[str, Any] | None = None  # replay: the field rules given instead of the job's
 
     @property
     def folder(self) -> str:
@@ -74,7 +74,7 @@ class RunPlan:
 
     def summary(self) -> dict[str, Any]:
         """The run's description for its Redis state (no per-URL data)."""
-        per_url = ("statuses", "fields", "job", "run")
+        per_url = ("statuses", "field_rules", "job", "run")
         return {name: value for name, value in self.to_json().items() if name not in per_url}
 
 
@@ -137,7 +137,7 @@ def plan_run(
         statuses={line.url: line.status for line in lines if not line.stored and line.status is not None}
         if kind == "batch"
         else {},
-        fields=fields,
+        field_rules=fields,
     )
     for index, chunk in enumerate(chunks):
         store.write_bytes(_chunk_file(plan.folder, index), _dumps([line.to_json() for line in chunk]))
@@ -260,7 +260,7 @@ def _replay_chunk(
     rules_for: Callable[[str], Mapping[str, FieldRule] | None] | None,
 ) -> dict[str, Any]:
     """Run the per-page analyzer on the chunk's stored pages; their records go in one file of the chunk."""
-    given = None if plan.fields is None else field_rules(plan.fields)
+    given = None if plan.field_rules is None else field_rules(plan.field_rules)
     records: list[bytes] = []
     failed: Counter[str] = Counter()
     errors: list[list[str]] = []
