@@ -1,0 +1,333 @@
+"""Batch analysis and replay on the session's real worker: chords over a crawled job, chunk retries, replay.
+
+A small two-host site is crawled for real; the site report is then checked against a direct
+computation from the files the crawl stored and the requests the servers saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import lxml.html
+import pytest
+
+import tasks
+from analyzers import batch_registry
+from analyzers.batch import CrawledUrl, MapContext
+from analyzers.site_report import SiteReport
+from engine.fetch_log import latest_by_url, read_fetch_log
+from tests.integration.conftest import AlertSinks, run_job
+from tests.site import TestSite
+from vcrawl.errors import AnalysisFailed, InvalidTask
+from vcrawl.settings import Settings
+
+pytestmark = pytest.mark.usefixtures("worker")
+
+DUPLICATE = "<html><body><h1>Same</h1><p>one body served under two URLs, word for word</p></body></html>"
+
+
+def page(title: str, *links: str, text: str = "") -> str:
+    anchors = "".join(f'<a href="{href}">{href}</a>' for href in links)
+    return f"<html><head><title>{title}</title></head><body><h2>{title} aside</h2><p>{text}</p>{anchors}</body></html>"
+
+
+@pytest.fixture
+def other_site() -> Iterator[TestSite]:
+    with TestSite() as running:
+        yield running
+
+
+def build_sites(site: TestSite, other: TestSite) -> None:
+    """Two hosts: broken links (404, 410) from several pages, a byte-identical alias, a link out of scope."""
+    site.add_page(
+        "/",
+        page("Home", "/a.html", "/b.html", "/missing.html", "/item?id=1", "/item?id=2", other.url("/"),
+             "http://127.0.0.9:9/outside.html", text="home of the test site"),  # fmt: skip
+    )
+    site.add_page("/a.html", page("A", "/missing.html", "/gone.html", "/b.html", text="page a"))
+    site.add_page("/b.html", page("B", "/a.html", other.url("/x.html"), text="page b"))
+    site.add_page("/gone.html", "gone", status=410)
+    site.add_page("/item?id=1", DUPLICATE)
+    site.add_page("/item?id=2", DUPLICATE)
+    other.add_page("/", page("Other", "/x.html", "/nowhere.html", site.url("/"), text="the other host"))
+    other.add_page("/x.html", page("X", "/nowhere.html", text="page x"))
+
+
+def crawl(site: TestSite, other: TestSite, **extra: Any) -> dict[str, Any]:
+    job = {
+        "seeds": [site.url("/")],
+        "scope": {"hosts": ["127.0.0.1"]},
+        "politeness": {"min_interval_s": 0.0},
+        "limits": {"retries": 0},
+        **extra,
+    }
+    status = run_job(job, timeout_s=60)
+    assert status["state"] == "completed", status
+    return status
+
+
+def stored_pages(settings: Settings, job_id: str) -> dict[str, Path]:
+    """Stored file per URL, found by the URL hash in the file name (storage.naming)."""
+    files = {}
+    for root, _dirs, names in os.walk(Path(settings.data) / "jobs" / job_id / "pages"):
+        for name in names:
+            files[name.rsplit("__", 1)[1].split(".")[0]] = Path(root) / name
+    return files
+
+
+def direct_report(settings: Settings, job_id: str, sites: list[TestSite]) -> dict[str, Any]:
+    """Per host: pages, bytes, 404/410s with referrers, computed from the stored files and the servers' logs."""
+    by_hash = stored_pages(settings, job_id)
+    hosts: dict[str, dict[str, Any]] = {}
+    bodies: dict[str, bytes] = {}
+    for site in sites:
+        netloc = urlsplit(site.base).netloc
+        for seen in site.seen:
+            if seen.path == "/robots.txt":
+                continue
+            url = site.url(seen.path)
+            digest = hashlib.sha256(url.encode()).hexdigest()[:10]
+            entry = hosts.setdefault(netloc, {"pages": 0, "bytes": 0, "broken": {}})
+            if digest in by_hash:
+                body = by_hash[digest].read_bytes()
+                bodies[url] = body
+                entry["pages"] += 1
+                entry["bytes"] += len(body)
+            else:
+                entry["broken"][url] = []
+    for url, body in bodies.items():
+        if b"<a" not in body:
+            continue
+        for href in lxml.html.fromstring(body).xpath("//a/@href"):
+            target = urljoin(url, href)
+            broken = hosts.get(urlsplit(target).netloc, {}).get("broken", {})
+            if target in broken and url not in broken[target]:
+                broken[target].append(url)
+    return hosts
+
+
+def test_a_chord_gives_the_site_report_a_direct_computation_gives(
+    site: TestSite, other_site: TestSite, vcrawl_settings: Settings
+) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+
+    location = tasks.analyze_job(status["job"], "site-report", chunk=2, timeout_s=60)
+
+    assert location == str(Path(vcrawl_settings.data) / "results" / status["job"] / "site-report.json")
+    report = json.loads(Path(location).read_text())
+    truth = direct_report(vcrawl_settings, status["job"], [site, other_site])
+    assert set(report["hosts"]) == set(truth)
+    for host, want in truth.items():
+        got = report["hosts"][host]
+        assert (got["pages"], got["bytes"]) == (want["pages"], want["bytes"]), host
+        broken = {url: sorted(entry["referrers"]) for url, entry in got["broken_links"].items()}
+        assert broken == {url: sorted(refs) for url, refs in want["broken"].items()}, host
+    ours = report["hosts"][urlsplit(site.base).netloc]
+    assert ours["status_codes"] == {"200": 6, "404": 1, "410": 1}
+    assert ours["broken_links"][site.url("/gone.html")]["status"] == 410
+    assert ours["content_types"] == {"text/html": 6} and ours["depth"] == {"0": 1, "1": 5}
+    assert ours["top_outgoing_domains"] == [{"domain": "127.0.0.9", "pages": 1}]
+    assert report["totals"]["pages"] == status["pages_stored"] == 8
+    runs = tasks.analysis_runs(status["job"])
+    assert runs[0]["state"] == "done" and runs[0]["chunks"] == runs[0]["chunks_done"] == 6
+
+
+def test_near_duplicates_cluster_the_identical_alias_and_nothing_else(
+    site: TestSite, other_site: TestSite, vcrawl_settings: Settings
+) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+
+    result = json.loads(Path(tasks.analyze_job(status["job"], "near-duplicates", chunk=3, timeout_s=60)).read_text())
+
+    assert [cluster["urls"] for cluster in result["clusters"]] == [[site.url("/item?id=1"), site.url("/item?id=2")]]
+    assert result["clusters"][0]["identical"] and result["pages"] == 8
+
+
+def test_any_chunk_size_gives_the_same_report(site: TestSite, other_site: TestSite) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+
+    one = json.loads(Path(tasks.analyze_job(status["job"], "site-report", chunk=1, timeout_s=60)).read_text())
+    all_in_one = json.loads(Path(tasks.analyze_job(status["job"], "site-report", chunk=1000, timeout_s=60)).read_text())
+
+    for result in (one, all_in_one):
+        for volatile in ("run", "generated_at"):
+            result.pop(volatile)
+    assert one == all_in_one
+
+
+class FlakyTitles:
+    """A test batch analyzer whose map fails twice for the chunk holding ``/b.html``."""
+
+    calls: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def map(self, urls: list[CrawledUrl], context: MapContext) -> dict[str, Any]:
+        first = urls[0].url
+        with self.lock:
+            self.calls[first] += 1
+            calls = self.calls[first]
+        if any(url.url.endswith("/b.html") for url in urls) and calls <= 2:
+            raise RuntimeError(f"flaky chunk, call {calls}")
+        return {"titles": sorted(url.url for url in urls if url.page is not None)}
+
+    def reduce(self, partials: Any) -> dict[str, Any]:
+        return {"titles": sorted(url for partial in partials for url in partial["titles"])}
+
+
+class Broken(FlakyTitles):
+    def map(self, urls: list[CrawledUrl], context: MapContext) -> dict[str, Any]:
+        raise RuntimeError("this analyzer always fails")
+
+
+@pytest.fixture
+def test_analyzers(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """FlakyTitles and Broken in the process's batch registry (the session's worker is a thread here)."""
+    batch_registry.batch_analyzer_names()  # loaded, then extended
+    loaded = batch_registry._default._loaded
+    assert loaded is not None
+    monkeypatch.setitem(loaded, "flaky-titles", FlakyTitles)
+    monkeypatch.setitem(loaded, "broken", Broken)
+    FlakyTitles.calls.clear()
+    yield
+
+
+@pytest.mark.usefixtures("test_analyzers")
+def test_a_chunk_that_fails_twice_is_retried_alone(site: TestSite, other_site: TestSite) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+
+    result = json.loads(Path(tasks.analyze_job(status["job"], "flaky-titles", chunk=2, timeout_s=60)).read_text())
+
+    assert len(result["titles"]) == 8
+    flaky = [first for first, n in FlakyTitles.calls.items() if n > 1]
+    assert len(flaky) == 1 and FlakyTitles.calls[flaky[0]] == 3  # two failures, then the third try
+    assert sorted(FlakyTitles.calls.values()) == [1, 1, 1, 1, 1, 1, 3][-len(FlakyTitles.calls) :]
+
+
+@pytest.mark.usefixtures("test_analyzers")
+def test_a_chunk_that_keeps_failing_fails_the_run_and_alerts(
+    site: TestSite, other_site: TestSite, alert_sinks: AlertSinks
+) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+
+    with pytest.raises(AnalysisFailed, match="always fails"):
+        tasks.analyze_job(status["job"], "broken", chunk=100, timeout_s=60)
+
+    run = tasks.analysis_runs(status["job"])[0]
+    assert run["state"] == "failed" and "always fails" in run["error"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(run["run"] in json.dumps(hook) for hook in alert_sinks.hooks):
+        time.sleep(0.1)
+    assert any(run["run"] in json.dumps(hook) for hook in alert_sinks.hooks)
+
+
+def test_replay_with_a_fixed_rule_writes_new_records_and_keeps_the_old(
+    site: TestSite, other_site: TestSite, vcrawl_settings: Settings
+) -> None:
+    build_sites(site, other_site)
+    wrong = [{"pattern": "", "analyzer": "fields", "fields": {"title": "h2"}}]
+    status = crawl(site, other_site, rules=wrong)
+    tasks.deps.flush_records()
+    records = Path(vcrawl_settings.data) / "jobs" / status["job"] / "records"
+    before = {path: path.read_bytes() for path in records.glob("*.jsonl")}
+    requests_before = len(site.seen) + len(other_site.seen)
+
+    run = tasks.reanalyze_job(status["job"], "fields", fields={"title": "title", "links": {"css": "a", "all": True}},
+                              chunk=3, timeout_s=60)  # fmt: skip
+
+    assert len(site.seen) + len(other_site.seen) == requests_before  # nothing fetched
+    assert {path: path.read_bytes() for path in records.glob("*.jsonl")} == before
+    replayed = [
+        json.loads(line)
+        for part in (Path(vcrawl_settings.data) / "jobs" / status["job"] / "replays" / run["run"] / "records").glob("*")
+        for line in part.read_text().splitlines()
+    ]
+    titles = {record["url"]: record["data"]["fields"]["title"] for record in replayed}
+    assert len(replayed) == status["pages_stored"] == len(titles)
+    assert titles[site.url("/a.html")] == "A" and titles[other_site.url("/x.html")] == "X"
+    old = [json.loads(line) for body in before.values() for line in body.decode().splitlines()]
+    assert {record["data"]["fields"]["title"] for record in old if record["url"] == site.url("/a.html")} == {"A aside"}
+    summary = json.loads(Path(run["result"]).read_text())
+    assert summary["records"] == status["pages_stored"] and summary["failed"] == {}
+
+
+def test_a_job_runs_its_batch_analyzers_when_it_completes(
+    site: TestSite, other_site: TestSite, vcrawl_settings: Settings
+) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site, batch_analyzers=["site-report"])
+    result = Path(vcrawl_settings.data) / "results" / status["job"] / "site-report.json"
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not result.exists():
+        time.sleep(0.1)
+
+    assert json.loads(result.read_text())["totals"]["pages"] == 8
+
+
+def test_analysis_is_refused_for_unknown_jobs_and_analyzers(site: TestSite, other_site: TestSite) -> None:
+    with pytest.raises(InvalidTask, match="no job"):
+        tasks.start_analysis("no-such-job", "site-report")
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+    with pytest.raises(InvalidTask, match="no batch analyzer 'nope'; known: .*site-report"):
+        tasks.start_analysis(status["job"], "nope")
+    with pytest.raises(InvalidTask, match="chunk"):
+        tasks.start_analysis(status["job"], "site-report", chunk=0)
+    with pytest.raises(InvalidTask, match="batch_analyzers"):
+        tasks.start_job({"seeds": [site.url("/")], "batch_analyzers": ["nope"]})
+
+
+def test_the_fetch_log_holds_every_url_the_job_ended(site: TestSite, other_site: TestSite) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+    tasks.deps.flush_records()
+
+    lines = latest_by_url(read_fetch_log(tasks.deps.storage(), status["job"]))
+
+    outcomes = Counter(line.outcome for line in lines)
+    assert outcomes == {"stored": status["pages_stored"], "failed": sum(status["failed"].values())}
+    assert {line.url: line.status for line in lines if line.outcome == "failed"} == {
+        site.url("/missing.html"): 404, site.url("/gone.html"): 410, other_site.url("/nowhere.html"): 404,
+    }  # fmt: skip
+    assert all(line.depth >= 0 and line.at > 0 for line in lines)
+
+
+def test_site_report_map_and_reduce_without_celery() -> None:
+    """The analyzer alone: partials folded in any order give one answer."""
+
+    class Context:
+        def canonical(self, url: str) -> str:
+            return url
+
+        def final_status(self, url: str) -> int | None:
+            return {"http://h/404": 404}.get(url)
+
+    from analyzers import Page
+
+    def stored(url: str, body: str, depth: int) -> CrawledUrl:
+        return CrawledUrl(url, "h", "stored", 200, depth, len(body), "text/html", page=Page(url, body.encode()))
+
+    chunks = [
+        [stored("http://h/", '<a href="/404">x</a><a href="http://o/">o</a>', 0)],
+        [stored("http://h/a", '<a href="/404">x</a>', 1), CrawledUrl("http://h/404", "h", "failed", 404, 1)],
+    ]
+    report = SiteReport()
+    partials = [report.map(chunk, Context()) for chunk in chunks]
+    assert report.reduce(partials) == report.reduce(reversed(partials))
+    host = report.reduce(partials)["hosts"]["h"]
+    assert host["broken_links"] == {"http://h/404": {"status": 404, "referrers": ["http://h/", "http://h/a"]}}
+    assert host["status_codes"] == {"200": 2, "404": 1} and host["top_outgoing_domains"] == [{"domain": "o", "pages": 1}]
