@@ -12,7 +12,7 @@
     │   ├── DownloadFailed     final non-200 status, too large, too many redirects, ...
     │   │   └── RobotsDisallowed  robots.txt disallows the URL (never requested)
     │   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
-├── ProgramFailed      an analyzer program failed on a page: retried as any analyzer's error
+    ├── ProgramFailed      an external analyzer program failed on a page (retried as any analyzer)
     └── RetryableError     transient
         ├── FetchFailed        timeout, connection error, 429, 5xx
         └── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
