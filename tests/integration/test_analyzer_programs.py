@@ -212,3 +212,26 @@ def test_a_hanging_program_is_killed_at_its_timeout_and_fails_without_wedging_th
     noted = [int(pid) for pid in cluster.pids.read_text().split()]
     assert noted and all(_is_gone(pid) for pid in noted)  # every program and the children they started
     assert after["state"] == "completed" and after["records"] == 1, after
+
+
+@pytest.mark.parametrize(
+    ("programs", "message"),
+    [
+        pytest.param({"titles": {"command": ["titles.py"]}}, "not an absolute path to an executable", id="relative"),
+        pytest.param({"links": {"command": ["/bin/true"]}}, "uses the name of a built-in analyzer", id="name-taken"),
+    ],
+)
+def test_a_worker_with_a_bad_programs_file_exits_naming_the_variable(
+    cluster: Cluster, tmp_path: Path, programs: dict[str, Any], message: str
+) -> None:
+    path = tmp_path / "programs.json"
+    path.write_text(json.dumps(programs))
+    env = {**cluster.env, "VCRAWL_ANALYZER_PROGRAMS": str(path)}
+    command = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "analysis", "-P", "threads", "-c", "1",
+               "-n", "refused@localhost", "--without-mingle", "--without-gossip"]  # fmt: skip
+
+    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=30)
+
+    assert done.returncode == 1, done.stderr[-2000:]
+    refusal = [line for line in done.stderr.splitlines() if "vcrawl: configuration error:" in line]
+    assert refusal and "VCRAWL_ANALYZER_PROGRAMS" in refusal[-1] and message in refusal[-1], done.stderr[-2000:]
