@@ -109,7 +109,7 @@ class ProgramAnalyzer:
                 no JSON object (the message ends with the tail of its stderr).
         """
         try:
-            with tempfile.TemporaryDirectory(prefix=f"vcrawl-{self.name}-") as tmp:  # mode 0700
+            with tempfile.TemporaryDirectory(prefix=f"vcrawl-{self.name}-", ignore_cleanup_errors=True) as tmp:
                 return self._run_in(Path(tmp), page)
         except OSError as exc:  # the worker's OSError means storage trouble: this is the program's
             raise ProgramFailed(self.name, page.url, f"{type(exc).__name__}: {exc}") from exc
@@ -204,19 +204,9 @@ def _run(
 def _pump(process: subprocess.Popen[bytes], body: bytes, run: _Run, deadline: float, max_output_bytes: int) -> None:
     """Feed stdin and read stdout/stderr until the pipes close, the deadline passes or the output overflows."""
     out, tail = bytearray(), bytearray()
-    selector = selectors.DefaultSelector()
-    view, written = memoryview(body), 0
-    if process.stdin is not None:
-        if body:
-            os.set_blocking(process.stdin.fileno(), False)
-            selector.register(process.stdin, selectors.EVENT_WRITE)
-        else:
-            process.stdin.close()
+    selector = _selector(process, body)
     capture = process.stderr is not None  # stream mode: stdout is the result
-    assert process.stdout is not None
-    selector.register(process.stdout, selectors.EVENT_READ)
-    if process.stderr is not None:
-        selector.register(process.stderr, selectors.EVENT_READ)
+    view, written = memoryview(body), 0
     ended_at: float | None = None
     try:
         while selector.get_map():
@@ -230,20 +220,13 @@ def _pump(process: subprocess.Popen[bytes], body: bytes, run: _Run, deadline: fl
                     run.problem = "timeout"
                 break
             for key, _ in selector.select(min(until - now, _POLL_S)):
-                pipe = key.fileobj
-                if pipe is process.stdin:
-                    try:
-                        written += os.write(key.fd, view[written : written + _CHUNK])
-                    except BrokenPipeError:  # it stopped reading: its exit status will tell
-                        written = len(view)
-                    if written >= len(view):
-                        selector.unregister(pipe)
-                        process.stdin.close()
+                if key.fileobj is process.stdin:
+                    written = _feed(selector, process, view, written)
                     continue
                 data = os.read(key.fd, _CHUNK)
                 if not data:
-                    selector.unregister(pipe)
-                elif capture and pipe is process.stdout:
+                    selector.unregister(key.fileobj)
+                elif capture and key.fileobj is process.stdout:
                     out += data
                     if len(out) > max_output_bytes:
                         run.problem = f"wrote more than {max_output_bytes} bytes of output"
@@ -254,6 +237,35 @@ def _pump(process: subprocess.Popen[bytes], body: bytes, run: _Run, deadline: fl
     finally:
         selector.close()
         run.output, run.tail = bytes(out), bytes(tail)
+
+
+def _selector(process: subprocess.Popen[bytes], body: bytes) -> selectors.BaseSelector:
+    """Watch the program's pipes: stdin (stream mode, while there is body left), stdout, stderr."""
+    selector = selectors.DefaultSelector()
+    if process.stdin is not None:
+        if body:
+            os.set_blocking(process.stdin.fileno(), False)
+            selector.register(process.stdin, selectors.EVENT_WRITE)
+        else:
+            process.stdin.close()
+    assert process.stdout is not None
+    selector.register(process.stdout, selectors.EVENT_READ)
+    if process.stderr is not None:
+        selector.register(process.stderr, selectors.EVENT_READ)
+    return selector
+
+
+def _feed(selector: selectors.BaseSelector, process: subprocess.Popen[bytes], view: memoryview, written: int) -> int:
+    """Write the next chunk of the body to stdin, closing it at the end; return the bytes written so far."""
+    assert process.stdin is not None
+    try:
+        written += os.write(process.stdin.fileno(), view[written : written + _CHUNK])
+    except BrokenPipeError:  # it stopped reading: its exit status will tell
+        written = len(view)
+    if written >= len(view):
+        selector.unregister(process.stdin)
+        process.stdin.close()
+    return written
 
 
 def _limit_child(memory_bytes: int) -> None:

@@ -156,6 +156,12 @@ def test_stream_mode_gives_the_body_on_stdin_and_takes_the_object_from_stdout(sc
     assert (result["length"], result["title"], result["args"]) == (len(body), "Big", ["-", "-"])
 
 
+def test_a_stream_program_that_does_not_read_its_input_is_judged_by_its_exit_and_output(script):
+    program = ProgramAnalyzer("skims", (script("skims.py", "print('{\"read\": false}')"),), io="stream")
+
+    assert program(Page(URL, b"x" * (4 * 1024 * 1024)), None) == {"read": False}  # its closed stdin is no error
+
+
 def test_a_program_that_exits_0_and_leaves_a_child_running_returns_and_the_child_is_killed(script, pids):
     body = SPAWN_SLEEPER + "open(sys.argv[2], 'w').write('{\"ok\": true}')"
     program = ProgramAnalyzer("leaves", (script("leaves.py", body),), timeout_s=20)
