@@ -25,7 +25,7 @@ import pytest
 from cli.local_redis import LocalRedis
 from storage import Storage
 from storage.records import read_records
-from tests.cluster import REPO, cluster_env, start_worker, stop_worker
+from tests.cluster import REPO, cluster_env, start_worker, stop_worker, submit, wait_all
 from tests.integration.conftest import AlertSinks
 from tests.site import TestSite
 from vcrawl.settings import Settings
@@ -212,6 +212,21 @@ def test_a_hanging_program_is_killed_at_its_timeout_and_fails_without_wedging_th
     noted = [int(pid) for pid in cluster.pids.read_text().split()]
     assert noted and all(_is_gone(pid) for pid in noted)  # every program and the children they started
     assert after["state"] == "completed" and after["records"] == 1, after
+
+
+def test_a_single_task_naming_programs_is_analysed_or_ends_analysis_failed_after_its_retries(cluster: Cluster) -> None:
+    with TestSite() as site:
+        works = site.add_page("/works.html", "<title>Single</title>")
+        crashes = site.add_page("/crashes.html", "<title>Crash</title>")
+        ok_id, failed_id = submit(cluster.env, [{"url": works, "analyzer": "titles"},
+                                                {"url": crashes, "analyzer": "crashes"}])  # fmt: skip
+        records = wait_all(cluster.env, [ok_id, failed_id], {"analyzed", "analysis_failed"}, timeout_s=60)
+
+    assert records[ok_id]["state"] == "analyzed", records[ok_id]
+    assert json.loads(Path(records[ok_id]["result_path"]).read_text())["title"] == "Single"
+    assert records[failed_id]["state"] == "analysis_failed", records[failed_id]
+    assert "exited with status 1" in records[failed_id]["error"]
+    assert cluster.runs_of("crashes").count(crashes) == 4  # the first run and 3 retries
 
 
 @pytest.mark.parametrize(
