@@ -1,4 +1,4 @@
-"""Analyzers: turn a fetched page into a JSON-ready result (links, fields, or a plugin's)."""
+"""Analyzers: turn a fetched page into a JSON-ready result (links, fields, a plugin's or a program's)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from analyzers.fields import compile_rules
 from analyzers.links import analyze as links_analyzer
 from analyzers.links import followed_links
 from analyzers.page import Page, is_html
+from analyzers.programs import ProgramAnalyzer, load_programs
 from analyzers.registry import (
     Analyzer,
     Registry,
@@ -19,6 +20,7 @@ from analyzers.registry import (
 __all__ = [
     "Analyzer",
     "Page",
+    "ProgramAnalyzer",
     "Registry",
     "analyzer_names",
     "check_rules",
@@ -28,5 +30,6 @@ __all__ = [
     "is_html",
     "links_analyzer",
     "load_plugins",
+    "load_programs",
     "run_analysis",
 ]

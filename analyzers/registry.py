@@ -5,14 +5,15 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from analyzers import fields, links
+from analyzers import fields, links, programs
 from analyzers.page import Page
 from vcrawl.errors import ConfigError, UnknownComponent
 from vcrawl.payloads import FieldRule
+from vcrawl.settings import Settings
 
 __all__ = [
     "BUILTIN_ANALYZERS",
@@ -43,16 +44,19 @@ BUILTIN_ANALYZERS: Mapping[str, Analyzer] = MappingProxyType({"links": links.ana
 
 
 class Registry:
-    """The built-in analyzers plus the entry-point plugins, loaded once, on first lookup."""
+    """The built-in analyzers plus the entry-point plugins and the analyzer programs, loaded once, on first lookup."""
 
     def __init__(
         self,
         builtins: Mapping[str, Analyzer] = BUILTIN_ANALYZERS,
         entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+        programs: Callable[[], Mapping[str, Analyzer]] | None = None,
     ) -> None:
-        """Use `entry_points` instead of the installed ``vcrawl.analyzers`` group when given."""
+        """Use `entry_points` instead of the installed ``vcrawl.analyzers`` group when given;
+        `programs` is called once, at load, for the external-program analyzers (None: none)."""
         self._builtins = dict(builtins)
         self._entry_points = None if entry_points is None else tuple(entry_points)
+        self._programs = programs
         self._loaded: dict[str, Analyzer] | None = None
         self._lock = threading.Lock()
 
@@ -81,7 +85,8 @@ class Registry:
         """Load the plugins now (a worker calls this at start-up to fail early).
 
         Raises:
-            ConfigError: a plugin's name is taken, or it fails to import or is not callable.
+            ConfigError: a plugin's or program's name is taken, a plugin fails to import or is not
+                callable, or the analyzer programs file is malformed.
         """
         self._analyzers()
 
@@ -127,6 +132,12 @@ class Registry:
         for name, entry_point in chosen.items():
             analyzers[name] = _load(entry_point)
             logger.info("loaded analyzer plugin %s", _describe(entry_point))
+        for name, program in (self._programs() if self._programs is not None else {}).items():
+            if name in analyzers:
+                kind = "built-in" if name in self._builtins else "plugin"
+                raise ConfigError(f"analyzer program {name!r} ({programs.SETTING}) uses the name of a {kind} analyzer")
+            analyzers[name] = program
+            logger.info("loaded analyzer program %s: %s", name, program)
         return analyzers
 
 
@@ -146,7 +157,13 @@ def _describe(entry_point: importlib.metadata.EntryPoint) -> str:
     return f"'{entry_point.name} = {entry_point.value}' ({ENTRY_POINT_GROUP}, {dist})"
 
 
-_default = Registry()
+def _configured_programs() -> Mapping[str, Analyzer]:
+    """The programs of ``VCRAWL_ANALYZER_PROGRAMS``, read in the process that looks analyzers up."""
+    path = Settings.from_env().analyzer_programs
+    return {} if path is None else programs.load_programs(path)
+
+
+_default = Registry(programs=_configured_programs)
 
 
 def get_analyzer(name: str) -> Analyzer:

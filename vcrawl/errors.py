@@ -12,6 +12,7 @@
     │   ├── DownloadFailed     final non-200 status, too large, too many redirects, ...
     │   │   └── RobotsDisallowed  robots.txt disallows the URL (never requested)
     │   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
+    ├── ProgramFailed      an external analyzer program failed on a page (retried as any analyzer)
     └── RetryableError     transient
         ├── FetchFailed        timeout, connection error, 429, 5xx
         └── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidTask",
     "MissingPage",
     "PermanentError",
+    "ProgramFailed",
     "RetryableError",
     "RobotsDisallowed",
     "StorageFailed",
@@ -143,6 +145,23 @@ class AttemptsExhausted(PermanentError):
 
     def __str__(self) -> str:
         return f"{self.stage} started {self.attempts} times without finishing; giving up"
+
+
+class ProgramFailed(VcrawlError):
+    """An external analyzer program failed on a page (exit status, signal, timeout, bad output).
+
+    Neither permanent nor retryable: it is the analyzer's failure, not the infrastructure's, so it
+    is retried and then alerted like an exception raised by any analyzer.
+    """
+
+    reason = "program_failed"
+
+    def __init__(self, analyzer: str, url: str, problem: str) -> None:
+        super().__init__(analyzer, url, problem)
+        self.analyzer, self.url, self.problem = analyzer, url, problem
+
+    def __str__(self) -> str:
+        return f"analyzer program {self.analyzer!r} failed on {self.url}: {self.problem}"
 
 
 class RetryableError(VcrawlError):

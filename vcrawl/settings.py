@@ -65,6 +65,7 @@ class Settings:
     interval_jitter: float = 0.5
     analysis_retries: int = 3
     analysis_backoff_s: float = 1.0
+    analyzer_programs: str | None = None  # a YAML/JSON file of external-program analyzers (docs/analyzer-programs.md)
     alert_webhook_url: str | None = None
     alert_email_to: tuple[str, ...] = ()
     alert_email_from: str = "vcrawl@localhost"
