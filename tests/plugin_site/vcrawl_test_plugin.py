@@ -47,3 +47,27 @@ def slow_words(page: Any, rules: Any) -> dict:
             out.write(page.url + "\n")
     time.sleep(float(os.environ.get("VCRAWL_TEST_ANALYSIS_SLEEP_S", "0.5")))
     return {"url": page.url, "words": len(page.tree.text_content().split())}
+
+
+class SlowSiteReport:
+    """A batch analyzer for fault tests: the site report, but each map notes its chunk in
+    $VCRAWL_TEST_ANALYSIS_LOG and sleeps $VCRAWL_TEST_ANALYSIS_SLEEP_S first."""
+
+    def __init__(self) -> None:
+        from analyzers.site_report import SiteReport
+
+        self._report = SiteReport()
+
+    def map(self, urls: Any, context: Any) -> dict:
+        import os
+        import time
+
+        log = os.environ.get("VCRAWL_TEST_ANALYSIS_LOG")
+        if log:
+            with _lock, open(log, "a", encoding="utf-8") as out:
+                out.write(urls[0].url + "\n")
+        time.sleep(float(os.environ.get("VCRAWL_TEST_ANALYSIS_SLEEP_S", "0.5")))
+        return self._report.map(urls, context)
+
+    def reduce(self, partials: Any) -> dict:
+        return self._report.reduce(partials)

@@ -1,0 +1,96 @@
+"""A batch analysis survives the SIGKILL of its analysis worker mid-chord: the same result, nothing lost.
+
+Its own redis-server, a crawl worker, then an analysis worker killed while a map runs (a slow
+plugin batch analyzer: the site report, each map sleeping first) and a fresh one started. The
+killed map's message comes back after the visibility timeout (short here, as in every fault test)
+and runs again; the chord then completes with the report an undisturbed run gives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import redis
+
+from cli.local_redis import LocalRedis
+from frontier import Frontier
+from tests.cluster import REPO, cluster_env, start_worker, stop_worker
+from tests.conftest import PLUGIN_SITE
+from tests.faults.test_faults import (
+    VISIBILITY_TIMEOUT_S,
+    Note,
+    fault_settings,
+    lines,
+    serve_pages,
+    start_job,
+    stop_gracefully,
+    wait_done,
+)
+from tests.site import TestSite
+
+pytestmark = [pytest.mark.slow, pytest.mark.faults]
+
+
+def analyze(env: dict[str, str], job_id: str, analyzer: str, chunk: int) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "cli", "analyze", job_id, "--analyzer", analyzer, "--chunk", str(chunk),
+               "--json", "--timeout", "120"]  # fmt: skip
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def result_of(process: subprocess.Popen[str]) -> dict:
+    out, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err
+    run = json.loads(out.splitlines()[-1])
+    report = json.loads(Path(run["result"]).read_text())
+    return {key: report[key] for key in ("hosts", "totals", "urls")}
+
+
+def test_an_analysis_worker_killed_mid_chord_loses_nothing(tmp_path: Path, fault_report: Note) -> None:
+    started_log = tmp_path / "maps-started.log"
+    with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
+        settings = fault_settings(server, tmp_path / "data")
+        env = {**cluster_env(settings), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
+               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.4"}  # fmt: skip
+        serve_pages(site, 30)
+        workers = [start_worker(env, "crawler", tmp_path / "crawler.log")]
+        analysis: subprocess.Popen[str] | None = None
+        try:
+            job_id = start_job(env, {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0}})
+            status = wait_done(lambda: Frontier(redis.Redis.from_url(server.url)), job_id, 60)
+            assert status["state"] == "completed" and status["pages_stored"] == 31, status
+            stop_gracefully(workers.pop())  # ships its fetch log
+            workers.append(start_worker(env, "analyst-0", tmp_path / "analyst-0.log", queues="analysis"))
+            analysis = analyze(env, job_id, "slow-site-report", chunk=3)
+            deadline = time.monotonic() + 60
+            while len(lines(started_log)) < 3 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            time.sleep(0.1)  # inside the 0.4 s map of the chunk whose start was logged last
+            os.kill(workers[0].pid, signal.SIGKILL)
+            killed_at = time.monotonic()
+            workers[0].wait(10)
+            interrupted = lines(started_log)[-1]
+            workers.append(start_worker(env, "analyst-1", tmp_path / "analyst-1.log", queues="analysis"))
+            disturbed = result_of(analysis)
+            finished_s = time.monotonic() - killed_at
+            undisturbed = result_of(analyze(env, job_id, "site-report", chunk=100))
+        finally:
+            if analysis is not None and analysis.poll() is None:
+                analysis.kill()
+                analysis.wait(10)
+            for worker in workers:
+                stop_worker(worker)
+    runs = Counter(lines(started_log))
+    fault_report(fault="analysis worker SIGKILLed mid-chord", chunks=len(runs), interrupted_map_runs=runs[interrupted],
+                 finished_s_after_kill=round(finished_s, 1), visibility_timeout_s=VISIBILITY_TIMEOUT_S)  # fmt: skip
+    assert runs[interrupted] >= 2  # the killed map ran again
+    assert len(runs) == 11  # the fetch log's 31 URLs, 3 per chunk
+    assert disturbed == undisturbed
+    assert disturbed["totals"]["pages"] == 31
