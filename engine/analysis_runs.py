@@ -17,7 +17,7 @@ __all__ = ["RUN_STATES", "AnalysisRuns"]
 
 RUN_STATES = ("running", "done", "failed")
 _INT_FIELDS = frozenset({"chunks", "urls", "pages", "cycle", "chunk_size"})
-_FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at"})
+_FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at", "reducing_at"})
 
 
 class AnalysisRuns:
@@ -37,6 +37,10 @@ class AnalysisRuns:
     def chunk_done(self, job_id: str, run_id: str, index: int) -> None:
         """Count chunk ``index`` as mapped (idempotent)."""
         self._redis.sadd(redis_keys.analysis_chunks_done(job_id, run_id), index)
+
+    def reducing(self, job_id: str, run_id: str, now: float) -> None:
+        """Note that the run's reduce has begun."""
+        self._redis.hset(redis_keys.analysis_run(job_id, run_id), "reducing_at", now)
 
     def finish(self, job_id: str, run_id: str, result: str, now: float) -> None:
         """Record the run's result location."""

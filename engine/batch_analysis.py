@@ -184,6 +184,7 @@ def reduce_run(store: Storage, runs: AnalysisRuns, job_id: str, run_id: str, par
         Exception: whatever the batch analyzer's reduce raised.
     """
     plan = load_plan(store, job_id, run_id)
+    runs.reducing(job_id, run_id, time.time())
     parts = _read_partials(store, partials)
     head = {"job": job_id, "analyzer": plan.analyzer, "cycle": plan.cycle, "run": run_id}
     if plan.kind == "replay":

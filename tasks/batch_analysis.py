@@ -17,6 +17,7 @@ from typing import Any
 
 from celery import Task, chord
 
+from celeryconfig import ANALYSIS_QUEUE, queue_lists
 from engine import batch_analysis
 from engine.alerts import Alert
 from engine.analysis_runs import AnalysisRuns
@@ -30,6 +31,10 @@ __all__ = [
     "batch_map",
     "batch_reduce",
     "launch",
+    "map_task_id",
+    "message_exists",
+    "recover_run",
+    "stall_s",
     "start_batch_analysis",
     "unshipped_log_parts",
 ]
@@ -37,6 +42,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _LOG_WAIT_POLL_S = 1.0
+_UNACKED = "unacked"  # kombu's Redis transport: delivery tag -> message, until acknowledged
 
 
 def runs() -> AnalysisRuns:
@@ -115,10 +121,62 @@ def launch(
         deps.storage(), runs(), job_id, analyzer, kind=kind, cycle=cycle, chunk_size=chunk, fields=fields
     )
     body = batch_reduce.s(job_id, plan.run).set(link_error=[batch_failed.s(job_id=job_id, run_id=plan.run)])
-    chord(batch_map.s(job_id, plan.run, index) for index in range(plan.chunks))(body)
+    chord(batch_map.s(job_id, plan.run, i).set(task_id=map_task_id(plan.run, i)) for i in range(plan.chunks))(body)
     state = runs().get(job_id, plan.run)
     assert state is not None, "a planned run is recorded"
     return state
+
+
+def map_task_id(run_id: str, index: int) -> str:
+    """The task id of a run's map of chunk ``index``: known without asking the broker."""
+    return f"{run_id}.map.{index:05d}"
+
+
+def recover_run(job_id: str, run_id: str) -> int:
+    """Send again what a stalled run lost; return how many tasks were sent.
+
+    kombu's Redis transport takes a message off its queue (BRPOP) before it notes it as
+    unacknowledged: a worker killed between the two loses it, and the chord waits for ever. A map
+    whose message is neither queued nor unacknowledged is sent again (outside the chord, under its
+    task id); once every chunk is mapped, the reduce is sent with the partials' fixed locations.
+    Both are idempotent, so a message that was only late costs a repeat, never a wrong result.
+    """
+    run = runs().get(job_id, run_id)
+    if run is None or run.get("state") != "running":
+        return 0
+    chunks = int(run.get("chunks") or 0)
+    done = {int(index) for index in deps.redis_client().smembers(redis_keys.analysis_chunks_done(job_id, run_id))}
+    missing = [index for index in range(chunks) if index not in done]
+    if not missing:
+        partials = [f"{batch_analysis.run_folder(job_id, run_id)}/part-{index:05d}.json" for index in range(chunks)]
+        batch_reduce.apply_async((partials, job_id, run_id), task_id=f"{run_id}.reduce.again",
+                                 link_error=[batch_failed.s(job_id=job_id, run_id=run_id)])  # fmt: skip
+        logger.warning("run %s: every chunk mapped but no reduce came: reduce sent again", run_id)
+        return 1
+    client = deps.redis_client()
+    lost = [index for index in missing if not message_exists(client, ANALYSIS_QUEUE, map_task_id(run_id, index))]
+    for index in lost:
+        batch_map.apply_async((job_id, run_id, index), task_id=map_task_id(run_id, index))
+    if lost:
+        logger.warning("run %s: the messages of chunks %s were lost; sent again", run_id, lost)
+    return len(lost)
+
+
+def message_exists(client: Any, queue: str, task_id: str) -> bool:
+    """True if a message of ``task_id`` waits on ``queue`` (any priority) or is unacknowledged."""
+    needle = task_id.encode()
+    for key in queue_lists(queue):
+        for start in range(0, client.llen(key), 1000):
+            if any(needle in payload for payload in client.lrange(key, start, start + 999)):
+                return True
+    return any(needle in payload for payload in client.hvals(_UNACKED))
+
+
+def stall_s() -> float:
+    """How long a run may make no progress before ``recover_run``: a killed worker's messages are
+    back by then (the visibility timeout plus kombu's restore sweeps)."""
+    visibility_s = deps.settings().visibility_timeout_s
+    return visibility_s + 2 * max(1.0, min(30.0, visibility_s / 4)) + 30.0
 
 
 def unshipped_log_parts(job_id: str) -> int:

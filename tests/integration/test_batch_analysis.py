@@ -24,7 +24,9 @@ import tasks
 from analyzers import batch_registry
 from analyzers.batch import CrawledUrl, MapContext
 from analyzers.site_report import SiteReport
+from engine import batch_analysis
 from engine.fetch_log import latest_by_url, read_fetch_log
+from tasks import batch_analysis as batch_tasks
 from tests.integration.conftest import AlertSinks, run_job
 from tests.site import TestSite
 from vcrawl.errors import AnalysisFailed, InvalidTask
@@ -329,3 +331,25 @@ def test_site_report_map_and_reduce_without_celery() -> None:
     assert host["broken_links"] == {"http://h/404": {"status": 404, "referrers": ["http://h/", "http://h/a"]}}
     assert host["status_codes"] == {"200": 2, "404": 1}
     assert host["top_outgoing_domains"] == [{"domain": "o", "pages": 1}]
+
+
+def test_a_run_that_lost_a_map_message_is_sent_again(site: TestSite, other_site: TestSite) -> None:
+    """A killed worker can lose a message between kombu's BRPOP and its unacked note: simulated by
+    planning a run whose chord is never sent, and mapping all chunks but one here."""
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+    expected = json.loads(Path(tasks.analyze_job(status["job"], "site-report", chunk=3, timeout_s=60)).read_text())
+    store, runs = tasks.deps.storage(), batch_tasks.runs()
+    plan = batch_analysis.plan_run(store, runs, status["job"], "site-report", chunk_size=3)
+    for index in range(plan.chunks):
+        if index != 1:
+            batch_analysis.map_chunk(store, runs, status["job"], plan.run, index)
+
+    assert batch_tasks.recover_run(status["job"], plan.run) == 1  # chunk 1: neither queued nor unacked
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and runs.get(status["job"], plan.run)["chunks_done"] < plan.chunks:
+        time.sleep(0.05)
+    run = tasks.analysis_facade.wait_for_run(status["job"], plan.run, timeout_s=60)  # sends the reduce after 15 s
+
+    result = json.loads(Path(run["result"]).read_text())
+    assert {key: result[key] for key in ("hosts", "totals")} == {key: expected[key] for key in ("hosts", "totals")}
