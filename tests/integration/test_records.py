@@ -125,6 +125,22 @@ def test_an_idle_writer_ships_its_part_after_the_age_limit(tmp_path: Path) -> No
     assert len(store.list_files("r")) == 1
 
 
+def test_a_part_ships_once_no_line_came_for_idle_s_and_not_while_lines_come(tmp_path: Path) -> None:
+    store = Storage(str(tmp_path))
+    opened, shipped = [], []
+    writer = RecordWriter(store, "r", max_part_age_s=3600, writer_id="w", idle_s=0.3,
+                          on_open=opened.append, on_ship=shipped.append)  # fmt: skip
+    for n in range(8):  # a line every 0.1 s: never idle for 0.3 s
+        writer.append(record(n))
+        time.sleep(0.1)
+    assert store.list_files("r") == [] and opened == ["w"]
+    deadline = time.monotonic() + 5
+    while not store.list_files("r") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [r["data"]["fields"]["n"] for r in read_records(store, "r")] == list(range(8))
+    assert shipped == ["w"]
+
+
 _KILLED_WRITER = """
 import json, sys, time
 from storage import Storage
