@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -31,6 +31,7 @@ _BANDS = MAX_DISTANCE + 1
 _BAND_BITS = 64 // _BANDS
 _WORD = re.compile(r"\w+")
 _INVISIBLE = ("script", "style", "noscript", "template")
+_BITS_OF = [[bit for bit in range(8) if value >> bit & 1] for value in range(256)]  # set bits of a byte
 
 
 class NearDuplicates:
@@ -86,12 +87,19 @@ def simhash(words: Sequence[str]) -> int:
     True
     """
     shingles = {" ".join(words[i : i + SHINGLE_WORDS]) for i in range(max(1, len(words) - SHINGLE_WORDS + 1))}
-    weights = [0] * 64
-    for shingle in shingles:
-        value = int.from_bytes(hashlib.blake2b(shingle.encode(), digest_size=8).digest(), "big")
-        for bit in range(64):
-            weights[bit] += 1 if value >> bit & 1 else -1
-    return sum(1 << bit for bit, weight in enumerate(weights) if weight > 0)
+    digests = [hashlib.blake2b(shingle.encode(), digest_size=8).digest() for shingle in shingles]
+    fingerprint = 0
+    # Bit b of byte p is set in more than half the digests: counted per byte value (C-speed Counter),
+    # not per bit and shingle, which is ten times slower on a 4,000-word page.
+    for position in range(8):
+        ones = [0] * 8
+        for value, count in Counter(digest[position] for digest in digests).items():
+            for bit in _BITS_OF[value]:
+                ones[bit] += count
+        for bit, count in enumerate(ones):
+            if 2 * count > len(digests):
+                fingerprint |= 1 << (8 * (7 - position) + bit)
+    return fingerprint
 
 
 def _words(page: Page) -> list[str]:
