@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -27,6 +29,7 @@ from analyzers.site_report import SiteReport
 from engine import batch_analysis
 from engine.fetch_log import latest_by_url, read_fetch_log
 from tasks import batch_analysis as batch_tasks
+from tests.cluster import REPO, cluster_env
 from tests.integration.conftest import AlertSinks, run_job
 from tests.site import TestSite
 from vcrawl.errors import AnalysisFailed, InvalidTask
@@ -353,3 +356,36 @@ def test_a_run_that_lost_a_map_message_is_sent_again(site: TestSite, other_site:
 
     result = json.loads(Path(run["result"]).read_text())
     assert {key: result[key] for key in ("hosts", "totals")} == {key: expected[key] for key in ("hosts", "totals")}
+
+
+def test_the_command_line_analyzes_replays_and_lists(
+    site: TestSite, other_site: TestSite, vcrawl_settings: Settings, tmp_path: Path
+) -> None:
+    env = cluster_env(vcrawl_settings)
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+
+    done = vcrawl(env, "analyze", status["job"], "--analyzer", "site-report", "--chunk", "4", "--json")
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout.splitlines()[-1])
+    assert (run["state"], run["chunks"], run["urls"], run["pages"]) == ("done", 3, 10, 7)
+    assert json.loads(Path(run["result"]).read_text())["totals"]["pages"] == 7
+    assert "site-report: 3/3 chunks mapped (100%), done" in done.stderr
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("title: title\n")
+    replayed = vcrawl(env, "reanalyze", status["job"], "--analyzer", "fields", "--fields", str(rules))
+    assert replayed.returncode == 0 and replayed.stdout.startswith("result: "), replayed.stderr
+    listing = json.loads(vcrawl(env, "analyzers", "--json").stdout)
+    assert {"site-report", "near-duplicates"} <= set(listing["batch"]) and "fields" in listing["page"]
+    for args, message in (
+        (("analyze", "no-such-job", "--analyzer", "site-report"), "no job 'no-such-job'"),
+        (("analyze", status["job"], "--analyzer", "fields"), "no batch analyzer 'fields'"),
+        (("reanalyze", status["job"], "--analyzer", "site-report"), "no analyzer 'site-report'"),
+    ):
+        refused = vcrawl(env, *args)
+        assert refused.returncode == 2 and message in refused.stderr, refused.stderr
+
+
+def vcrawl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "cli", *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
