@@ -389,3 +389,21 @@ def test_the_command_line_analyzes_replays_and_lists(
 def vcrawl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cli", *args], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
+
+
+def test_replay_without_fields_uses_the_jobs_own_rules(
+    site: TestSite, other_site: TestSite, vcrawl_settings: Settings
+) -> None:
+    build_sites(site, other_site)
+    rules = [{"pattern": "/a\\.html$", "analyzer": "fields", "fields": {"heading": "h2"}}]
+    status = crawl(site, other_site, rules=rules)
+
+    run = tasks.reanalyze_job(status["job"], "fields", timeout_s=60)
+
+    summary = json.loads(Path(run["result"]).read_text())
+    folder = Path(vcrawl_settings.data) / summary["records_in"]
+    records = [json.loads(line) for part in folder.glob("*.jsonl") for line in part.read_text().splitlines()]
+    assert summary["pages"] == status["pages_stored"]
+    # Only /a.html has a rule with fields; the fields analyzer refuses the other pages, each counted.
+    assert summary["records"] == 1 and summary["failed"] == {"invalid_task": status["pages_stored"] - 1}
+    assert [record["data"]["fields"] for record in records] == [{"heading": "A aside"}]
