@@ -1,7 +1,7 @@
 """Batch analysis throughput (issue 18): pages/s of ``vcrawl analyze`` over a stored 6,000-page job.
 
 Run: ``.venv/bin/python bench/batch_analysis.py [--procs 1 2] [--runs 3]`` (``make bench-analysis``;
-about 6 minutes on 2 cores). What it does:
+about 7 minutes on 2 cores). What it does:
 
 1. Starts the kit's universe (../shared/bench ``universe.py serve``: ``--hosts`` 10, ``--pages``
    6000, no latency, so nginx when installed; ``--crawl-delay-frac 0``) and a private redis-server,
@@ -173,7 +173,7 @@ def one_run(
     command = [str(crawl_universe.VCRAWL), "analyze", job_id, "--analyzer", analyzer, "--json"]
     command += ["--chunk", str(args.chunk)] if args.chunk else []
     w0, r0, c0, busy0, total0, me0 = snapshot()
-    t0 = time.monotonic()
+    t0, epoch0 = time.monotonic(), time.time()
     rc, out = run_child(command, env, args.timeout, work / f"analyze-{procs}-{analyzer}.err")
     wall = time.monotonic() - t0
     w1, r1, c1, busy1, total1, me1 = snapshot()
@@ -191,7 +191,21 @@ def one_run(
         "machine_busy": round(busy / max(1e-9, total1 - total0), 3),
         "other_cores": round((busy - worker_cpu - cli_cpu - redis_cpu - (me1 - me0)) / wall, 2),
         "result_check": result_check(analyzer, result),
+        "phases_s": phases(run, result, Path(env["VCRAWL_DATA"]) / "jobs" / job_id / "analysis" / run["run"],
+                           epoch0, epoch0 + wall),
     }  # fmt: skip
+
+
+def phases(run: dict[str, Any], result: dict[str, Any], folder: Path, start: float, end: float) -> dict[str, float]:
+    """Where a run's wall time went, from its timestamps and its files' times (tmpfs, ns): ``startup``
+    (the CLI's imports and its check for unshipped fetch log parts), ``plan`` (read the fetch log, write
+    the chunks), ``maps`` (plan written to the last partial written), ``reduce`` (to the result's
+    ``generated_at``), ``exit`` (the CLI's next poll, print and exit)."""
+    planned = (folder / "plan.json").stat().st_mtime
+    mapped = max(part.stat().st_mtime for part in folder.glob("part-*.json"))
+    marks = [start, run["started_at"], planned, mapped, result["generated_at"], end]
+    names = ("startup", "plan", "maps", "reduce", "exit")
+    return {name: round(b - a, 2) for name, a, b in zip(names, marks[:-1], marks[1:], strict=True)}
 
 
 def result_check(analyzer: str, result: dict[str, Any]) -> str:
@@ -250,6 +264,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for figure in ("wall_s", "elapsed_s", "pages_per_s", "worker_cpu_s", "worker_cpu_ms_per_page",
                        "worker_cores", "cli_cpu_s", "redis_cpu_s", "machine_busy", "other_cores"):  # fmt: skip
             line[figure] = round(statistics.median(row[figure] for row in runs), 3)
+        line["phases_s"] = {k: round(statistics.median(r["phases_s"][k] for r in runs), 2) for k in runs[0]["phases_s"]}
         line["pages_per_s_range"] = [min(r["pages_per_s"] for r in runs), max(r["pages_per_s"] for r in runs)]
         out.append(line)
     return out
@@ -260,7 +275,7 @@ def run_line(row: dict[str, Any]) -> str:
             f"({row['chunks']} chunks) in {row['wall_s']} s = {row['pages_per_s']} pages/s; worker CPU "
             f"{row['worker_cpu_s']} s ({row['worker_cores']} cores), CLI {row['cli_cpu_s']} s, Redis "
             f"{row['redis_cpu_s']} s; machine {row['machine_busy']:.0%} busy, other work {row['other_cores']} "
-            f"cores; {row['result_check']}")  # fmt: skip
+            f"cores; {row['result_check']}; phases {row['phases_s']}")  # fmt: skip
 
 
 def setting_line(line: dict[str, Any]) -> str:
@@ -268,21 +283,23 @@ def setting_line(line: dict[str, Any]) -> str:
     return (f"{line['analyzer']}, {line['procs']} analysis process(es), median of {line['runs']}: {line['pages']} "
             f"pages in {line['wall_s']} s = {line['pages_per_s']} pages/s [{lo}-{hi}], worker CPU "
             f"{line['worker_cpu_s']} s ({line['worker_cpu_ms_per_page']} ms/page, "
-            f"{line['worker_cores']} cores)")  # fmt: skip
+            f"{line['worker_cores']} cores); phases {line['phases_s']}")  # fmt: skip
 
 
 def print_table(summary: list[dict[str, Any]]) -> None:
     """The markdown table of docs/performance.md."""
     print(
         "\n| analyzer | analysis processes | runs | pages | chunks | wall s | pages/s [min-max] | worker CPU s "
-        "| worker CPU ms/page | worker cores | `vcrawl analyze` CPU s | Redis CPU s | other work (cores) |"
+        "| worker CPU ms/page | worker cores | `vcrawl analyze` CPU s | Redis CPU s | other work (cores) "
+        "| startup / plan / maps / reduce / exit s |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summary:
         lo, hi = s["pages_per_s_range"]
         print(f"| {s['analyzer']} | {s['procs']} | {s['runs']} | {s['pages']} | {s['chunks']} | {s['wall_s']} "
               f"| {s['pages_per_s']} [{lo}-{hi}] | {s['worker_cpu_s']} | {s['worker_cpu_ms_per_page']} "
-              f"| {s['worker_cores']} | {s['cli_cpu_s']} | {s['redis_cpu_s']} | {s['other_cores']} |")  # fmt: skip
+              f"| {s['worker_cores']} | {s['cli_cpu_s']} | {s['redis_cpu_s']} | {s['other_cores']} "
+              f"| {' / '.join(str(v) for v in s['phases_s'].values())} |")  # fmt: skip
 
 
 if __name__ == "__main__":
