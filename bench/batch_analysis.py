@@ -19,12 +19,12 @@ about 7 minutes on 2 cores). What it does:
    runs ``near-duplicates`` on the same worker (one figure per setting).
 
 Measured per run: wall time of the ``vcrawl analyze`` process, start to exit (imports, planning,
-the chord, waiting) and its own ``elapsed_s``; pages/s = stored pages (the run's ``pages``) / wall;
-CPU seconds (utime+stime, /proc) of the worker's process tree (parent and pool processes), of the
-``vcrawl analyze`` process (it reads the fetch log and plans) and of Redis; the machine's busy
-share (/proc/stat: other work on the machine shows there, as ``other_cores``). Prints one line per
-run on stderr, then the median of the runs per setting (one line each), a markdown table, and one
-JSON line with every figure.
+the chord, waiting), and where it went (``phases_s``); pages/s = stored pages / wall; CPU seconds
+(utime+stime, /proc) of the worker's process tree, of the ``vcrawl analyze`` process (it reads the
+fetch log and plans) and of Redis; the machine's busy share (/proc/stat: other work on the machine
+shows as ``other_cores``; each run first waits, at most ``--quiet-wait`` s, for an idle machine).
+Prints a line per run on stderr, then a markdown table with the medians (one row per setting) and
+one JSON line with every figure.
 """
 
 from __future__ import annotations
@@ -63,6 +63,7 @@ def main() -> int:
     parser.add_argument("--chunk", type=int, help="--chunk of vcrawl analyze (default: vcrawl's)")
     parser.add_argument("--no-near-duplicates", action="store_true", help="skip the near-duplicates figure")
     parser.add_argument("--data-root", default="/dev/shm", help="where the job's temporary data dir goes")
+    parser.add_argument("--quiet-wait", type=float, default=300.0, help="s to wait for an idle machine per run")
     parser.add_argument("--timeout", type=float, default=900.0, help="hard stop of the crawl and of one run, s")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the `finally`s stop what was started
@@ -93,9 +94,7 @@ def main() -> int:
                     print(">>> " + run_line(row), file=sys.stderr, flush=True)
                     rows.append(row)
         summary = summarize(rows)
-        for line in summary:
-            print(setting_line(line))
-        print_table(summary)
+        print_table(summary)  # one row per setting
         print(json.dumps({"bench": "batch-analysis", "site": site["note"], "crawl": crawl,
                           "cores": os.cpu_count(), "medians": summary, "runs": rows}))  # fmt: skip
         ok = True
@@ -172,6 +171,7 @@ def one_run(
 
     command = [str(crawl_universe.VCRAWL), "analyze", job_id, "--analyzer", analyzer, "--json"]
     command += ["--chunk", str(args.chunk)] if args.chunk else []
+    wait_for_quiet(args.quiet_wait)
     w0, r0, c0, busy0, total0, me0 = snapshot()
     t0, epoch0 = time.monotonic(), time.time()
     rc, out = run_child(command, env, args.timeout, work / f"analyze-{procs}-{analyzer}.err")
@@ -206,6 +206,21 @@ def phases(run: dict[str, Any], result: dict[str, Any], folder: Path, start: flo
     marks = [start, run["started_at"], planned, mapped, result["generated_at"], end]
     names = ("startup", "plan", "maps", "reduce", "exit")
     return {name: round(b - a, 2) for name, a, b in zip(names, marks[:-1], marks[1:], strict=True)}
+
+
+def wait_for_quiet(limit_s: float) -> None:
+    """Wait (at most ``limit_s``) until the machine is idle over 2 s (< 15 % busy): other work on a
+    shared machine would blur the figures (``other_cores`` shows what still ran during a run)."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        busy0, total0 = nc.machine_busy_s()
+        time.sleep(2.0)
+        busy1, total1 = nc.machine_busy_s()
+        share = (busy1 - busy0) / max(1e-9, total1 - total0)
+        if share < 0.15 or time.monotonic() > deadline:
+            if share >= 0.15:
+                print(f">>> machine still {share:.0%} busy after {limit_s:g} s; measuring anyway", file=sys.stderr)
+            return
 
 
 def result_check(analyzer: str, result: dict[str, Any]) -> str:
@@ -278,16 +293,8 @@ def run_line(row: dict[str, Any]) -> str:
             f"cores; {row['result_check']}; phases {row['phases_s']}")  # fmt: skip
 
 
-def setting_line(line: dict[str, Any]) -> str:
-    lo, hi = line["pages_per_s_range"]
-    return (f"{line['analyzer']}, {line['procs']} analysis process(es), median of {line['runs']}: {line['pages']} "
-            f"pages in {line['wall_s']} s = {line['pages_per_s']} pages/s [{lo}-{hi}], worker CPU "
-            f"{line['worker_cpu_s']} s ({line['worker_cpu_ms_per_page']} ms/page, "
-            f"{line['worker_cores']} cores); phases {line['phases_s']}")  # fmt: skip
-
-
 def print_table(summary: list[dict[str, Any]]) -> None:
-    """The markdown table of docs/performance.md."""
+    """The medians, one markdown row per setting (the table of docs/performance.md)."""
     print(
         "\n| analyzer | analysis processes | runs | pages | chunks | wall s | pages/s [min-max] | worker CPU s "
         "| worker CPU ms/page | worker cores | `vcrawl analyze` CPU s | Redis CPU s | other work (cores) "
