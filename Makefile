@@ -84,7 +84,7 @@ scale-out: setup
 
 # Batch analysis throughput (docs/performance.md): a 6,000-page universe crawled once, then `vcrawl analyze
 # --analyzer site-report` with 1 and 2 analysis processes, 3 runs each, near-duplicates once (bench/batch_analysis.py).
-# About 10 minutes; ANALYSIS_ARGS="--runs 1 --no-near-duplicates" for a short run.
+# About 7 minutes; ANALYSIS_ARGS="--runs 1 --no-near-duplicates" for a short run.
 ANALYSIS_ARGS ?=
 bench-analysis: setup
 	bench/run.sh analysis $(ANALYSIS_ARGS)
