@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 .PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs \
-	ring-experiment scale-out
+	ring-experiment scale-out bench-analysis
 
 setup: system-packages $(STAMP)
 
@@ -81,6 +81,13 @@ ring-experiment: setup
 SCALE_ARGS ?=
 scale-out: setup
 	bench/run.sh scale $(SCALE_ARGS)
+
+# Batch analysis throughput (docs/performance.md): a 6,000-page universe crawled once, then `vcrawl analyze
+# --analyzer site-report` with 1 and 2 analysis processes, 3 runs each, near-duplicates once (bench/batch_analysis.py).
+# About 7 minutes; ANALYSIS_ARGS="--runs 1 --no-near-duplicates" for a short run.
+ANALYSIS_ARGS ?=
+bench-analysis: setup
+	bench/run.sh analysis $(ANALYSIS_ARGS)
 
 # The manual (docs/, Sphinx + MyST) with warnings as errors; its tools are the `docs` extra.
 DOCS_STAMP := $(VENV)/.docs-installed

@@ -48,6 +48,12 @@ if [ "${1:-}" = scale ]; then
   exec .venv/bin/python bench/scale_out.py "$@"
 fi
 
+# `bench/run.sh analysis [options]` (make bench-analysis): batch analysis pages/s with 1 and 2 analysis processes.
+if [ "${1:-}" = analysis ]; then
+  shift
+  exec .venv/bin/python bench/batch_analysis.py "$@"
+fi
+
 if [ "${1:-}" = compare ]; then
   shift
   exec .venv/bin/python bench/compare.py "$@"
