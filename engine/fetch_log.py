@@ -113,12 +113,23 @@ def read_fetch_log(store: Storage, job_id: str) -> Iterator[LoggedUrl]:
 
 
 def latest_by_url(lines: Iterable[LoggedUrl], cycle: int | None = None) -> list[LoggedUrl]:
-    """One line per URL, the latest (by release time); only ``cycle``'s when given. Sorted by URL."""
+    """One line per URL, sorted by URL: the latest (by release time) of ``cycle``, when given.
+
+    Across cycles, a URL whose last visit found it unchanged is its last stored version: the
+    page as it is now, stored in the cycle that last changed it.
+    """
     latest: dict[str, LoggedUrl] = {}
+    stored: dict[str, LoggedUrl] = {}
     for line in lines:
         if cycle is not None and line.cycle != cycle:
             continue
         known = latest.get(line.url)
         if known is None or line.at >= known.at:
             latest[line.url] = line
+        if line.stored and (line.url not in stored or line.at >= stored[line.url].at):
+            stored[line.url] = line
+    if cycle is None:
+        for url, line in latest.items():
+            if line.outcome == "unchanged" and url in stored:
+                latest[url] = stored[url]
     return [latest[url] for url in sorted(latest)]

@@ -407,3 +407,31 @@ def test_replay_without_fields_uses_the_jobs_own_rules(
     # Only /a.html has a rule with fields; the fields analyzer refuses the other pages, each counted.
     assert summary["records"] == 1 and summary["failed"] == {"invalid_task": status["pages_stored"] - 1}
     assert [record["data"]["fields"] for record in records] == [{"heading": "A aside"}]
+
+
+def test_each_cycle_of_a_scheduled_job_gets_its_own_report(site: TestSite, vcrawl_settings: Settings) -> None:
+    from tests.integration.test_cycles import ALWAYS_DUE, run_cycle
+    from tests.integration.test_cycles import job as scheduled_job
+    from tests.integration.test_cycles import page as cycle_page
+
+    site.add_versioned("/", cycle_page("/a", "/b", title="home"))
+    site.add_versioned("/a", cycle_page(title="a"))
+    b = site.add_versioned("/b", cycle_page(title="b"))
+    spec = scheduled_job(site, "cycles-analysed", revisit=ALWAYS_DUE, batch_analyzers=["site-report"])
+    results = Path(vcrawl_settings.data) / "results" / "cycles-analysed"
+
+    first = run_cycle(spec)
+    b.change(cycle_page(title="b, second edition"))
+    second = run_cycle(spec)
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(list(results.glob("cycle-*/site-report.json"))) < 2:
+        time.sleep(0.1)
+    one = json.loads((results / "cycle-1" / "site-report.json").read_text())
+    two = json.loads((results / "cycle-2" / "site-report.json").read_text())
+    assert one["totals"]["pages"] == first["stored"] == 3
+    assert two["totals"]["pages"] == second["stored"] == 1  # only /b changed; the others were not stored again
+    assert two["hosts"][urlsplit(site.base).netloc]["failed"] == {"unchanged": 2}
+    latest = json.loads(Path(tasks.analyze_job("cycles-analysed", "site-report", timeout_s=60)).read_text())
+    assert latest["totals"]["pages"] == 3 and latest["cycle"] is None  # every page as it is now
+    assert latest["hosts"][urlsplit(site.base).netloc]["failed"] == {}

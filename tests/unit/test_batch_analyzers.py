@@ -115,6 +115,19 @@ def test_the_last_line_of_a_url_wins_and_a_cycle_can_be_picked() -> None:
         LoggedUrl.from_json({"url": "http://h/a"})
 
 
+def test_across_cycles_an_unchanged_page_is_its_last_stored_version() -> None:
+    lines = [
+        LoggedUrl("http://h/a", "stored", 200, cycle=1, at=10.0, location="cycle-1/a"),
+        LoggedUrl("http://h/a", "unchanged", None, cycle=2, at=20.0),
+        LoggedUrl("http://h/b", "unchanged", None, cycle=2, at=20.0),  # stored before the log began
+    ]
+    assert [(line.url, line.outcome) for line in latest_by_url(lines)] == [
+        ("http://h/a", "stored"),
+        ("http://h/b", "unchanged"),
+    ]
+    assert [line.outcome for line in latest_by_url(lines, cycle=2)] == ["unchanged", "unchanged"]
+
+
 def test_the_batch_registry_refuses_unknown_names_and_taken_plugin_names() -> None:
     registry = BatchRegistry(entry_points=())
     assert registry.names() == ["near-duplicates", "site-report"]
