@@ -17,7 +17,7 @@ __all__ = ["RUN_STATES", "AnalysisRuns"]
 
 RUN_STATES = ("running", "done", "failed")
 _INT_FIELDS = frozenset({"chunks", "urls", "pages", "cycle", "chunk_size"})
-_FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at", "reducing_at"})
+_FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at", "reducing_at", "progress_at"})
 
 
 class AnalysisRuns:
@@ -32,11 +32,35 @@ class AnalysisRuns:
         pipe = self._redis.pipeline(transaction=True)
         pipe.hset(redis_keys.analysis_run(job_id, run_id), mapping={**values, "state": "running", "started_at": now})
         pipe.zadd(redis_keys.job_analyses(job_id), {run_id: now})
+        pipe.sadd(redis_keys.analyses_running(), f"{job_id}\t{run_id}")
         pipe.execute()
 
-    def chunk_done(self, job_id: str, run_id: str, index: int) -> None:
+    def chunk_done(self, job_id: str, run_id: str, index: int, now: float) -> None:
         """Count chunk ``index`` as mapped (idempotent)."""
-        self._redis.sadd(redis_keys.analysis_chunks_done(job_id, run_id), index)
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.sadd(redis_keys.analysis_chunks_done(job_id, run_id), index)
+        pipe.hset(redis_keys.analysis_run(job_id, run_id), "progress_at", now)
+        pipe.execute()
+
+    def touched(self, job_id: str, run_id: str, now: float) -> None:
+        """Note progress without a chunk (a recovery just sent something)."""
+        self._redis.hset(redis_keys.analysis_run(job_id, run_id), "progress_at", now)
+
+    def stalled(self, now: float, stall_s: float, reduce_due_s: float) -> list[tuple[str, str]]:
+        """Runs still running that made no progress for ``stall_s``, or whose every chunk is mapped
+        but whose reduce has not begun ``reduce_due_s`` after; runs no longer running leave the set."""
+        stalled = []
+        for member in self._redis.smembers(redis_keys.analyses_running()):
+            job_id, _, run_id = _text(member).partition("\t")
+            run = self.get(job_id, run_id)
+            if run is None or run.get("state") != "running":
+                self._redis.srem(redis_keys.analyses_running(), member)
+                continue
+            moved = max(run.get(name) or 0.0 for name in ("started_at", "progress_at", "reducing_at"))
+            mapped = run["chunks_done"] == run.get("chunks") and not run.get("reducing_at")
+            if now - moved > (reduce_due_s if mapped else stall_s):
+                stalled.append((job_id, run_id))
+        return stalled
 
     def reducing(self, job_id: str, run_id: str, now: float) -> None:
         """Note that the run's reduce has begun."""
@@ -45,12 +69,18 @@ class AnalysisRuns:
     def finish(self, job_id: str, run_id: str, result: str, now: float) -> None:
         """Record the run's result location."""
         key = redis_keys.analysis_run(job_id, run_id)
-        self._redis.hset(key, mapping={"state": "done", "result": result, "finished_at": now, "error": ""})
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(key, mapping={"state": "done", "result": result, "finished_at": now, "error": ""})
+        pipe.srem(redis_keys.analyses_running(), f"{job_id}\t{run_id}")
+        pipe.execute()
 
     def fail(self, job_id: str, run_id: str, error: str, now: float) -> None:
         """Record a run that ended without a result."""
         key = redis_keys.analysis_run(job_id, run_id)
-        self._redis.hset(key, mapping={"state": "failed", "error": error[:2000], "finished_at": now})
+        pipe = self._redis.pipeline(transaction=False)
+        pipe.hset(key, mapping={"state": "failed", "error": error[:2000], "finished_at": now})
+        pipe.srem(redis_keys.analyses_running(), f"{job_id}\t{run_id}")
+        pipe.execute()
 
     def get(self, job_id: str, run_id: str) -> dict[str, Any] | None:
         """A run's state with ``chunks_done``; None if unknown."""

@@ -172,7 +172,7 @@ def map_chunk(
         partial = analyzer.map([_crawled(store, line) for line in lines], _Context(plan.statuses))
     location = f"{plan.folder}/part-{index:05d}.json"
     store.write_bytes(location, _dumps(partial))
-    runs.chunk_done(job_id, run_id, index)
+    runs.chunk_done(job_id, run_id, index, time.time())
     return location
 
 

@@ -42,7 +42,7 @@ from tasks.analysis_facade import (
 )
 from tasks.analyze import analyze
 from tasks.app import app
-from tasks.batch_analysis import batch_map, batch_reduce, start_batch_analysis
+from tasks.batch_analysis import RunWatchdog, batch_map, batch_reduce, start_batch_analysis
 from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
 from tasks.crawl import crawl
 from tasks.failures import record_failure
@@ -282,6 +282,7 @@ def _check_configuration(**_: Any) -> None:
 
 
 _node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
+_watchdog = RunWatchdog()
 
 
 @celeryd_after_setup.connect
@@ -305,6 +306,7 @@ def _start_pump(**_: Any) -> None:
         deps.pump(dispatch_batch).start()
     # On the ring (a ring node), and watching it for nodes that went silent (every worker).
     deps.ring_keeper(_node.get("name")).start()
+    _watchdog.start()  # batch analysis runs that lost a message with a killed worker
     try:  # records and WARC files a killed worker on this machine spooled but never shipped
         deps.recover_spools()
     except Exception:
@@ -316,6 +318,7 @@ def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
         deps.pump(dispatch_batch).stop()
     deps.ring_keeper(_node.get("name")).stop(leave=True)
+    _watchdog.stop()
     _release_process_resources()
 
 

@@ -22,7 +22,6 @@ __all__ = ["analysis_run", "analysis_runs", "analyze_job", "analyzers", "reanaly
 
 _FINISHED = ("completed", "cancelled", "failed")
 _POLL_S = 0.25
-_REDUCE_DUE_S = 15.0
 
 Progress = Callable[[dict[str, Any]], None]
 
@@ -116,22 +115,10 @@ def wait_for_run(job_id: str, run_id: str, timeout_s: float, progress: Progress 
         TimeoutError: still running after ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
-    stall_s = batch_analysis.stall_s()
-    seen, moved_at = None, time.monotonic()
     while True:
         run = batch_analysis.runs().get(job_id, run_id) or {"run": run_id, "state": "running"}
         if progress is not None:
             progress(run)
-        step = (run.get("chunks_done"), run.get("reducing_at"))
-        if step != seen:
-            seen, moved_at = step, time.monotonic()
-        elif run.get("state") == "running":
-            # The reduce follows the last map within a second; a map lost with a killed worker is
-            # given the broker's own redelivery time first.
-            mapped = run.get("chunks_done") == run.get("chunks") and not run.get("reducing_at")
-            if time.monotonic() - moved_at > (_REDUCE_DUE_S if mapped else stall_s):
-                batch_analysis.recover_run(job_id, run_id)
-                moved_at = time.monotonic()
         if run.get("state") == "done":
             return run
         if run.get("state") == "failed":

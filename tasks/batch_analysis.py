@@ -11,6 +11,7 @@ analyzers, when it or a cycle completes).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -27,6 +28,7 @@ from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask, PermanentError
 
 __all__ = [
+    "RunWatchdog",
     "batch_failed",
     "batch_map",
     "batch_reduce",
@@ -37,11 +39,14 @@ __all__ = [
     "stall_s",
     "start_batch_analysis",
     "unshipped_log_parts",
+    "watch_runs",
 ]
 
 logger = logging.getLogger(__name__)
 
 _LOG_WAIT_POLL_S = 1.0
+WATCH_EVERY_S = 10.0  # how often some worker looks for stalled runs
+REDUCE_DUE_S = 15.0  # the reduce follows the last map within a second; this long without it: resend
 _UNACKED = "unacked"  # kombu's Redis transport: delivery tag -> message, until acknowledged
 
 
@@ -147,19 +152,62 @@ def recover_run(job_id: str, run_id: str) -> int:
     chunks = int(run.get("chunks") or 0)
     done = {int(index) for index in deps.redis_client().smembers(redis_keys.analysis_chunks_done(job_id, run_id))}
     missing = [index for index in range(chunks) if index not in done]
+    client = deps.redis_client()
+    runs().touched(job_id, run_id, time.time())  # the next look waits a whole stall again
     if not missing:
+        again = f"{run_id}.reduce.again"
+        if message_exists(client, ANALYSIS_QUEUE, again):  # sent before, still waiting its turn
+            return 0
         partials = [f"{batch_analysis.run_folder(job_id, run_id)}/part-{index:05d}.json" for index in range(chunks)]
-        batch_reduce.apply_async((partials, job_id, run_id), task_id=f"{run_id}.reduce.again",
+        batch_reduce.apply_async((partials, job_id, run_id), task_id=again,
                                  link_error=[batch_failed.s(job_id=job_id, run_id=run_id)])  # fmt: skip
         logger.warning("run %s: every chunk mapped but no reduce came: reduce sent again", run_id)
         return 1
-    client = deps.redis_client()
     lost = [index for index in missing if not message_exists(client, ANALYSIS_QUEUE, map_task_id(run_id, index))]
     for index in lost:
         batch_map.apply_async((job_id, run_id, index), task_id=map_task_id(run_id, index))
     if lost:
         logger.warning("run %s: the messages of chunks %s were lost; sent again", run_id, lost)
     return len(lost)
+
+
+def watch_runs(now: float | None = None) -> int:
+    """One look at every unfinished run, by one worker at a time: recover the stalled ones.
+
+    Returns how many tasks were sent again.
+    """
+    client = deps.redis_client()
+    if not client.set(redis_keys.analyses_watch(), "1", nx=True, ex=int(WATCH_EVERY_S)):
+        return 0  # another worker looked a moment ago
+    stalled = runs().stalled(time.time() if now is None else now, stall_s(), REDUCE_DUE_S)
+    return sum(recover_run(job_id, run_id) for job_id, run_id in stalled)
+
+
+class RunWatchdog:
+    """A worker's thread that calls ``watch_runs`` every ``WATCH_EVERY_S`` (every worker runs one;
+    a lock in Redis lets one look at a time)."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> RunWatchdog:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="vcrawl-analysis-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(WATCH_EVERY_S):
+            try:
+                watch_runs()
+            except Exception:  # Redis away for a moment: the next look tries again
+                logger.exception("batch analysis watchdog: look failed")
 
 
 def message_exists(client: Any, queue: str, task_id: str) -> bool:

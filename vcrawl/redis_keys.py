@@ -214,3 +214,13 @@ def analysis_run(job_id: str, run_id: str) -> str:
 def analysis_chunks_done(job_id: str, run_id: str) -> str:
     """Set: the indexes of a run's chunks whose map finished."""
     return f"{PREFIX}:job:{{{job_id}}}:run:{run_id}:done"
+
+
+def analyses_running() -> str:
+    """Set: ``<job>\\t<run>`` of every batch analysis run not finished yet (the workers' watchdog)."""
+    return f"{PREFIX}:analyses:running"
+
+
+def analyses_watch() -> str:
+    """String: held by the one worker whose watchdog looks at the runs now."""
+    return f"{PREFIX}:analyses:watch"

@@ -32,6 +32,7 @@ from tasks import batch_analysis as batch_tasks
 from tests.cluster import REPO, cluster_env
 from tests.integration.conftest import AlertSinks, run_job
 from tests.site import TestSite
+from vcrawl import redis_keys
 from vcrawl.errors import AnalysisFailed, InvalidTask
 from vcrawl.settings import Settings
 
@@ -348,11 +349,14 @@ def test_a_run_that_lost_a_map_message_is_sent_again(site: TestSite, other_site:
         if index != 1:
             batch_analysis.map_chunk(store, runs, status["job"], plan.run, index)
 
-    assert batch_tasks.recover_run(status["job"], plan.run) == 1  # chunk 1: neither queued nor unacked
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and runs.get(status["job"], plan.run)["chunks_done"] < plan.chunks:
-        time.sleep(0.05)
-    run = tasks.analysis_facade.wait_for_run(status["job"], plan.run, timeout_s=60)  # sends the reduce after 15 s
+    client = tasks.deps.redis_client()
+    client.delete(redis_keys.analyses_watch())  # the session worker's watchdog may have just looked
+    assert batch_tasks.watch_runs(now=time.time() + 60) == 0  # not stalled yet: the broker may still redeliver
+    client.delete(redis_keys.analyses_watch())
+    later = time.time() + batch_tasks.stall_s() + 1
+    assert batch_tasks.watch_runs(now=later) == 1  # chunk 1: neither queued nor unacked, sent again
+    # The worker's own watchdog sends the reduce once every chunk is mapped and none came (15 s).
+    run = tasks.analysis_facade.wait_for_run(status["job"], plan.run, timeout_s=60)
 
     result = json.loads(Path(run["result"]).read_text())
     assert {key: result[key] for key in ("hosts", "totals")} == {key: expected[key] for key in ("hosts", "totals")}
