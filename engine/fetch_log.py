@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from engine.outcomes import Failed, FetchOutcome, Redirected, RobotsBlocked, Stored, Unchanged
 from storage import Storage
@@ -49,7 +49,9 @@ class LoggedUrl:
 
     def to_json(self) -> dict[str, object]:
         """The line's fields, empty ones left out."""
-        return {key: value for key, value in asdict(self).items() if value not in ("", None) or key == "status"}
+        # getattr, not dataclasses.asdict: this runs once per URL on the fetch path, asdict deep-copies.
+        values = ((name, getattr(self, name)) for name in self.__dataclass_fields__)
+        return {name: value for name, value in values if value not in ("", None) or name == "status"}
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> LoggedUrl:
