@@ -25,6 +25,7 @@ from tests.cluster import cluster_env, start_job, start_worker, stop_worker
 from tests.faults.test_faults import VISIBILITY_TIMEOUT_S, fault_settings, serve_pages, wait_done
 from tests.site import TestSite
 from vcrawl import redis_keys
+from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -121,3 +122,27 @@ def test_daily_stats_survive_redis_restarts(
         for key in (redis_keys.job_day_stats(job, day), redis_keys.job_day_host_stats(job, day)):
             assert RETENTION_DAYS * 86400 - 300 <= client.ttl(key) <= RETENTION_DAYS * 86400, key
     fault_report(pages_stored=running_status["pages_stored"], days_kept=len(after["days"]))
+
+
+def test_daily_stats_survive_a_redis_restart_at_the_shipped_settings(
+    tmp_path: Path, redis_aof: RestartableRedis, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    """The twin at vcrawl's shipped settings (timeouts, visibility, the 90-day retention): a finished
+    job's days come back whole from the AOF. (The test above shortens the timeouts for its mid-job restart.)"""
+    settings = Settings(redis_url=redis_aof.server.url, data=str(tmp_path / "data"))
+    env = cluster_env(settings)
+    workers.append(start_worker(env, "daily-shipped", tmp_path / "worker.log"))
+    with TestSite() as site:
+        serve_pages(site, 10)
+        site.add_page("/gone", "gone", status=410)
+        done = start_job(env, {"seeds": [site.url("/"), site.url("/gone")], "politeness": {"min_interval_s": 0.0}})
+        status = wait_done(redis_aof.frontier, done, 60)
+        before = job_daily(redis_aof.frontier(), done, 2, time.time())
+    redis_aof.restart()
+
+    assert status["state"] == "completed" and status["failed"] == {"http_410": 1}
+    assert before is not None and sums(before) == of_status(status)
+    assert job_daily(redis_aof.frontier(), done, 2, time.time()) == before
+    client = redis.Redis.from_url(redis_aof.server.url)
+    key = redis_keys.job_day_stats(done, stats_day(time.time()))
+    assert settings.stats_retention_days == 90 and 90 * 86400 - 300 <= client.ttl(key) <= 90 * 86400
