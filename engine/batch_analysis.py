@@ -29,7 +29,7 @@ from analyzers.batch_registry import get_batch_analyzer
 from engine.analysis_runs import AnalysisRuns
 from engine.fetch_log import LoggedUrl, latest_by_url, read_fetch_log
 from frontier import canonical_url
-from storage import Storage
+from storage import CdxEntry, Storage, read_response
 from vcrawl.errors import InvalidTask, MissingPage, RetryableError
 from vcrawl.payloads import FieldRule, field_rules
 
@@ -169,7 +169,8 @@ def map_chunk(
         partial = _replay_chunk(store, plan, index, lines, rules_for)
     else:
         analyzer = get_batch_analyzer(plan.analyzer)
-        partial = analyzer.map([_crawled(store, line) for line in lines], _Context(plan.statuses))
+        bodies = _Bodies(store, job_id)
+        partial = analyzer.map([_crawled(bodies, line) for line in lines], _Context(plan.statuses))
     location = f"{plan.folder}/part-{index:05d}.json"
     store.write_bytes(location, _dumps(partial))
     runs.chunk_done(job_id, run_id, index, time.time())
@@ -231,14 +232,40 @@ class _Context:
         return self._statuses.get(canonical_url)
 
 
-def _crawled(store: Storage, line: LoggedUrl) -> CrawledUrl:
-    page = None
-    if line.stored and line.location:
+class _Bodies:
+    """A stored page's body: its file where the fetch log says, else its capture in the job's WARC
+    files (a ``warc: true`` job whose page files were removed). The WARC index is read on first need."""
+
+    def __init__(self, store: Storage, job_id: str) -> None:
+        self._store, self._job_id = store, job_id
+        self._captures: dict[str, CdxEntry] | None = None
+
+    def read(self, line: LoggedUrl) -> bytes | None:
+        """The body, or None when it is neither in its file nor in a WARC file."""
         try:
-            body = store.read_bytes(line.location)
-            page = Page(url=line.final_url or line.url, body=body, content_type=line.content_type)
+            return self._store.read_bytes(line.location)
         except MissingPage:
-            page = None  # deleted since: counted, not read
+            if self._captures is None:
+                self._captures = self._index()
+            entry = self._captures.get(line.final_url or line.url)
+            return None if entry is None else read_response(self._store, entry)[2]
+
+    def _index(self) -> dict[str, CdxEntry]:
+        """The latest 200 capture of each URL, from every ``.cdxj`` index of the job."""
+        captures: dict[str, CdxEntry] = {}
+        for index in self._store.list_files(f"jobs/{self._job_id}/warc"):
+            if index.endswith(".cdxj"):
+                for raw in self._store.read_bytes(index).decode("utf-8").splitlines():
+                    entry = CdxEntry.from_line(raw)
+                    known = captures.get(entry.url)
+                    if entry.status == 200 and (known is None or entry.timestamp >= known.timestamp):
+                        captures[entry.url] = entry
+        return captures
+
+
+def _crawled(bodies: _Bodies, line: LoggedUrl) -> CrawledUrl:
+    body = bodies.read(line) if line.stored and line.location else None  # None: deleted since, counted
+    page = None if body is None else Page(url=line.final_url or line.url, body=body, content_type=line.content_type)
     return CrawledUrl(
         url=line.url,
         host=urlsplit(line.url).netloc,
@@ -265,10 +292,10 @@ def _replay_chunk(
     records: list[bytes] = []
     failed: Counter[str] = Counter()
     errors: list[list[str]] = []
+    bodies = _Bodies(store, plan.job)
     for line in lines:
-        try:
-            body = store.read_bytes(line.location)
-        except MissingPage:
+        body = bodies.read(line)
+        if body is None:
             failed["missing_page"] += 1
             continue
         page = Page(url=line.final_url or line.url, body=body, content_type=line.content_type)

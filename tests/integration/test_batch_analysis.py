@@ -439,3 +439,25 @@ def test_each_cycle_of_a_scheduled_job_gets_its_own_report(site: TestSite, vcraw
     latest = json.loads(Path(tasks.analyze_job("cycles-analysed", "site-report", timeout_s=60)).read_text())
     assert latest["totals"]["pages"] == 3 and latest["cycle"] is None  # every page as it is now
     assert latest["hosts"][urlsplit(site.base).netloc]["failed"] == {}
+
+
+def test_pages_whose_files_are_gone_are_read_from_the_jobs_warc_files(
+    site: TestSite, other_site: TestSite, vcrawl_settings: Settings
+) -> None:
+    build_sites(site, other_site)
+    status = crawl(site, other_site, warc=True)
+    expected = json.loads(Path(tasks.analyze_job(status["job"], "site-report", timeout_s=60)).read_text())
+    tasks.deps.close_warc()  # ships this process's WARC files and their indexes (a worker does it on its own)
+    pages = Path(vcrawl_settings.data) / "jobs" / status["job"] / "pages"
+    removed = [path for path in pages.rglob("*") if path.is_file()]
+    for path in removed:
+        path.unlink()
+
+    report = json.loads(Path(tasks.analyze_job(status["job"], "site-report", timeout_s=60)).read_text())
+    replay = json.loads(
+        Path(tasks.reanalyze_job(status["job"], "fields", fields={"title": "title"})["result"]).read_text()
+    )
+
+    assert len(removed) == status["pages_stored"] == 7
+    assert {key: report[key] for key in ("hosts", "totals")} == {key: expected[key] for key in ("hosts", "totals")}
+    assert replay["records"] == 7 and replay["failed"] == {}
