@@ -306,7 +306,7 @@ def _start_pump(**_: Any) -> None:
         deps.pump(dispatch_batch).start()
     # On the ring (a ring node), and watching it for nodes that went silent (every worker).
     deps.ring_keeper(_node.get("name")).start()
-    _watchdog.start()  # batch analysis runs that lost a message with a killed worker
+    _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
     try:  # records and WARC files a killed worker on this machine spooled but never shipped
         deps.recover_spools()
     except Exception:

@@ -24,6 +24,7 @@ from engine.alerts import Alert
 from engine.analysis_runs import AnalysisRuns
 from tasks import deps
 from tasks.app import app
+from tasks.lost_analyses import watch_analyses
 from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask, PermanentError
 
@@ -184,8 +185,8 @@ def watch_runs(now: float | None = None) -> int:
 
 
 class RunWatchdog:
-    """A worker's thread that calls ``watch_runs`` every ``WATCH_EVERY_S`` (every worker runs one;
-    a lock in Redis lets one look at a time)."""
+    """A worker's thread that calls ``watch_runs`` and ``watch_analyses`` every ``WATCH_EVERY_S``
+    (every worker runs one; a lock in Redis lets one look at a time)."""
 
     def __init__(self) -> None:
         self._stop = threading.Event()
@@ -206,8 +207,9 @@ class RunWatchdog:
         while not self._stop.wait(WATCH_EVERY_S):
             try:
                 watch_runs()
+                watch_analyses()
             except Exception:  # Redis away for a moment: the next look tries again
-                logger.exception("batch analysis watchdog: look failed")
+                logger.exception("analysis watchdog: look failed")
 
 
 def message_exists(client: Any, queue: str, task_id: str) -> bool:

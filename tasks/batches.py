@@ -17,9 +17,17 @@ from engine.nodes import NODE_QUEUE_PREFIX, pass_on_to
 from frontier import Batch
 from tasks import deps
 from tasks.app import app
+from tasks.lost_analyses import analysis_task_id
 from vcrawl.errors import ConfigError, InvalidTask, PermanentError
 
-__all__ = ["analysis_batch_failed", "analyze_batch", "dispatch_batch", "fetch_batch", "ring_node_queue"]
+__all__ = [
+    "analysis_batch_failed",
+    "analyze_batch",
+    "dispatch_batch",
+    "fetch_batch",
+    "ring_node_queue",
+    "send_analysis",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +115,10 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
     the shared download queue while no ring node is alive.
     """
     priority = PACED_PRIORITY if batch.paced else BULK_PRIORITY
-    then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()], priority=priority)
+    # Its task id names the job and the batch: a lost analysis message is found and sent again
+    # (``tasks.lost_analyses``).
+    then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()], priority=priority,
+                                         task_id=analysis_task_id(job_id, batch.batch_id))  # fmt: skip
     if queue is None:
         spec = deps.runtimes().get(job_id, batch.cycle).spec
         dynamic = any(spec.rule_for(entry.url).page_type == "dynamic" for entry in batch.entries)
@@ -116,6 +127,12 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
     # which spares kombu a lookup of the exchange's bindings in Redis on every publish.
     fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer, queue=queue,
                             priority=priority)  # fmt: skip
+
+
+def send_analysis(fetched: dict) -> None:
+    """Send a released batch's analysis again (its message was lost), under its usual task id."""
+    analyze_batch.apply_async((fetched,), task_id=analysis_task_id(str(fetched["job"]), str(fetched["batch"])),
+                              link_error=[analysis_batch_failed.s()], priority=PACED_PRIORITY)  # fmt: skip
 
 
 def ring_node_queue(queue: str | None) -> bool:

@@ -221,6 +221,16 @@ def analyses_running() -> str:
     return f"{PREFIX}:analyses:running"
 
 
+def lost_analyses_lock() -> str:
+    """String: held by the one worker that looks for lost analysis messages now."""
+    return f"{PREFIX}:lost-analyses:lock"
+
+
+def lost_analyses_watch() -> str:
+    """Hash: "<job> <batch>" -> when to look at a released batch's analysis message next (JSON)."""
+    return f"{PREFIX}:lost-analyses:watch"
+
+
 def analyses_watch() -> str:
     """String: held by the one worker whose watchdog looks at the runs now."""
     return f"{PREFIX}:analyses:watch"
