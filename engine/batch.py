@@ -23,7 +23,8 @@ from engine.fetch_log import log_lines
 from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, stops_batch
 from engine.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, RuntimeCache, lease_ms
-from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, Stored
+from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, SitemapRead, Stored
+from engine.sitemaps import SitemapSink, unchanged_by_hint
 from fetchers import FetcherRegistry, ProxyHealth
 from frontier import Batch, BatchRelease, Entry, Frontier, History, RobotsCache, UrlHistory
 from storage import Storage, job_page_location
@@ -137,7 +138,8 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         replace(
             release,
             failures=tuple({"url": url, "reason": reason, "at": now} for url, reason in failures),
-            host_done=release.done + fetched.done,
+            # The host's totals count its pages: a sitemap read is done, but no page of the host.
+            host_done=release.done + fetched.done - sum(isinstance(outcome, SitemapRead) for outcome in outcomes),
             handed_on=handed_on,
         ),
     )
@@ -160,10 +162,17 @@ def _fetch_entries(
         host_slowness=partial(_host_slowness, env, runtime.job_id, outcomes),
         host_throttle=partial(_host_throttle, env, runtime.job_id, outcomes),
     )
+    sitemaps = SitemapSink(runtime, env.frontier, batch.batch_id)
+    ctx = replace(ctx, sitemaps=sitemaps)
     known: dict[str, UrlHistory] = {}
+    unchanged: set[str] = set()
     if runtime.cycle:
         assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
         known = env.history.load(runtime.job_id, [entry.url for entry in batch.entries])
+        hints = sitemaps.hints([url for url, record in known.items() if record.fetched])
+        unchanged = {
+            url for url, hint in hints.items() if unchanged_by_hint(hint, runtime.cycle, known[url].fetched_cycle_s)
+        }
     handed_back: list[Entry] = []
     waiting: list[Entry] = []
     checked_at = env.clock()
@@ -180,7 +189,8 @@ def _fetch_entries(
             continue
         rule = runtime.spec.rule_for(entry.url)
         save_path = job_page_location(runtime.job_id, runtime.cycle, entry.url)
-        outcome = fetch_one(ctx, FetchItem(entry, rule, save_path, known.get(entry.url)))
+        item = FetchItem(entry, rule, save_path, known.get(entry.url), unchanged_by_sitemap=entry.url in unchanged)
+        outcome = fetch_one(ctx, item)
         outcomes.append(outcome)
         if stops_batch(outcome, runtime.spec.politeness.obey_robots):
             handed_back.extend(batch.entries[index + 1 :])

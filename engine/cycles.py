@@ -12,7 +12,7 @@ import logging
 from collections import Counter
 from typing import Any
 
-from engine.jobs import RuntimeCache, admit_links, check_job, job_bloom
+from engine.jobs import RuntimeCache, admit_links, check_job, job_bloom, seed_links
 from fetchers import FetcherRegistry
 from frontier import CycleStart, Frontier, History
 from vcrawl.errors import InvalidTask
@@ -62,7 +62,7 @@ def start_cycle(
     spec = runtime.spec  # the cycle's spec, also when this firing only finishes a start
     redirects = runtime.limits.max_redirects
     token = f"c{started.cycle}"
-    seeds = [(seed, 0, redirects) for seed in spec.seeds]
+    seeds = seed_links(spec, redirects)
     admit_links(runtime, frontier, seeds, done=0, token=f"{token}:seeds", counters=Counter(), seeds=True)
     for index, page in enumerate(history.todo_pages(spec.id)):
         due = [(url, depth, redirects) for url, depth in page]

@@ -35,10 +35,12 @@ from engine.outcomes import (
     Retry,
     RobotsBlocked,
     RobotsFetched,
+    SitemapRead,
     Stored,
     Unchanged,
     Visit,
 )
+from engine.sitemaps import SitemapSink, is_discovery
 from fetchers import (
     RETRYABLE_STATUSES,
     Fetcher,
@@ -114,6 +116,7 @@ class FetchContext:
     alert: Callable[[str, Alert], bool] | None = None  # send once per cause per alert window
     warc: Callable[[], WarcWriter] | None = None  # this process's WARC writer of the job (``warc: true``)
     cycle: Cycle | None = None  # scheduled jobs
+    sitemaps: SitemapSink | None = None  # a job's: where the sitemaps it reads go
     job_id: str = ""  # for logs and alerts; "" for a single task
     clock: Callable[[], float] = time.time
 
@@ -126,16 +129,46 @@ class FetchItem:
     rule: Rule
     save_path: str
     known: UrlHistory | None = None  # scheduled jobs: the URL's history before this visit
+    unchanged_by_sitemap: bool = False  # this cycle's sitemap dates its last change before its last fetch
 
 
 def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
     """Fetch one URL (reading its origin's robots.txt first when needed) and say what came of it.
 
+    A sitemap entry (``Entry.sitemap``) is read and its URLs admitted (``engine.sitemaps``); it
+    leaves no history: each cycle reads the sitemaps again.
+
     Raises:
         StorageFailed: the body could not be stored (the caller retries the whole step).
     """
+    outcome = _fetch_one(ctx, item)
+    if not item.entry.sitemap:
+        return outcome
+    if isinstance(outcome, Failed | RobotsBlocked):  # a sitemap not read is a sitemap problem, not a failed URL
+        counts = Counter(outcome.visit.counts)
+        reason = outcome.reason if isinstance(outcome, Failed) else names.COUNTER_ROBOTS_BLOCKED
+        counts.pop(f"{names.PREFIX_FAILED}{reason}", None)
+        counts.pop(names.COUNTER_ROBOTS_BLOCKED, None)
+        counts[f"{names.PREFIX_SITEMAP_PROBLEM}{reason}"] += 1
+        visit = outcome.visit
+        return SitemapRead(
+            outcome.entry, Visit(requested=visit.requested, crawl_delay_s=visit.crawl_delay_s, counts=counts)
+        )
+    if outcome.visit.revisit is not None:
+        return replace(outcome, visit=replace(outcome.visit, revisit=None))
+    return outcome
+
+
+def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
     entry, counts = item.entry, Counter[str]()
     crawl_delay_s: float | None = None
+    if item.unchanged_by_sitemap:  # no request: the sitemap read this cycle says nothing changed
+        counts[names.COUNTER_UNCHANGED] += 1
+        counts[names.COUNTER_UNCHANGED_BY_SITEMAP] += 1
+        return Unchanged(entry, _visit(ctx, item, counts, False, None))
+    sitemaps = ctx.sitemaps if entry.sitemap else None
+    rules: RobotsRules | None = None
+    fetched_now = False
     if ctx.obey_robots:
         rules = ctx.robots.get(origin(entry.url))
         fetched_now = rules is None
@@ -154,6 +187,13 @@ def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         if not rules.can_fetch(entry.url, ctx.robots_token):
             counts[names.COUNTER_ROBOTS_BLOCKED] += 1
             return RobotsBlocked(entry, _visit(ctx, item, counts, fetched_now, crawl_delay_s))
+    if sitemaps is not None and is_discovery(entry.url):  # robots.txt names the sitemaps: no request of its own
+        requested = fetched_now
+        if rules is None:  # robots.txt not obeyed: read all the same for its Sitemap lines
+            rules = ctx.robots.get(origin(entry.url))
+            if rules is None:
+                rules, requested = read_robots_rules(ctx, entry.url), True
+        return sitemaps.discover(entry, rules, requested, counts)
     request = FetchRequest(
         url=entry.url,
         user_agent=ctx.identities.user_agent(),
@@ -170,10 +210,14 @@ def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         return _retry_or_fail(ctx, item, exc.reason, exc.retry_after_s, exc.http_status, counts, crawl_delay_s)
     except DownloadFailed as exc:
         return _failed(ctx, item, exc.reason, exc.http_status, str(exc), counts, crawl_delay_s=crawl_delay_s)
-    counts[names.COUNTER_FETCHED] += 1
-    counts[f"{names.PREFIX_STATUS}{result.status}"] += 1
     if ctx.warc is not None:
         _archive(ctx, entry, result, counts)
+    if sitemaps is not None:  # not a page: counted as a sitemap, not as a page fetched
+        read = sitemaps.read(entry, result, counts, crawl_delay_s)
+        if read is not None:
+            return read
+    counts[names.COUNTER_FETCHED] += 1
+    counts[f"{names.PREFIX_STATUS}{result.status}"] += 1
     return _sort_response(ctx, item, result, counts, crawl_delay_s)
 
 
@@ -181,6 +225,8 @@ def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
     """True when the host needs its pause before the batch's next URL."""
     match outcome:
         case Retry(scope="host") | RobotsFetched():
+            return True
+        case SitemapRead():  # the host's next URLs are leased after what it listed is queued, its hints kept
             return True
         case Failed(host_wait_s=wait) if wait > 0:
             return True
@@ -357,7 +403,7 @@ def _history_of(
 
 
 def _next_attempt(entry: Entry) -> Entry:
-    return Entry(entry.url, entry.depth, entry.attempt + 1, entry.redirects_left)
+    return replace(entry, attempt=entry.attempt + 1, not_before_s=0.0)
 
 
 def read_robots_rules(ctx: FetchContext, url: str) -> RobotsRules | None:

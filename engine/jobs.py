@@ -33,6 +33,7 @@ from frontier import (
     UrlHistory,
     canonical_url,
     host_key,
+    origin,
     reject_reason,
 )
 from vcrawl import redis_keys
@@ -53,6 +54,8 @@ __all__ = [
     "scope_of",
     "start",
 ]
+
+Link = tuple[str, int, int, int]  # (url, depth, redirects_left, sitemap level: 0 for a page)
 
 _ADMIT_CHUNK = 1000  # URLs per admission script call: each call blocks Redis ~10 us per URL
 
@@ -267,7 +270,7 @@ def lease_ms(runtime: JobRuntime) -> float:
 def admit_links(
     runtime: JobRuntime,
     frontier: Frontier,
-    links: Iterable[tuple[str, int, int]],
+    links: Iterable[tuple[str, int, int] | Link],
     *,
     done: int,
     token: str,
@@ -277,7 +280,8 @@ def admit_links(
     history: Mapping[str, UrlHistory] | None = None,
     analysed_batch: str | None = None,
 ) -> Admission:
-    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left)`` links; finish ``done`` URLs.
+    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left[, sitemap level])`` links;
+    finish ``done`` URLs.
 
     Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call).
     Seeds are not held to the ``allow`` patterns (they are where the crawl starts). The call
@@ -288,18 +292,21 @@ def admit_links(
     """
     history_mode = 0 if not runtime.cycle else 1 if (seeds or known) else 2
     scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
+    # A sitemap is the way in, not a page: the allow patterns and the file-suffix filter (.gz) are for pages.
+    sitemap_scope = replace(runtime.scope, allow=(), skip_suffixes=frozenset())
     # One-off jobs: a URL this process already saw in the Bloom filter is a duplicate, known
     # without a round trip. (Scheduled jobs count links to known URLs by their history instead.)
     recent = runtime.recent if history_mode == 0 else None
     candidates: list[Candidate] = []
     local: set[str] = set()
-    for url, depth, redirects_left in links:
+    for url, depth, redirects_left, *kind in links:
         try:
             canonical = canonical_url(url)
         except ValueError:
             counters["filtered:malformed"] += 1
             continue
-        reason = reject_reason(canonical, depth, scope)
+        sitemap = kind[0] if kind else 0
+        reason = reject_reason(canonical, depth, sitemap_scope if sitemap else scope)
         if reason is not None:
             counters[f"filtered:{reason}"] += 1
             continue
@@ -307,7 +314,7 @@ def admit_links(
             counters["duplicates"] += 1
             continue
         local.add(canonical)
-        candidates.append(Candidate(host_key(canonical), Entry(canonical, depth, 0, redirects_left)))
+        candidates.append(Candidate(host_key(canonical), Entry(canonical, depth, 0, redirects_left, sitemap=sitemap)))
     chunks = [candidates[i : i + _ADMIT_CHUNK] for i in range(0, len(candidates), _ADMIT_CHUNK)] or [[]]
     result = Admission(False, False, 0, 0, 0)
     in_filter: list[Candidate] = []
@@ -351,9 +358,20 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     if not frontier.jobs.create(spec.id, spec.to_json(), now):
         raise InvalidTask("id", f"a job {spec.id!r} exists already")
     runtime = runtimes.get(spec.id)
-    seeds = [(seed, 0, runtime.limits.max_redirects) for seed in spec.seeds]
-    admit_links(runtime, frontier, seeds, done=0, token="seeds", counters=Counter(), seeds=True)
+    admit_links(runtime, frontier, seed_links(spec, runtime.limits.max_redirects), done=0, token="seeds",
+                counters=Counter(), seeds=True)  # fmt: skip
     return spec.id
+
+
+def seed_links(spec: JobSpec, max_redirects: int) -> list[Link]:
+    """What a job (each cycle of a scheduled one) starts with: its seeds, then its sitemaps: a
+    discovery entry per seed origin (its robots.txt, read as a sitemap: ``engine.sitemaps``), or
+    the sitemaps the job lists."""
+    seeds: list[Link] = [(seed, 0, max_redirects, 0) for seed in spec.seeds]
+    if spec.sitemaps is True:
+        origins = dict.fromkeys(origin(seed) for seed in spec.seeds)
+        return [*seeds, *((f"{base}/robots.txt", 0, max_redirects, 1) for base in origins)]
+    return [*seeds, *((url, 0, max_redirects, 1) for url in spec.sitemaps or ())]
 
 
 LIVE_KEYS = {

@@ -24,6 +24,7 @@ __all__ = [
     "Retry",
     "RobotsBlocked",
     "RobotsFetched",
+    "SitemapRead",
     "Stored",
     "Unchanged",
     "Visit",
@@ -116,4 +117,13 @@ class Failed:
     gave_up: bool = False  # a transient trouble that outlasted the URL's retries
 
 
-FetchOutcome = Stored | Redirected | Unchanged | RobotsBlocked | RobotsFetched | Retry | Failed
+@dataclass(frozen=True)
+class SitemapRead:
+    """A sitemap was read (or found missing or unreadable: see the visit's counters); what it
+    listed is admitted already. The URL is done; the host's next URLs come in another batch."""
+
+    entry: Entry
+    visit: Visit = field(default_factory=Visit)
+
+
+FetchOutcome = Stored | Redirected | Unchanged | RobotsBlocked | RobotsFetched | Retry | Failed | SitemapRead

@@ -23,6 +23,7 @@ CYCLE_COUNTERS = (
     names.COUNTER_FETCHED,
     names.COUNTER_NOT_MODIFIED,
     names.COUNTER_UNCHANGED,
+    names.COUNTER_UNCHANGED_BY_SITEMAP,
     names.COUNTER_CHANGED,
     names.COUNTER_NEW,
     names.COUNTER_ANALYSED,
@@ -84,6 +85,9 @@ class JobStatus:
     retries: int = 0
     robots_fetched: int = 0
     lease_expired: int = 0
+    sitemaps_read: int = 0
+    sitemap_urls: int = 0
+    sitemap_problems: Mapping[str, int] = field(default_factory=dict)
     statuses: Mapping[str, int] = field(default_factory=dict)
     proxies: Mapping[str, Any] = field(default_factory=dict)
     spec_rev: int = 0
@@ -99,7 +103,7 @@ class JobStatus:
         """The JSON form: a failed job adds ``error``, a scheduled job its cycle keys and counters."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _OPTIONAL}
         data["seeds"] = list(self.seeds)
-        for name in ("failed", "filtered", "analysis_failed", "statuses", "proxies"):
+        for name in ("failed", "filtered", "analysis_failed", "sitemap_problems", "statuses", "proxies"):
             data[name] = dict(data[name])
         if self.error is not None:
             data["error"] = self.error
@@ -168,6 +172,9 @@ def load_status(frontier: Frontier, job_id: str, now: float | None = None) -> Jo
         retries=counters[names.COUNTER_RETRIES],
         robots_fetched=counters[names.COUNTER_ROBOTS_FETCHED],
         lease_expired=counters[names.COUNTER_LEASE_EXPIRED],
+        sitemaps_read=counters[names.COUNTER_SITEMAPS_READ],
+        sitemap_urls=counters[names.COUNTER_SITEMAP_URLS],
+        sitemap_problems=_family(counters, names.PREFIX_SITEMAP_PROBLEM),
         statuses=_family(counters, names.PREFIX_STATUS),
         proxies=proxy_stats(counters),  # per proxy (password masked): ok, failed (its fault), errors
         spec_rev=counters[names.META_SPEC_REV],

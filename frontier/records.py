@@ -22,12 +22,17 @@ class Entry:
     attempt: int = 0
     redirects_left: int = 5
     not_before_s: float = 0.0  # a retry waiting for its Retry-After (epoch seconds); 0: fetch when leased
+    # A sitemap to read, not a page: its nesting level (1: named by the job or robots.txt, 2: listed
+    # in a sitemap index, ...); 0: a page.
+    sitemap: int = 0
 
     def encode(self) -> str:
         """Compact JSON; the frontier moves these strings around without parsing them."""
         data: dict[str, object] = {"u": self.url, "d": self.depth, "a": self.attempt, "r": self.redirects_left}
         if self.not_before_s:
             data["n"] = round(self.not_before_s, 3)
+        if self.sitemap:
+            data["s"] = self.sitemap
         return json.dumps(data, separators=(",", ":"))
 
     @classmethod
@@ -37,7 +42,7 @@ class Entry:
         not_before_s = float(data["n"]) if "n" in data else 0.0
         if not math.isfinite(not_before_s):
             raise ValueError(f"Entry.not_before_s must be finite, got {not_before_s!r}")
-        return cls(data["u"], data["d"], data["a"], data["r"], not_before_s)
+        return cls(data["u"], data["d"], data["a"], data["r"], not_before_s, int(data.get("s", 0)))
 
 
 @dataclass(frozen=True)

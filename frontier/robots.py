@@ -40,6 +40,7 @@ _TOO_MANY_REQUESTS = 429
 _MAX_ROBOTS_REDIRECTS = 5  # RFC 9309 section 2.3.1.2
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _BYTE_ORDER_MARK = b"\xef\xbb\xbf"
+_SITEMAP_LINE = re.compile(r"^[ \t]*sitemap[ \t]*:[ \t]*([^\s#]+)", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -192,6 +193,13 @@ class RobotsRules:
         if token not in self._delays:
             self._delays[token] = _protego_crawl_delay(self._groups().choice(token).crawl_delays)
         return self._delays[token]
+
+    def sitemaps(self) -> tuple[str, ...]:
+        """The absolute URLs of its ``Sitemap:`` lines (outside any group, per sitemaps.org), in order."""
+        if self.kind != "parsed":
+            return ()
+        found = (match.group(1) for match in _SITEMAP_LINE.finditer(self.text))
+        return tuple(dict.fromkeys(url for url in found if url.startswith(("http://", "https://"))))
 
     def to_cache(self) -> str:
         """Return the compact JSON form stored in Redis."""

@@ -68,6 +68,11 @@ class VersionedPage:
         return Response(self.body, 200)
 
 
+NOT_PAGES = frozenset({"/robots.txt", "/sitemap.xml"})
+"""What a crawl asks every host besides its pages: robots.txt, and the sitemap discovered when
+robots.txt names none (answered 404 by a site without one)."""
+
+
 @dataclass(frozen=True)
 class Seen:
     """A request as the server saw it."""

@@ -137,6 +137,8 @@ class JobSpec:
     warc: bool = False
     revisit: RevisitSpec = field(default_factory=RevisitSpec)
     batch_analyzers: tuple[str, ...] = ()  # run over the stored crawl when the job (each cycle) completes
+    # True: discover each seed origin's sitemaps (robots.txt, else /sitemap.xml); a tuple: read these; False: none.
+    sitemaps: bool | tuple[str, ...] = True
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -167,6 +169,7 @@ class JobSpec:
             warc=_bool(data.get("warc", False), "warc"),
             revisit=_revisit(data.get("revisit")),
             batch_analyzers=_str_list(data.get("batch_analyzers", []), "batch_analyzers"),
+            sitemaps=_sitemaps(data.get("sitemaps", True)),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             try:
@@ -326,6 +329,17 @@ def _revisit(value: Any) -> RevisitSpec:
             f"must be between min_s and max_s ({spec.min_s:g}..{spec.max_s:g}), got {spec.initial_s:g}",
         )
     return spec
+
+
+def _sitemaps(value: Any) -> bool | tuple[str, ...]:
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, list | tuple):
+        raise InvalidTask("sitemaps", f"must be true (discover), false or a list of sitemap URLs, got {_kind(value)}")
+    urls = _str_list(value, "sitemaps")
+    for index, url in enumerate(urls):
+        _check_seed(url, f"sitemaps[{index}]")
+    return urls
 
 
 def _networks(value: Any) -> tuple[str, ...]:

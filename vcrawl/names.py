@@ -27,9 +27,13 @@ __all__ = [
     "COUNTER_RETRIES",
     "COUNTER_ROBOTS_BLOCKED",
     "COUNTER_ROBOTS_FETCHED",
+    "COUNTER_SITEMAPS_LISTED",
+    "COUNTER_SITEMAPS_READ",
+    "COUNTER_SITEMAP_URLS",
     "COUNTER_SLOW",
     "COUNTER_STORED",
     "COUNTER_UNCHANGED",
+    "COUNTER_UNCHANGED_BY_SITEMAP",
     "COUNTER_WARC_FAILED",
     "COUNTER_WARC_RECORDS",
     "DAY_COUNTERS",
@@ -64,6 +68,7 @@ __all__ = [
     "PREFIX_ANALYSIS_FAILED",
     "PREFIX_FAILED",
     "PREFIX_FILTERED",
+    "PREFIX_SITEMAP_PROBLEM",
     "PREFIX_STATUS",
     "REASON_LEASE_EXPIRED",
     "REASON_MAX_PAGES",
@@ -172,6 +177,14 @@ COUNTER_NOT_MODIFIED = "not_modified"
 COUNTER_UNCHANGED = "unchanged"
 COUNTER_CHANGED = "changed"
 COUNTER_NEW = "new"
+COUNTER_SITEMAPS_READ = "sitemaps_read"
+"""Sitemap files read (url sets, indexes, text)."""
+COUNTER_SITEMAPS_LISTED = "sitemaps_listed"
+"""Sitemaps that sitemap indexes listed."""
+COUNTER_SITEMAP_URLS = "sitemap_urls"
+"""Page URLs that sitemaps listed (before scope, filters and dedup)."""
+COUNTER_UNCHANGED_BY_SITEMAP = "unchanged_by_sitemap"
+"""Known URLs not fetched again: this cycle's sitemap dates their last change before their last fetch."""
 COUNTER_WARC_RECORDS = "warc_records"
 COUNTER_WARC_FAILED = "warc_failed"
 
@@ -183,6 +196,8 @@ PREFIX_FILTERED = "filtered:"
 """Links dropped by the filters, by reason (``filtered:max_pages``)."""
 PREFIX_STATUS = "status:"
 """Responses by HTTP status (``status:200``)."""
+PREFIX_SITEMAP_PROBLEM = "sitemap_problem:"
+"""Sitemaps that could not be read whole, by reason (``sitemap_problem:malformed``, ``:http_404``)."""
 PREFIX_ANALYSIS_FAILED = "analysis_failed:"
 """Pages whose analysis failed, by reason."""
 

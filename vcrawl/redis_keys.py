@@ -76,6 +76,11 @@ def job_leases(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:leases"
 
 
+def job_sitemap_hints(job_id: str) -> str:
+    """Hash: canonical URL -> what the job's sitemaps said of it, and in which cycle (JSON)."""
+    return f"{PREFIX}:job:{{{job_id}}}:sitemap-hints"
+
+
 def job_released(job_id: str) -> str:
     """Hash: batch id -> what a released fetch batch hands to its analysis (JSON), until analysed."""
     return f"{PREFIX}:job:{{{job_id}}}:released"

@@ -76,11 +76,13 @@ while running and i <= #ARGV do
   end
   local url = nil
   if history_mode > 0 and not seen then url = cjson.decode(member).u end
+  -- A sitemap to read (its entry carries "s") is no page: the page limit neither counts nor stops it.
+  local sitemap = string.find(member, '"s":', 1, true) ~= nil
   if seen then
     dup = dup + 1
   elseif history_mode == 2 and redis.call('HEXISTS', hist, url) == 1 then
     known = known + 1
-  elseif admitted >= max_pages then
+  elseif admitted >= max_pages and not sitemap then
     over = over + 1
     if history_mode > 0 then
       redis.call('HSETNX', hist, url, '[' .. depth .. ']')
@@ -90,7 +92,7 @@ while running and i <= #ARGV do
     redis.call('BITFIELD', seg, unpack(set))
     local seq = redis.call('HINCRBY', meta, {{META_SEQ}}, 1)
     redis.call('ZADD', KEYS[5 + nseg + hi], depth * 1e12 + seq, member)
-    admitted = admitted + 1
+    if not sitemap then admitted = admitted + 1 end
     fresh = fresh + 1
     touched[hi] = true
   end

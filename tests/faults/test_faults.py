@@ -31,7 +31,7 @@ from storage import Storage
 from storage.records import read_records
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.conftest import PLUGIN_SITE
-from tests.site import TestSite
+from tests.site import NOT_PAGES, TestSite
 from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -81,7 +81,7 @@ def wait_done(frontier_of: Callable[[], Frontier], job_id: str, timeout_s: float
 
 
 def fetches(site: TestSite) -> Counter[str]:
-    return Counter(seen.path for seen in site.seen if seen.path != "/robots.txt")
+    return Counter(seen.path for seen in site.seen if seen.path not in NOT_PAGES)
 
 
 def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path, fault_report: Note) -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster import REPO
-from tests.site import Response, TestSite
+from tests.site import NOT_PAGES, Response, TestSite
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -129,7 +129,7 @@ def _env(loopback_allowed: bool = True) -> dict[str, str]:
 
 
 def _fetches(*sites: TestSite) -> Counter[str]:
-    return Counter(site.base + seen.path for site in sites for seen in site.seen if seen.path != "/robots.txt")
+    return Counter(site.base + seen.path for site in sites for seen in site.seen if seen.path not in NOT_PAGES)
 
 
 def _wait_for_fetch_in_flight(run: CliRun, sites: tuple[TestSite, TestSite], after: int, timeout_s: float) -> float:

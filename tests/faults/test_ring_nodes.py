@@ -28,7 +28,7 @@ from cli.local_redis import LocalRedis
 from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
-from tests.site import Response, TestSite, link_page
+from tests.site import NOT_PAGES, Response, TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
 
@@ -115,7 +115,7 @@ def wait_done(url: str, job_id: str, timeout_s: float) -> dict[str, Any]:
 
 
 def fetched_pages(sites: list[TestSite]) -> Counter[str]:
-    return Counter(site.url(seen.path) for site in sites for seen in site.seen if seen.path != "/robots.txt")
+    return Counter(site.url(seen.path) for site in sites for seen in site.seen if seen.path not in NOT_PAGES)
 
 
 def expected_pages(sites: list[TestSite]) -> set[str]:

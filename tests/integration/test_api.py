@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import api_server
-from tests.site import Response, TestSite
+from tests.site import NOT_PAGES, Response, TestSite
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -121,7 +121,7 @@ def test_pause_resume_and_cancel(api_url: str, site: TestSite) -> None:
     assert call(api_url, "GET", f"/api/jobs/{job_id}")[1]["state"] == "paused"
     assert call(api_url, "POST", f"/api/jobs/{job_id}/resume")[1]["state"] == "running"
     finished = wait_for(api_url, job_id, "completed")
-    fetched = [seen.path for seen in site.seen if seen.path != "/robots.txt"]
+    fetched = [seen.path for seen in site.seen if seen.path not in NOT_PAGES]
     assert sorted(fetched) == sorted(["/", *paths]) and finished["pages_stored"] == 31  # each once
 
     created = call(api_url, "POST", "/api/jobs", {**job, "politeness": {"min_interval_s": 0.3}})[1]

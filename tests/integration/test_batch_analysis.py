@@ -31,7 +31,7 @@ from engine.fetch_log import latest_by_url, read_fetch_log
 from tasks import batch_analysis as batch_tasks
 from tests.cluster import REPO, cluster_env
 from tests.integration.conftest import AlertSinks, run_job
-from tests.site import TestSite
+from tests.site import NOT_PAGES, TestSite
 from vcrawl import redis_keys
 from vcrawl.errors import AnalysisFailed, InvalidTask
 from vcrawl.settings import Settings
@@ -95,7 +95,7 @@ def direct_report(settings: Settings, job_id: str, sites: list[TestSite]) -> dic
     for site in sites:
         netloc = urlsplit(site.base).netloc
         for seen in site.seen:
-            if seen.path == "/robots.txt":
+            if seen.path in NOT_PAGES:
                 continue
             url = site.url(seen.path)
             digest = hashlib.sha256(url.encode()).hexdigest()[:10]

@@ -141,7 +141,8 @@ def test_a_configuration_error_inside_a_task_fails_the_job_releases_its_batch_an
         tasks.configure(vcrawl_settings)
 
     assert status["state"] == "failed" and _NO_USER in status["error"], status
-    assert status["in_flight_batches"] == 0 and status["queued"] == 1, status  # the seed went back to its queue
+    # The seed and its origin's sitemap discovery went back to the queue.
+    assert status["in_flight_batches"] == 0 and status["queued"] == 2, status
     assert not hdfs.requests  # the store was never reached: nothing half-written
     subject = f"job {job_id} failed: configuration error"
     deadline = time.monotonic() + 5

@@ -15,7 +15,7 @@ import pytest
 
 import tasks
 from storage import page_location
-from tests.site import TestSite
+from tests.site import NOT_PAGES, TestSite
 from vcrawl.errors import InvalidTask
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -54,7 +54,7 @@ def run_cycle(spec: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
 
 
 def requests_in(site: TestSite, since: int) -> list[tuple[str, dict[str, str]]]:
-    return [(seen.path, seen.headers) for seen in site.seen[since:] if seen.path != "/robots.txt"]
+    return [(seen.path, seen.headers) for seen in site.seen[since:] if seen.path not in NOT_PAGES]
 
 
 def test_second_cycle_revisits_conditionally_and_analyses_only_what_changed(site: TestSite) -> None:

@@ -16,7 +16,7 @@ from cli.local_redis import LocalRedis
 from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
-from tests.site import TestSite
+from tests.site import NOT_PAGES, TestSite
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -80,6 +80,6 @@ def test_a_paused_job_survives_a_restart_of_every_worker_and_redis(tmp_path: Pat
             finally:
                 stop_worker(worker)
         assert status["state"] == "completed", status
-        fetched = Counter(seen.path for seen in site.seen if seen.path != "/robots.txt")
+        fetched = Counter(seen.path for seen in site.seen if seen.path not in NOT_PAGES)
         assert fetched == Counter({"/": 1, **{path: 1 for path in paths}})  # every page once
         assert status["pages_stored"] == PAGES + 1 and status["pending"] == 0

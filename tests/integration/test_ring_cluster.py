@@ -25,7 +25,7 @@ from cli.local_redis import LocalRedis
 from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
-from tests.site import TestSite, link_page
+from tests.site import NOT_PAGES, TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
 
@@ -115,7 +115,7 @@ def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites:
     assert len(set(owner_of.values())) >= 2
     # each node's page count in the listing is what the sites saw it fetch
     counted = {row["name"].split("@")[0]: row["pages"] for row in after["nodes"]}
-    pages_seen = [seen.client for site in sites for seen in site.seen if seen.path != "/robots.txt"]
+    pages_seen = [seen.client for site in sites for seen in site.seen if seen.path not in NOT_PAGES]
     seen_from = {name: pages_seen.count(name) for name in WEIGHTS}
     assert counted == seen_from
 

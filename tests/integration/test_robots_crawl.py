@@ -7,7 +7,7 @@ import html
 import pytest
 
 from tests.integration.conftest import run_job
-from tests.site import TestSite
+from tests.site import NOT_PAGES, TestSite
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -21,7 +21,7 @@ def _page(*hrefs: str) -> str:
 
 def _requested(site: TestSite) -> set[str]:
     """The request targets the site saw, robots.txt aside, exactly as sent."""
-    return {seen.path for seen in site.seen if seen.path != "/robots.txt"}
+    return {seen.path for seen in site.seen if seen.path not in NOT_PAGES}
 
 
 def _crawl(site: TestSite, robots: str, links: dict[str, tuple[str, ...]]) -> dict[str, object]:
