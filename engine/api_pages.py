@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,7 +21,7 @@ from engine.outcomes import FetchOutcome
 from fetchers import FetchResult
 from storage import Storage
 from vcrawl.api_rules import ApiSpec, auth_variable
-from vcrawl.errors import ConfigError
+from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.payloads import FetchedPage, Rule
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "api_links",
     "api_records",
     "auth_header",
+    "check_secrets",
     "masked_headers",
     "masked_result",
     "rate_limit_wait_s",
@@ -79,6 +80,19 @@ def api_headers(rule: Rule, secrets: Mapping[str, str]) -> dict[str, str]:
     name, value = auth_header(secret)
     headers[name] = value
     return headers
+
+
+def check_secrets(rules: Sequence[Rule], secrets: Mapping[str, str]) -> None:
+    """Refuse rules naming an auth secret missing from ``secrets``: for a process whose settings are
+    its workers' (``vcrawl crawl`` runs its own). A job submitted to a cluster is not checked here: the
+    submitting process may hold no secrets; a worker without one fails the job, naming the variable.
+
+    Raises:
+        InvalidTask: naming ``rules[<i>].auth`` and the variable to set.
+    """
+    for index, rule in enumerate(rules):
+        if rule.auth is not None and rule.auth not in secrets:
+            raise InvalidTask(f"rules[{index}].auth", f"{auth_variable(rule.auth)} is not set for the workers")
 
 
 def masked_headers(headers: Mapping[str, str], rule: Rule, secrets: Mapping[str, str]) -> dict[str, str]:
