@@ -15,20 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit
 
-from vcrawl.api_rules import ApiSpec, CountPaging, compiled
-from vcrawl.errors import PermanentError
+import jmespath.exceptions
 
-__all__ = ["ApiAnswer", "NotJson", "is_json_lines", "read_answer", "with_param"]
+from vcrawl.api_rules import ApiSpec, CountPaging, compiled
+from vcrawl.errors import NotJson
+
+__all__ = ["ApiAnswer", "is_json_lines", "read_answer", "with_param"]
 
 logger = logging.getLogger(__name__)
 
 _JSON_LINES_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines", "application/x-jsonlines")
-
-
-class NotJson(PermanentError):
-    """An api page's body is neither a JSON document nor JSON Lines."""
-
-    reason = "not_json"
 
 
 @dataclass(frozen=True)
@@ -57,17 +53,17 @@ def read_answer(body: bytes, content_type: str | None, url: str, spec: ApiSpec) 
     """
     documents = _documents(body, content_type)
     if documents is None:
-        raise NotJson(f"{url}: the body is neither JSON nor JSON Lines")
+        raise NotJson(url)
     document = documents.value if isinstance(documents, _Document) else None
     if isinstance(documents, _Document):
-        found = compiled(spec.records).search(documents.value)
+        found = _search(spec.records, documents.value)
         records: list[Any] = [] if found is None else found if isinstance(found, list) else [found]
         sources: list[Any] = [documents.value]
     else:
         records, sources = list(documents), list(documents)
     if spec.fields is not None:
-        records = [{name: compiled(expr).search(record) for name, expr in spec.fields.items()} for record in records]
-    follow = tuple(link for source in sources for expr in spec.follow for link in _urls(compiled(expr).search(source)))
+        records = [{name: _search(expr, record) for name, expr in spec.fields.items()} for record in records]
+    follow = tuple(link for source in sources for expr in spec.follow for link in _urls(_search(expr, source)))
     next_url = _next_url(spec, url, document, len(records))
     return ApiAnswer(tuple(records), next_url, tuple(urljoin(url, link) for link in follow))
 
@@ -83,7 +79,7 @@ def _documents(body: bytes, content_type: str | None) -> _Document | list[Any] |
     if not is_json_lines(content_type):
         try:
             return _Document(json.loads(text))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser goes
             pass
     values = []
     for line in text.splitlines():
@@ -91,9 +87,18 @@ def _documents(body: bytes, content_type: str | None) -> _Document | list[Any] |
             continue
         try:
             values.append(json.loads(line))
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     return values if values or not text.strip() else None
+
+
+def _search(expression: str, value: Any) -> Any:
+    """What ``expression`` finds in ``value``; None when it cannot apply (a function given the wrong type)."""
+    try:
+        return compiled(expression).search(value)
+    except jmespath.exceptions.JMESPathError as exc:  # the API's data, not our rule: nothing found
+        logger.debug("JMESPath %r on an api answer: %s", expression, exc)
+        return None
 
 
 def _urls(found: Any) -> list[str]:
@@ -107,10 +112,10 @@ def _next_url(spec: ApiSpec, url: str, document: Any, count: int) -> str | None:
     if spec.next is not None:
         if document is None:
             return None
-        links = _urls(compiled(spec.next).search(document))
+        links = _urls(_search(spec.next, document))
         return urljoin(url, links[0]) if links else None
     if spec.cursor is not None:
-        cursor = None if document is None else compiled(spec.cursor.field).search(document)
+        cursor = None if document is None else _search(spec.cursor.field, document)
         if cursor is None or cursor == "" or cursor is False:
             return None
         return with_param(url, spec.cursor.param, _text(cursor))
@@ -127,7 +132,7 @@ def _counted_next(paging: CountPaging, url: str, document: Any, count: int, *, o
     if count == 0:
         return None  # an empty page ends every counted listing, whatever "stop" says
     if paging.stop != "empty":
-        last = None if document is None else compiled(paging.stop).search(document)
+        last = None if document is None else _search(paging.stop, document)
         if not isinstance(last, int | float) or isinstance(last, bool):
             logger.debug("api page %s: stop %r found %r, not a number: last page", url, paging.stop, last)
             return None

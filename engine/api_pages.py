@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from analyzers.api import ApiAnswer, read_answer
+from analyzers import ApiAnswer, read_answer
 from engine.outcomes import FetchOutcome
 from fetchers import FetchResult
 from storage import Storage

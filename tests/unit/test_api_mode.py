@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from analyzers.api import NotJson, read_answer, with_param
+from analyzers.api import read_answer, with_param
 from engine.api_pages import (
     ACCEPT,
     api_headers,
@@ -25,7 +25,7 @@ from engine.outcomes import Stored, Visit
 from fetchers import FetchResult
 from frontier import Entry, canonical_url
 from vcrawl.api_rules import ApiSpec
-from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.errors import ConfigError, InvalidTask, NotJson
 from vcrawl.jobs import JobSpec
 from vcrawl.payloads import AnalysisJob, DownloadTask, FetchedPage, Rule
 from vcrawl.policies import PolitenessPolicy
@@ -291,3 +291,11 @@ def test_a_spent_rate_limit_holds_the_host_until_its_reset() -> None:
     assert with_rate_limit(stored, FetchResult(API, API, 200), 0.0, 600.0) is stored
     release = fold_release([held], [], [], PolitenessPolicy(0.25, 0.0), clock=lambda: 1000.0)
     assert release.host_delay_ms == pytest.approx(30_000)
+
+
+def test_answers_an_expression_cannot_apply_to_or_too_deep_to_parse_are_tolerated() -> None:
+    # The API's data, not the rule, is wrong: nothing is found, or the body is not JSON.
+    assert _read({"items": [1, "a"]}, {"records": "sort(items)", "fields": {"n": "abs(@)"}}).records == ()
+    assert _read({"items": [{"n": "x"}]}, {"records": "items", "fields": {"n": "abs(n)"}}).records == ({"n": None},)
+    with pytest.raises(NotJson):
+        _read(b"[" * 100_000 + b"]" * 100_000, {"records": "@"})
