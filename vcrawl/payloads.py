@@ -171,7 +171,10 @@ class Rule:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["fields"] = {n: r.to_dict() for n, r in self.fields.items()} if self.fields else None
-        data["api"] = self.api.to_dict() if self.api is not None else None
+        if self.page_type != "api":  # a job's spec keeps its shape before api mode: older workers read it
+            del data["api"], data["auth"]
+        else:
+            data["api"] = self.api.to_dict() if self.api is not None else None
         return data
 
 
