@@ -228,7 +228,8 @@ def fold_release(
     for outcome in outcomes:
         counters.update(outcome.visit.counts)
         fetched = fetched or outcome.visit.requested
-        host_delay_until = max(host_delay_until, now + outcome.visit.host_wait_s)
+        if outcome.visit.host_wait_s > 0:  # an API's spent rate limit: the host waits for its reset
+            host_delay_until = max(host_delay_until, now + outcome.visit.host_wait_s)
         if outcome.visit.crawl_delay_s is not None:
             crawl_delay_s = outcome.visit.crawl_delay_s
         if outcome.visit.revisit is not None:
