@@ -1,7 +1,9 @@
-"""Analyzers: turn a fetched page into a JSON-ready result (links, fields, a plugin's or a program's)."""
+"""Analyzers: turn a fetched page into a JSON-ready result (links, fields, a plugin's or a program's),
+or an API's answer into records (``analyzers.api``)."""
 
 from __future__ import annotations
 
+from analyzers.api import ApiAnswer, read_answer
 from analyzers.fields import compile_rules
 from analyzers.links import analyze as links_analyzer
 from analyzers.links import followed_links
@@ -19,6 +21,7 @@ from analyzers.registry import (
 
 __all__ = [
     "Analyzer",
+    "ApiAnswer",
     "Page",
     "ProgramAnalyzer",
     "Registry",
@@ -31,5 +34,6 @@ __all__ = [
     "links_analyzer",
     "load_plugins",
     "load_programs",
+    "read_answer",
     "run_analysis",
 ]

@@ -100,6 +100,7 @@ def run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace)
     """
     import tasks
 
+    tasks.check_job_secrets(spec, settings)  # its workers get these settings: a missing secret is known now
     run = _LocalRun(settings, args)
     try:
         with run.stack:

@@ -8,6 +8,7 @@ them through the ``tasks`` facade. Below this floor: fetchers, analyzers, fronti
 - ``run_fetch_batch`` / ``fold_release`` (``engine.batch``): a job's fetch batch and its lease's release.
 - ``run_analyze_batch`` (``engine.analysis_batch``): a job's analysis batch, retries and admission.
 - ``run_single_fetch`` / ``analyze_page`` (``engine.single``): a single ``crawl.delay`` task's steps.
+- ``engine.api_pages``: ``page_type: api`` around both steps: its headers and secret, rate limits, records.
 - ``engine.jobs``: job runtime, admission, status; ``engine.trail``: a single task's status trail;
   ``engine.pump``: the frontier pump; ``engine.cycles``: scheduled cycles; ``engine.alerts``: alerts.
 """

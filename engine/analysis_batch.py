@@ -18,12 +18,13 @@ from typing import Any
 
 from engine.alerts import Alert
 from engine.analysis_step import Analysis, analyze_one
+from engine.api_pages import api_links, api_records, read_api_page
 from engine.batch import CrawlEnv
 from engine.jobs import JobRuntime, admit_links
 from frontier import UrlHistory
 from vcrawl import names
 from vcrawl.errors import InvalidTask, MissingPage, PermanentError, RetryableError
-from vcrawl.payloads import FetchedBatch, FetchedPage
+from vcrawl.payloads import FetchedBatch, FetchedPage, Rule
 from vcrawl.policies import RetryPolicy
 
 __all__ = ["AnalysisRetry", "CarriedAnalysis", "abandon_analysis", "run_analyze_batch"]
@@ -165,6 +166,8 @@ def _links_in_order(batch: FetchedBatch, page_links: Mapping[str, tuple[Link, ..
 def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counters: Counter[str]) -> _PageResult:
     """Analyse one page: its links, and the record of its rule's analyzer."""
     rule = runtime.spec.rule_for(page.url)
+    if rule.page_type == "api":
+        return _analyze_api_page(env, runtime, rule, page, counters)
     try:
         analysis = analyze_one(env.storage, page, rule.analyzer, rule.fields, follow_links=True)
     except MissingPage:
@@ -196,6 +199,31 @@ def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counter
         )
         counters[names.COUNTER_RECORDS] += 1
     return _PageResult(finished=True, links=links)
+
+
+def _analyze_api_page(
+    env: CrawlEnv, runtime: JobRuntime, rule: Rule, page: FetchedPage, counters: Counter[str]
+) -> _PageResult:
+    """An api page: every record of its answer is a record; its next page and follow-ups are its links."""
+    try:
+        assert rule.api is not None, "an api rule has its api spec (Rule checks it)"
+        answer = read_api_page(env.storage, page, rule.api)
+    except MissingPage:
+        counters[f"{names.PREFIX_ANALYSIS_FAILED}missing_page"] += 1
+        return _PageResult(finished=True, analysed=False)
+    except PermanentError as exc:  # not JSON: retrying cannot help
+        counters[names.COUNTER_ANALYSED] += 1
+        counters[f"{names.PREFIX_ANALYSIS_FAILED}{exc.reason}"] += 1
+        _alert_analysis(env, runtime, page, f"{type(exc).__name__}: {exc}", 1)
+        return _PageResult(finished=True, analysed=False)
+    counters[names.COUNTER_ANALYSED] += 1
+    if answer.records:
+        assert env.records is not None, "a crawl environment that runs analyzers has record writers"
+        writer = env.records(runtime.job_id)
+        for record in api_records(answer, page, runtime.job_id):
+            writer.append(record)
+        counters[names.COUNTER_RECORDS] += len(answer.records)
+    return _PageResult(finished=True, links=api_links(answer, page, runtime.limits.max_redirects))
 
 
 def _follow_links_only(

@@ -91,6 +91,7 @@ def fetch_context(env: CrawlEnv, runtime: JobRuntime) -> FetchContext:
         pace_after_robots=not runtime.eager,
         robots_retry_s=env.robots_retry_s,
         alert=env.alert,
+        api_auth=runtime.api_auth,
         warc=partial(env.warc, runtime.job_id) if runtime.spec.warc and env.warc is not None else None,
         cycle=cycle,
         job_id=runtime.job_id,
@@ -237,6 +238,8 @@ def fold_release(
     for outcome in outcomes:
         counters.update(outcome.visit.counts)
         fetched = fetched or outcome.visit.requested
+        if outcome.visit.host_wait_s > 0:  # an API's spent rate limit: the host waits for its reset
+            host_delay_until = max(host_delay_until, now + outcome.visit.host_wait_s)
         if outcome.visit.crawl_delay_s is not None:
             crawl_delay_s = outcome.visit.crawl_delay_s
         if outcome.visit.revisit is not None:

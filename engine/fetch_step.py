@@ -20,6 +20,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 from engine.alerts import Alert
+from engine.api_pages import api_headers, masked_result, with_rate_limit
 from engine.host_trouble import (
     HOST_TROUBLE,
     SLOW_REASONS,
@@ -114,6 +115,7 @@ class FetchContext:
     pace_after_robots: bool = True  # politeness on: a robots.txt request takes the host's slot
     robots_retry_s: float = 600.0  # an unreachable robots.txt is asked again after this
     alert: Callable[[str, Alert], bool] | None = None  # send once per cause per alert window
+    api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets by auth name
     warc: Callable[[], WarcWriter] | None = None  # this process's WARC writer of the job (``warc: true``)
     cycle: Cycle | None = None  # scheduled jobs
     sitemaps: SitemapSink | None = None  # a job's: where the sitemaps it reads go
@@ -203,6 +205,7 @@ def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         wait_for=item.rule.wait_for,
         conditional=item.known.conditional_headers() if item.known is not None else {},
         networks=ctx.networks or None,
+        headers=api_headers(item.rule, ctx.api_auth) if item.rule.page_type == "api" else {},
     )
     try:
         result = _fetch(ctx, item.rule.page_type, request, counts)
@@ -210,6 +213,16 @@ def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         return _retry_or_fail(ctx, item, exc.reason, exc.retry_after_s, exc.http_status, counts, crawl_delay_s)
     except DownloadFailed as exc:
         return _failed(ctx, item, exc.reason, exc.http_status, str(exc), counts, crawl_delay_s=crawl_delay_s)
+    if (
+        item.rule.page_type == "api" and sitemaps is None
+    ):  # the secret never reaches storage; the API's rate limit holds the host
+        counts[names.COUNTER_FETCHED] += 1
+        counts[f"{names.PREFIX_STATUS}{result.status}"] += 1
+        result = masked_result(result, item.rule, ctx.api_auth)
+        if ctx.warc is not None:
+            _archive(ctx, entry, result, counts)
+        return with_rate_limit(_sort_response(ctx, item, result, counts, crawl_delay_s), result, ctx.clock(),
+                               ctx.retry.max_retry_after_s)  # fmt: skip
     if ctx.warc is not None:
         _archive(ctx, entry, result, counts)
     if sitemaps is not None:  # not a page: counted as a sitemap, not as a page fetched
@@ -223,6 +236,8 @@ def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
 
 def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
     """True when the host needs its pause before the batch's next URL."""
+    if outcome.visit.host_wait_s > 0:
+        return True
     match outcome:
         case Retry(scope="host") | RobotsFetched():
             return True
@@ -237,7 +252,7 @@ def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
 def _fetch(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Counter[str]) -> FetchResult:
     """Fetch with the page type's fetcher. Through a proxy, a static fetch's outcome is counted for
     the proxy and goes on the cluster's proxy bench, and a proxy's fault is raised as FetchFailed."""
-    if page_type != "static":
+    if page_type not in ("static", "api"):  # api pages: plain HTTP, the static fetcher's guard and limits
         assert ctx.fetchers is not None, "a fetch context for browser pages has a fetcher registry"
         return ctx.fetchers.get(page_type).fetch(request)
     if request.proxy is None:

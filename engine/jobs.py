@@ -79,6 +79,7 @@ class JobRuntime:
     spec_rev: int = 0  # changes of the spec while the job runs (live configuration)
     limits: LimitsSpec = field(default_factory=LimitsSpec)  # the job's limits, unset ones from the cluster
     recent: RecentUrls = field(default_factory=RecentUrls)  # URLs this process saw admitted or refused as seen
+    api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets (VCRAWL_API_AUTH_*)
 
     @property
     def job_id(self) -> str:
@@ -150,6 +151,7 @@ def build_runtime(
         cycle=cycle,
         cycle_started_s=cycle_started_s,
         limits=limits,
+        api_auth=dict(settings.api_auth),
     )
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.analysis_step import analyze_one
+from engine.api_pages import read_api_page, single_result
 from engine.fetch_step import FetchContext, FetchItem, fetch_one, read_robots_rules
 from engine.outcomes import Failed, FetchOutcome, RobotsBlocked
 from engine.trail import StatusTrail
@@ -171,15 +172,19 @@ def analyze_page(fetched: FetchedPage, job: AnalysisJob, store: Storage) -> Anal
         MissingPage: the stored page is gone.
         UnknownComponent: no analyzer of that name in this process.
     """
-    analysis = analyze_one(store, fetched, job.analyzer, job.fields)
-    result = dict(analysis.result or {})
+    if job.api is not None:
+        result = single_result(read_api_page(store, fetched, job.api))
+    else:
+        result = dict(analyze_one(store, fetched, job.analyzer, job.fields).result or {})
     data = json.dumps(result, ensure_ascii=False, separators=(",", ":")).encode()
     store.write_bytes(job.result_path, data)
     return AnalysisOutcome(stored_at(store, job.result_path), len(data), _count_items(result))
 
 
 def _count_items(result: dict[str, Any]) -> int:
-    """Links found, or fields that matched, for the status trail."""
+    """Links found, fields that matched, or an api page's records, for the status trail."""
+    if isinstance(result.get("records"), list):
+        return len(result["records"])
     if isinstance(result.get("links"), list):
         return len(result["links"])
     fields = result.get("fields")

@@ -58,6 +58,9 @@ class FetchRequest:
     conditional: Mapping[str, str] = field(default_factory=dict)  # If-None-Match / If-Modified-Since (static)
     # A job's allowed_networks: narrows the fetcher's network policy (None: the cluster's policy as it is).
     networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] | None = None
+    # More headers (api pages: Accept JSON, the auth header): sent to the URL's own origin only, never
+    # to a redirect's target elsewhere (as requests drops Authorization on a redirect to another host).
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

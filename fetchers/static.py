@@ -152,6 +152,8 @@ class StaticFetcher:
             headers["Referer"] = request.referer
         if url == request.url:  # validators belong to the URL asked for, not to a redirect's target
             headers.update(request.conditional)
+        if request.headers and _origin(url) == _origin(request.url):
+            headers.update(request.headers)
         proxies = {"http": request.proxy, "https": request.proxy} if request.proxy is not None else {}
         try:
             # Straight to the session's adapter: the Session layer would only merge cookies it
@@ -296,6 +298,11 @@ def _content_length(task_url: str, response: requests.Response) -> int | None:
     if len(values) != 1 or not (value := values.pop()).isdigit() or not value.isascii():
         raise DownloadFailed(task_url, "bad_response", response.status_code)
     return int(value)
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, parts.hostname, parts.port
 
 
 def _redirect_target(task_url: str, current: str, location: str) -> str:

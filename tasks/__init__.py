@@ -26,6 +26,7 @@ from analyzers import load_plugins
 from engine import daily as _daily
 from engine import jobs as _jobs
 from engine import status as _status
+from engine.api_pages import check_secrets
 from engine.nodes import node_queue, nodes_listing
 from engine.trail import STATES, TERMINAL_STATES
 from storage import Storage
@@ -71,6 +72,7 @@ __all__ = [
     "batch_reduce",
     "cancel_job",
     "check_job",
+    "check_job_secrets",
     "check_settings",
     "configure",
     "crawl",
@@ -188,6 +190,16 @@ def check_job(spec: JobSpec) -> None:
         InvalidTask: naming the bad key.
     """
     _jobs.check_job(spec, deps.fetchers())
+
+
+def check_job_secrets(spec: JobSpec, current: Settings | None = None) -> None:
+    """Check that ``current`` (default: this process's settings) holds every api secret the job names:
+    for a run whose workers get these settings (``vcrawl crawl``).
+
+    Raises:
+        InvalidTask: naming ``rules[<i>].auth`` and its ``VCRAWL_API_AUTH_*`` variable.
+    """
+    check_secrets(spec.rules, (deps.settings() if current is None else current).api_auth)
 
 
 def list_jobs(limit: int = 100) -> list[str]:

@@ -203,6 +203,7 @@ def single_context() -> FetchContext:
             proxies=proxy_health(),
             robots_retry_s=current.robots_error_ttl_s,
             alert=alert,
+            api_auth=dict(current.api_auth),
         )
 
     return _once("single_context", build)

@@ -9,6 +9,7 @@
     │   ├── UnknownComponent   no analyzer / fetcher / storage backend of that name
     │   ├── StorageRefused     a storage location outside the configured roots
     │   ├── MissingPage        the stored page an analysis needs is gone
+    │   ├── NotJson            an api page's body is neither JSON nor JSON Lines
     │   ├── DownloadFailed     final non-200 status, too large, too many redirects, ...
     │   │   └── RobotsDisallowed  robots.txt disallows the URL (never requested)
     │   └── AttemptsExhausted  redelivered past its retry budget (its runs kept killing workers)
@@ -32,6 +33,7 @@ __all__ = [
     "FetchFailed",
     "InvalidTask",
     "MissingPage",
+    "NotJson",
     "PermanentError",
     "ProgramFailed",
     "RetryableError",
@@ -109,6 +111,19 @@ class MissingPage(PermanentError):
 
     def __str__(self) -> str:
         return f"stored page not found: {self.location}"
+
+
+class NotJson(PermanentError):
+    """An api page's body is neither one JSON document nor JSON Lines."""
+
+    reason = "not_json"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.url = url
+
+    def __str__(self) -> str:
+        return f"{self.url}: the body is neither JSON nor JSON Lines"
 
 
 class DownloadFailed(PermanentError):

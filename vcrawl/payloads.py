@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
+from vcrawl.api_rules import ApiSpec, check_auth_name
 from vcrawl.errors import InvalidTask
 
 __all__ = [
@@ -23,7 +24,7 @@ __all__ = [
     "field_rules",
 ]
 
-PAGE_TYPES = ("static", "dynamic")
+PAGE_TYPES = ("static", "dynamic", "api")
 MAX_URL_LENGTH = 4096
 # A plain identifier or dotted path (window.app.loadMore): a message must never carry script.
 _JS_FUNCTION = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*\Z")
@@ -100,6 +101,8 @@ class Rule:
     analyzer: str | None = None  # None: a job's pages are only searched for links
     fields: Mapping[str, FieldRule] | None = None
     wait_for: str | None = None
+    api: ApiSpec | None = None  # page_type api: records, paging and follow-ups (docs/api-mode.md)
+    auth: str | None = None  # page_type api: the worker's VCRAWL_API_AUTH_<auth> is sent, never the secret itself
 
     def __post_init__(self) -> None:
         if self.page_type not in PAGE_TYPES:
@@ -121,6 +124,22 @@ class Rule:
             raise InvalidTask("analyzer", f"not an analyzer name: {self.analyzer!r}")
         if self.analyzer == "fields" and not self.fields:
             raise InvalidTask("fields", "the 'fields' analyzer needs at least one field rule")
+        self._check_api()
+
+    def _check_api(self) -> None:
+        if self.page_type != "api":
+            for name in ("api", "auth"):
+                if getattr(self, name) is not None:
+                    raise InvalidTask(name, "only api pages have it (set page_type api)")
+            return
+        if self.api is None:
+            raise InvalidTask("api", "api pages need an api mapping (at least its records expression)")
+        if self.analyzer not in (None, "api"):
+            raise InvalidTask("analyzer", "an api page's records come from api.records; leave analyzer unset")
+        if self.fields is not None:
+            raise InvalidTask("fields", "an api page's fields are JMESPath expressions under api.fields")
+        if self.auth is not None:
+            check_auth_name(self.auth)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "rule") -> Rule:
@@ -143,7 +162,8 @@ class Rule:
         except (re.error, OverflowError, RecursionError) as exc:  # a huge repeat count, deep nesting
             raise InvalidTask(f"{where}.pattern", f"invalid regex {pattern!r}: {exc}") from None
         try:
-            return cls(**_typed(data, required=("page_type",), optional=("js_function", "analyzer", "wait_for")))
+            values = _typed(data, required=("page_type",), optional=("js_function", "analyzer", "wait_for", "auth"))
+            return cls(**values)
         except InvalidTask as exc:
             raise InvalidTask(f"{where}.{exc.field}", exc.problem) from None
 
@@ -151,6 +171,10 @@ class Rule:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["fields"] = {n: r.to_dict() for n, r in self.fields.items()} if self.fields else None
+        if self.page_type != "api":  # a job's spec keeps its shape before api mode: older workers read it
+            del data["api"], data["auth"]
+        else:
+            data["api"] = self.api.to_dict() if self.api is not None else None
         return data
 
 
@@ -169,6 +193,8 @@ def _typed(data: Mapping[str, Any], required: tuple[str, ...], optional: tuple[s
             raise InvalidTask(name, f"must be a string or null, got {_kind(values[name])}")
     if values.get("fields") is not None:
         values["fields"] = _field_rules(values["fields"])
+    if values.get("api") is not None and not isinstance(values["api"], ApiSpec):
+        values["api"] = ApiSpec.from_value(values["api"])
     return values
 
 
@@ -185,8 +211,12 @@ class DownloadTask:
     job: str | None = None
     fields: Mapping[str, FieldRule] | None = None
     wait_for: str | None = None
+    api: ApiSpec | None = None  # page_type api: how its answer is read (its next pages are not followed)
+    auth: str | None = None  # page_type api: the worker's VCRAWL_API_AUTH_<auth> secret is sent
 
     def __post_init__(self) -> None:
+        if self.page_type == "api" and self.analyzer == "links":  # the default: an api page's analyzer is "api"
+            object.__setattr__(self, "analyzer", "api")
         _check_url(self.url)
         for name in ("save_path", "result_path"):
             value = getattr(self, name)
@@ -203,7 +233,16 @@ class DownloadTask:
         Raises:
             InvalidTask: naming the wrong field.
         """
-        return Rule("", self.page_type, self.js_function, self.analyzer, self.fields, self.wait_for)
+        return Rule(
+            pattern="",
+            page_type=self.page_type,
+            js_function=self.js_function,
+            analyzer=self.analyzer,
+            fields=self.fields,
+            wait_for=self.wait_for,
+            api=self.api,
+            auth=self.auth,
+        )
 
     @classmethod
     def from_dict(cls, data: Any) -> DownloadTask:
@@ -222,7 +261,7 @@ class DownloadTask:
         values = _typed(
             data,
             required=("url", "page_type", "analyzer"),
-            optional=("save_path", "result_path", "js_function", "job", "wait_for"),
+            optional=("save_path", "result_path", "js_function", "job", "wait_for", "auth"),
         )
         return cls(**values)
 
@@ -235,6 +274,8 @@ class DownloadTask:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.fields is not None:
             data["fields"] = {name: rule.to_dict() for name, rule in self.fields.items()}
+        if self.api is not None:
+            data["api"] = self.api.to_dict()
         return data
 
 
@@ -353,6 +394,7 @@ class AnalysisJob:
     result_path: str
     fields: Mapping[str, FieldRule] | None = None
     job: str | None = None
+    api: ApiSpec | None = None  # an api page: its answer is read by this, not by an analyzer
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AnalysisJob:
@@ -364,19 +406,22 @@ class AnalysisJob:
         values = dict(data) if isinstance(data, Mapping) else data
         if isinstance(values, dict) and values.get("fields") is not None:
             values["fields"] = _field_rules(values["fields"])
+        if isinstance(values, dict) and values.get("api") is not None:
+            values["api"] = ApiSpec.from_value(values["api"])
         return _strict(cls, values, "analysis job")
 
     @classmethod
     def for_task(cls, trail_id: str, task: DownloadTask) -> AnalysisJob:
         """Return the analysis part of a validated download task with paths filled in."""
         assert task.result_path is not None, "paths are filled in before dispatch"
-        return cls(trail_id, task.analyzer, task.result_path, task.fields, task.job)
+        return cls(trail_id, task.analyzer, task.result_path, task.fields, task.job, task.api)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         data = asdict(self)
         if self.fields is not None:
             data["fields"] = {name: rule.to_dict() for name, rule in self.fields.items()}
+        data["api"] = self.api.to_dict() if self.api is not None else None
         return data
 
 

@@ -10,7 +10,8 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from vcrawl.errors import ConfigError
+from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
+from vcrawl.errors import ConfigError, InvalidTask
 
 __all__ = ["DEFAULT_REFERERS", "DEFAULT_USER_AGENTS", "Settings", "celery_redis_url", "child_environment"]
 
@@ -116,12 +117,22 @@ class Settings:
     dns_cache_size: int = 4096
     dns_ttl_s: float = 60.0
     dns_negative_ttl_s: float = 5.0
+    # Secrets of api pages by auth name: VCRAWL_API_AUTH_<NAME>, one variable each (docs/api-mode.md).
+    # A job names one (``auth: NAME``); its value never travels in a message.
+    api_auth: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
     # Not a variable: the fields ``from_env`` found set, for the few defaults that depend on it
     # (no VCRAWL_REDIS_URL: ``vcrawl crawl`` runs a private Redis). Not compared: where a value
     # came from does not change the settings.
     given: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        for name, secret in self.api_auth.items():
+            try:
+                check_auth_name(name)
+            except InvalidTask as exc:
+                raise ConfigError(f"{AUTH_PREFIX}{name}: the name after {AUTH_PREFIX} {exc.problem}") from None
+            if not secret.strip():
+                raise ConfigError(f"{AUTH_PREFIX}{name} is set but empty")
         for network in self.allowed_networks:
             _check_network("VCRAWL_ALLOWED_NETWORKS", network)
         _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
@@ -190,6 +201,9 @@ class Settings:
                 continue
             parse = _FIELD_PARSERS.get(spec.name) or _PARSERS[str(spec.type)]
             values[spec.name] = parse(name, raw.strip())
+        secrets = {name.removeprefix(AUTH_PREFIX): raw for name, raw in env.items() if name.startswith(AUTH_PREFIX)}
+        if secrets:
+            values["api_auth"] = secrets
         return cls(**values, given=frozenset(values))
 
     def is_given(self, name: str) -> bool:
@@ -227,6 +241,7 @@ class Settings:
             else:
                 text = str(value)
             env[_PREFIX + spec.name.upper()] = text
+        env.update({AUTH_PREFIX + name: secret for name, secret in self.api_auth.items()})
         return env
 
 
@@ -240,8 +255,8 @@ def child_environment(settings: Settings | None = None) -> dict[str, str]:
 
 
 def _variables(settings: Settings | type[Settings]) -> list[Field[Any]]:
-    """The fields that have a ``VCRAWL_*`` variable (all but ``given``)."""
-    return [spec for spec in fields(settings) if spec.name != "given"]
+    """The fields that have a ``VCRAWL_*`` variable of their own (all but ``given``; ``api_auth`` has many)."""
+    return [spec for spec in fields(settings) if spec.name not in ("given", "api_auth")]
 
 
 def celery_redis_url(url: str) -> str:

@@ -41,7 +41,7 @@ def test_a_lost_analysis_message_is_sent_again_and_the_job_completes(tmp_path: P
             job_id = start_job(env, {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0}})
             lost = _take_analysis_message(client, job_id, timeout_s=30)
             status = job_status(Frontier(client), job_id)
-            assert (status["state"], status["pending"], status["in_flight_batches"]) == ("running", 1, 0)
+            assert status["state"] == "running" and status["pending"] >= 1  # the lost batch's page, at least
 
             taken_at = time.monotonic()
             analyst = start_worker(env, "analyst", tmp_path / "analyst.log", queues=ANALYSIS_QUEUE)

@@ -41,6 +41,7 @@ from vcrawl.settings import Settings
 TEST_USER_AGENTS = tuple(f"vcrawl-test-agent/{n}.0 (+loopback)" for n in range(1, 6))
 TEST_REFERERS = tuple(f"http://referer-{n}.test/" for n in range(1, 5))
 MAX_BODY_BYTES = 256 * 1024
+TEST_API_SECRET = "Bearer api-secret-5e7f9a1c3b"  # a stand-in, sent only to the test sites on loopback
 
 
 @dataclass
@@ -131,6 +132,7 @@ def vcrawl_settings(
         browser_page_timeout_s=5.0,
         browser_lazy_timeout_s=5.0,
         allowed_networks=TEST_ALLOWED_NETWORKS,  # the test sites are on loopback
+        api_auth={"TEST": TEST_API_SECRET},  # the worker's VCRAWL_API_AUTH_TEST (test_api_mode)
     )
     tasks.configure(settings)
     return settings

@@ -16,7 +16,7 @@ import pytest
 from tasks import crawl
 from tests.cluster import REPO
 from tests.integration.conftest import wait_for_end
-from tests.site import Response, TestSite
+from tests.site import NOT_PAGES, Response, TestSite
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
 
@@ -185,3 +185,30 @@ def test_crawl_to_hdfs_moves_every_output_there(site: TestSite) -> None:
     assert len(pages) == 2 and records and any(w.endswith(".warc.gz") for w in warcs)
     assert any(w.endswith(".cdxj") for w in warcs)
     assert len(exported.stdout.splitlines()) == 2
+
+
+def test_crawl_command_runs_an_api_job_with_the_secret_its_workers_get(site: TestSite, tmp_path: Path) -> None:
+    for number in (1, 2, 3):
+        items = [{"id": number * 10 + n} for n in range(2)] if number < 3 else []
+        site.add_response(f"/v1/items?page={number}", Response(json.dumps({"data": items}).encode(), 200,
+                                                               {"Content-Type": "application/json"}))  # fmt: skip
+    job = tmp_path / "api.yaml"
+    job.write_text(
+        f"seeds: ['{site.url('/v1/items?page=1')}']\n"
+        "politeness: {min_interval_s: 0}\n"
+        "rules:\n"
+        "  - {pattern: /v1/items, page_type: api, auth: ACME, api: {records: data, page: {param: page}}}\n"
+    )
+    args = ("crawl", "--job", str(job), "--workers", "1", "--data", str(tmp_path / "data"), "--json",
+            "--allow-network", "127.0.0.1/32")  # fmt: skip
+
+    refused = _vcrawl(*args)
+    assert refused.returncode == 2 and "rules[0].auth: VCRAWL_API_AUTH_ACME is not set" in refused.stderr
+    assert not site.seen  # refused before anything ran
+
+    done = _vcrawl(*args, env={"VCRAWL_API_AUTH_ACME": "X-Api-Key: k-123"})
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["state"] == "completed" and summary["records"] == 4, summary
+    assert [seen.headers.get("X-Api-Key") for seen in site.seen if seen.path not in NOT_PAGES] == ["k-123"] * 3
+    assert "k-123" not in done.stdout + done.stderr

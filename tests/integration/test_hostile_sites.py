@@ -28,7 +28,7 @@ import pytest
 import tasks
 from frontier import canonical_url
 from storage import page_location
-from tests.site import Response, TestSite
+from tests.site import NOT_PAGES, Response, TestSite
 from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.usefixtures("worker"), pytest.mark.faults]  # make test-faults
@@ -133,8 +133,8 @@ def not_html(status: dict[str, Any]) -> int:
 
 
 def paths_seen(site: TestSite) -> set[str]:
-    """What the site was asked for, robots.txt and its redirects aside."""
-    return {seen.path for seen in site.seen if "robots" not in seen.path}
+    """What the site was asked for, robots.txt and its redirects, and the sitemap discovered, aside."""
+    return {seen.path for seen in site.seen if "robots" not in seen.path and seen.path not in NOT_PAGES}
 
 
 def assert_normal_pages_crawled(site: TestSite, status: dict[str, Any]) -> None:

@@ -55,7 +55,10 @@ _BASE = settings(deadline=None, database=None, suppress_health_check=[HealthChec
 MANY = settings(_BASE, max_examples=2500 if _EXPLORE else 250)
 SOME = settings(_BASE, max_examples=1000 if _EXPLORE else 100)
 
-TASK_FIELDS = ("url", "page_type", "save_path", "js_function", "analyzer", "result_path", "job", "fields", "wait_for")
+TASK_FIELDS = ("url", "page_type", "save_path", "js_function", "analyzer", "result_path", "job", "fields", "wait_for",
+               "api", "auth")  # fmt: skip
+# Page types whose rules need no api spec; api pages are drawn with one (api_specs).
+FETCHED_TYPES = tuple(page_type for page_type in PAGE_TYPES if page_type != "api")
 U = "http://127.0.0.1/page.html"
 
 # Characters lxml refuses in an XPath expression (C0 controls but tab/LF/CR, U+FFFE/U+FFFF, surrogates),
@@ -133,11 +136,36 @@ _relative = st.lists(
 )
 
 
+_jmespaths = st.sampled_from(["@", "data", "data.items", "items[*]", "results[?id > `2`]", "data[0].next"])
+api_specs = st.fixed_dictionaries(
+    {"records": _jmespaths},
+    optional={
+        "fields": st.dictionaries(names, _jmespaths, min_size=1, max_size=2),
+        "follow": st.lists(_jmespaths, max_size=2),
+    },
+) | st.fixed_dictionaries(
+    {"records": _jmespaths},
+    optional={
+        "next": _jmespaths,
+        "cursor": st.fixed_dictionaries({"field": _jmespaths, "param": st.sampled_from(["cursor", "after", "c"])}),
+    },
+).filter(lambda spec: not ("next" in spec and "cursor" in spec)) | st.fixed_dictionaries(
+    {"records": _jmespaths, "page": st.fixed_dictionaries(
+        {"param": st.sampled_from(["page", "p"])},
+        optional={"start": st.integers(0, 2), "stop": st.sampled_from(["empty", "meta.pages"])},
+    )},
+)  # fmt: skip
+
+
 @st.composite
-def valid_tasks(draw: st.DrawFn) -> dict[str, Any]:
+def valid_tasks(draw: st.DrawFn, with_api: bool = True) -> dict[str, Any]:
     """A payload ``crawl.delay`` must accept (with a fetcher for every page type)."""
     data: dict[str, Any] = {"url": draw(valid_urls)}
-    page_type = draw(st.sampled_from(PAGE_TYPES))
+    page_type = draw(st.sampled_from(PAGE_TYPES if with_api else FETCHED_TYPES))
+    if page_type == "api":
+        data.update(page_type="api", api=draw(api_specs))
+        data.update(draw(st.fixed_dictionaries({}, optional={"auth": st.just("ACME_API"), "job": job_ids})))
+        return data
     if page_type != "static" or draw(st.booleans()):
         data["page_type"] = page_type
     if page_type == "dynamic":
@@ -468,7 +496,7 @@ def near_valid(draw: st.DrawFn) -> tuple[dict[str, Any], str, bool | None]:
     The third item is True when ``DownloadTask.from_dict`` must refuse it, False when only the registries
     or the storage can (the schema must accept it), None when either may.
     """
-    data = draw(valid_tasks())
+    data = draw(valid_tasks(with_api=False))  # an api page's analyzer and fields are its api spec's
     kind = draw(
         st.sampled_from(
             [
@@ -593,9 +621,13 @@ _job_base = st.fixed_dictionaries(
             st.fixed_dictionaries(
                 {"pattern": st.sampled_from([r"\.html$", "/p/", ""])},
                 optional={
-                    "page_type": st.sampled_from(PAGE_TYPES),
+                    "page_type": st.sampled_from(FETCHED_TYPES),
                     "analyzer": st.sampled_from(["links", "word_count"]),
                 },
+            )
+            | st.fixed_dictionaries(
+                {"pattern": st.sampled_from(["/api/", ""]), "page_type": st.just("api"), "api": api_specs},
+                optional={"auth": st.just("ACME_API")},
             ),
             max_size=2,
         ),
