@@ -50,6 +50,7 @@ from storage.warc import WarcWriter
 from storage.warc import recover_spools as recover_warc_spools
 from tasks.app import app
 from tasks.queues import move_queue
+from tasks.redis_clients import make_redis_client
 from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -129,7 +130,7 @@ def _once(name: str, build: Any) -> Any:
 
 def redis_client() -> redis.Redis:
     """Return the Redis client for vcrawl's own keys (status trail, politeness)."""
-    return _once("redis", lambda: redis.Redis.from_url(settings().redis_url, decode_responses=True))
+    return _once("redis", lambda: make_redis_client(settings()))
 
 
 def storage() -> Storage:
