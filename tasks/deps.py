@@ -179,7 +179,8 @@ def dns_cache() -> DnsCache:
 def frontier() -> Frontier:
     """Return the crawl frontier (per-host queues and their scripts)."""
     return _once("frontier", lambda: Frontier(redis_client(), stats_ttl_s=settings().stats_retention_s,
-                                              day_stats_ttl_s=settings().stats_retention_days * 86400))  # fmt: skip
+                                              day_stats_ttl_s=settings().stats_retention_days * 86400,
+                                              replica_wait_ms=settings().redis_replica_wait_ms))  # fmt: skip
 
 
 def runtimes() -> RuntimeCache:

@@ -50,6 +50,9 @@ class Settings:
     redis_sentinel_master: str = ""
     redis_password: str = field(default="", repr=False)  # the Redis servers' (AUTH); never in the URL
     redis_sentinel_password: str = field(default="", repr=False)  # the Sentinels' own
+    # Admissions and releases wait at most this long for a replica to have them (WAIT), while the
+    # primary has one: a failover then loses no acknowledged work (frontier.scripts.ReplicaWait). 0: never.
+    redis_replica_wait_ms: int = 100
     data: str = "./crawl-data"
     user_agents: tuple[str, ...] = DEFAULT_USER_AGENTS
     referers: tuple[str, ...] = DEFAULT_REFERERS
@@ -153,6 +156,8 @@ class Settings:
             if self.redis_sentinel_master:
                 raise ConfigError("VCRAWL_REDIS_SENTINEL_MASTER is set, but VCRAWL_REDIS_URL is not a "
                                   f"sentinel:// URL: {self.redis_url!r}")  # fmt: skip
+        if self.redis_replica_wait_ms < 0:
+            raise ConfigError(f"VCRAWL_REDIS_REPLICA_WAIT_MS must be 0 or more, got {self.redis_replica_wait_ms}")
         if not self.user_agents:
             raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
         for proxy in self.proxies:
