@@ -27,9 +27,18 @@ from vcrawl.errors import InvalidTask, MissingPage, PermanentError, RetryableErr
 from vcrawl.payloads import FetchedBatch, FetchedPage, Rule
 from vcrawl.policies import RetryPolicy
 
-__all__ = ["AnalysisRetry", "CarriedAnalysis", "abandon_analysis", "run_analyze_batch"]
+__all__ = ["ANALYSIS_ID_PREFIX", "AnalysisRetry", "CarriedAnalysis", "abandon_analysis", "analysis_task_id",
+           "run_analyze_batch"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
+
+ANALYSIS_ID_PREFIX = "vcrawl-analysis:"
+
+
+def analysis_task_id(job_id: str, batch_id: str) -> str:
+    """The task id of a fetch batch's analysis (also of its retries and of a resend): known without
+    asking the broker, so a lost message can be told (``tasks.lost_analyses``)."""
+    return f"{ANALYSIS_ID_PREFIX}{job_id}:{batch_id}"
 
 
 Link = tuple[str, int, int]  # (url, depth, redirects_left)

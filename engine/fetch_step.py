@@ -241,8 +241,8 @@ def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
     match outcome:
         case Retry(scope="host") | RobotsFetched():
             return True
-        case SitemapRead():  # the host's next URLs are leased after what it listed is queued, its hints kept
-            return True
+        case SitemapRead(found=found):  # the host's next URLs come after what it listed is queued, its hints kept
+            return found > 0
         case Failed(host_wait_s=wait) if wait > 0:
             return True
     # A host with a Crawl-delay gets its pause after every request, even with politeness off.

@@ -38,7 +38,7 @@ from frontier import (
 )
 from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask
-from vcrawl.jobs import JobSpec, LimitsSpec
+from vcrawl.jobs import ROBOTS_SITEMAPS, JobSpec, LimitsSpec
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
 
@@ -370,10 +370,11 @@ def seed_links(spec: JobSpec, max_redirects: int) -> list[Link]:
     discovery entry per seed origin (its robots.txt, read as a sitemap: ``engine.sitemaps``), or
     the sitemaps the job lists."""
     seeds: list[Link] = [(seed, 0, max_redirects, 0) for seed in spec.seeds]
-    if spec.sitemaps is True:
+    if spec.sitemaps is True or spec.sitemaps == ROBOTS_SITEMAPS:
         origins = dict.fromkeys(origin(seed) for seed in spec.seeds)
         return [*seeds, *((f"{base}/robots.txt", 0, max_redirects, 1) for base in origins)]
-    return [*seeds, *((url, 0, max_redirects, 1) for url in spec.sitemaps or ())]
+    listed = spec.sitemaps if isinstance(spec.sitemaps, tuple) else ()
+    return [*seeds, *((url, 0, max_redirects, 1) for url in listed)]
 
 
 LIVE_KEYS = {

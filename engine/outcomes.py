@@ -125,6 +125,7 @@ class SitemapRead:
 
     entry: Entry
     visit: Visit = field(default_factory=Visit)
+    found: int = 0  # URLs (pages, sitemaps) it led to, before scope and dedup
 
 
 FetchOutcome = Stored | Redirected | Unchanged | RobotsBlocked | RobotsFetched | Retry | Failed | SitemapRead

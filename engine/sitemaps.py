@@ -1,16 +1,16 @@
 """Sitemaps as a way into a site: discovered, read in the fetch step, their URLs admitted.
 
-A job with ``sitemaps: true`` (the default) queues one discovery entry per seed origin
-(``engine.jobs.seed_links``): the
-origin's ``/robots.txt`` marked as a sitemap. The fetch step answers it without a request of its
-own (robots.txt is read for every host anyway): the ``Sitemap:`` lines of robots.txt, or
-``/sitemap.xml`` when it names none, are queued as sitemaps. A job that lists sitemap URLs
-queues those instead. A sitemap is fetched like a page (robots, politeness, network policy,
-proxies, body cap), read by ``analyzers.sitemaps.parse_sitemap``, and what it lists is admitted
-right there, through the job's scope, filters and dedup: pages one level deeper than the
-sitemap, the sitemaps of an index one nesting level deeper (at most ``MAX_NESTING``). Each
-listed URL's hints (``lastmod``, ``priority``, ``changefreq``) are kept per job; a scheduled job
-does not fetch a known URL again in a cycle whose sitemap says it has not changed since.
+A job with ``sitemaps: "robots"`` (the default) or ``true`` queues one discovery entry per seed
+origin (``engine.jobs.seed_links``): the origin's ``/robots.txt`` marked as a sitemap. The fetch
+step answers it without a request of its own (robots.txt is read for every host anyway): the
+``Sitemap:`` lines of robots.txt are queued as sitemaps; with ``true``, ``/sitemap.xml`` when
+robots.txt names none. A job that lists sitemap URLs queues those instead. A sitemap is fetched
+like a page (robots, politeness, network policy, proxies, body cap), read by
+``analyzers.sitemaps.parse_sitemap``, and what it lists is admitted right there, through the
+job's scope, filters and dedup: pages one level deeper than the sitemap, the sitemaps of an
+index one nesting level deeper (at most ``MAX_NESTING``). Each listed URL's hints (``lastmod``,
+``priority``, ``changefreq``) are kept per job; a scheduled job does not fetch a known URL again
+in a cycle whose sitemap says it has not changed since.
 
 Reading in the fetch step, not the analysis, is what makes ``lastmod`` usable: the batch stops
 after a sitemap, so the host's next URLs are leased after its hints are known.
@@ -57,10 +57,14 @@ def is_discovery(url: str) -> bool:
     return urlsplit(url).path == "/robots.txt"
 
 
-def discovery_links(url: str, robots_sitemaps: Sequence[str], depth: int, redirects_left: int) -> list[Link]:
-    """The sitemaps a discovery entry leads to: robots.txt's, else the origin's /sitemap.xml."""
+def discovery_links(
+    url: str, robots_sitemaps: Sequence[str], depth: int, redirects_left: int, *, probe: bool = True
+) -> list[Link]:
+    """The sitemaps a discovery entry leads to: robots.txt's, else (``probe``) the origin's /sitemap.xml."""
     named = [item for item in robots_sitemaps if urlsplit(item).scheme in ("http", "https")]
-    return [(item, depth, redirects_left, 1) for item in named or [f"{origin(url)}/sitemap.xml"]]
+    if not named and probe:
+        named = [f"{origin(url)}/sitemap.xml"]
+    return [(item, depth, redirects_left, 1) for item in named]
 
 
 def listed_links(sitemap: Sitemap, level: int, depth: int, redirects_left: int) -> tuple[list[Link], int]:
@@ -112,8 +116,11 @@ class SitemapSink:
     def discover(self, entry: Entry, rules: RobotsRules | None, requested: bool, counts: Counter[str]) -> SitemapRead:
         """A discovery entry: queue its origin's sitemaps (robots.txt's, else /sitemap.xml)."""
         named = rules.sitemaps() if rules is not None else ()
-        self.admit(entry.url, discovery_links(entry.url, named, entry.depth, entry.redirects_left))
-        return SitemapRead(entry, Visit(requested=requested, counts=counts))
+        probe = self._runtime.spec.sitemaps is True  # the default ("robots") asks the site nothing more
+        links = discovery_links(entry.url, named, entry.depth, entry.redirects_left, probe=probe)
+        if links:
+            self.admit(entry.url, links)
+        return SitemapRead(entry, Visit(requested=requested, counts=counts), found=len(links))
 
     def read(
         self, entry: Entry, result: FetchResult, counts: Counter[str], crawl_delay_s: float | None
@@ -124,19 +131,21 @@ class SitemapSink:
             sitemap = parse_sitemap(result.body)
             links, over = listed_links(sitemap, entry.sitemap, entry.depth, entry.redirects_left)
             self.admit(entry.url, links)
+            found = len(links)
             if sitemap.kind != "index":
                 self.note(sitemap.urls)
             counts.update(sitemap_counts(sitemap, over))
             if sitemap.problem is not None or over:
                 logger.warning("job %s: sitemap %s: %s (%d entries read)", self._runtime.job_id, entry.url,
                                sitemap.problem or "nested too deep", len(sitemap.urls))  # fmt: skip
-            return SitemapRead(entry, Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts))
+            return SitemapRead(entry, Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts), found)
         if result.status in _REDIRECTS and "location" in result.headers:
             if entry.redirects_left <= 0:
                 counts[f"{names.PREFIX_SITEMAP_PROBLEM}too_many_redirects"] += 1
             else:
                 target = urljoin(result.final_url, result.headers["location"].strip())
                 self.admit(entry.url, [(target, entry.depth, entry.redirects_left - 1, entry.sitemap)])
+                return SitemapRead(entry, Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts), 1)
             return SitemapRead(entry, Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts))
         if result.status in RETRYABLE_STATUSES:
             return None

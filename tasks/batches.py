@@ -11,13 +11,12 @@ from celery.exceptions import Ignore
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from engine import analysis_batch, jobs
-from engine.analysis_batch import AnalysisRetry
+from engine.analysis_batch import AnalysisRetry, analysis_task_id
 from engine.batch import run_fetch_batch
 from engine.nodes import NODE_QUEUE_PREFIX, pass_on_to
 from frontier import Batch
 from tasks import deps
 from tasks.app import app
-from tasks.lost_analyses import analysis_task_id
 from vcrawl.errors import ConfigError, InvalidTask, PermanentError
 
 __all__ = [

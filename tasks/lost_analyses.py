@@ -21,24 +21,20 @@ import time
 from typing import Any
 
 from celeryconfig import ANALYSIS_QUEUE, queue_lists
+from engine.analysis_batch import analysis_task_id
 from tasks import deps
+from tasks.batches import send_analysis
 from vcrawl import redis_keys
 
-__all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "watch_analyses"]
+__all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "watch_analyses"]  # the id: re-exported
 
 logger = logging.getLogger(__name__)
 
 FIRST_LOOK_S = 15.0  # a batch released this long ago with no analysis message anywhere: lost
 LONGEST_LOOK_S = 300.0  # a batch whose analysis waits its turn is looked at again less and less often
 _UNACKED = "unacked"  # kombu's Redis transport: delivery tag -> message, until acknowledged
-_ID_PREFIX = "vcrawl-analysis:"
 # A message's own id in its headers (kombu writes JSON with ", " and ": "), not a child's parent_id.
 _ID_PATTERN = re.compile(rb'"id": "(vcrawl-analysis:[^"]+)"')
-
-
-def analysis_task_id(job_id: str, batch_id: str) -> str:
-    """The task id of a fetch batch's analysis (also of its retries and of a resend)."""
-    return f"{_ID_PREFIX}{job_id}:{batch_id}"
 
 
 def analysis_ids_present(client: Any) -> set[str]:
@@ -100,8 +96,6 @@ def watch_analyses(now: float | None = None, lock_s: float = 10.0) -> int:
 
 
 def _send_again(client: Any, job_id: str, batch_id: str) -> int:
-    from tasks.batches import send_analysis  # the task module imports this one's caller
-
     raw = client.hget(redis_keys.job_released(job_id), batch_id)
     if raw is None:  # analysed meanwhile
         return 0

@@ -117,6 +117,10 @@ class RevisitSpec:
     shrink: float = 0.2
 
 
+ROBOTS_SITEMAPS = "robots"
+"""A job's default ``sitemaps``: the sitemaps robots.txt names (docs/sitemaps.md)."""
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """A crawl job. ``None`` header pools mean the cluster's configured defaults."""
@@ -137,8 +141,9 @@ class JobSpec:
     warc: bool = False
     revisit: RevisitSpec = field(default_factory=RevisitSpec)
     batch_analyzers: tuple[str, ...] = ()  # run over the stored crawl when the job (each cycle) completes
-    # True: discover each seed origin's sitemaps (robots.txt, else /sitemap.xml); a tuple: read these; False: none.
-    sitemaps: bool | tuple[str, ...] = True
+    # "robots": each seed origin's robots.txt Sitemap lines (no request beyond robots.txt); True: those,
+    # else the origin's /sitemap.xml; a tuple: read these; False: none.
+    sitemaps: bool | str | tuple[str, ...] = ROBOTS_SITEMAPS
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -169,7 +174,7 @@ class JobSpec:
             warc=_bool(data.get("warc", False), "warc"),
             revisit=_revisit(data.get("revisit")),
             batch_analyzers=_str_list(data.get("batch_analyzers", []), "batch_analyzers"),
-            sitemaps=_sitemaps(data.get("sitemaps", True)),
+            sitemaps=_sitemaps(data.get("sitemaps", ROBOTS_SITEMAPS)),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             try:
@@ -331,11 +336,12 @@ def _revisit(value: Any) -> RevisitSpec:
     return spec
 
 
-def _sitemaps(value: Any) -> bool | tuple[str, ...]:
-    if isinstance(value, bool):
+def _sitemaps(value: Any) -> bool | str | tuple[str, ...]:
+    if isinstance(value, bool) or value == ROBOTS_SITEMAPS:
         return value
     if not isinstance(value, list | tuple):
-        raise InvalidTask("sitemaps", f"must be true (discover), false or a list of sitemap URLs, got {_kind(value)}")
+        raise InvalidTask("sitemaps", f'must be "robots" (the default: robots.txt\'s Sitemap lines), true (those, '
+                          f"else /sitemap.xml), false, or a list of sitemap URLs; got {value!r}")  # fmt: skip
     urls = _str_list(value, "sitemaps")
     for index, url in enumerate(urls):
         _check_seed(url, f"sitemaps[{index}]")

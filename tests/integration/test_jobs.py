@@ -85,7 +85,7 @@ def test_robots_txt_rules_are_obeyed(site: TestSite) -> None:
 
     assert status["state"] == "completed"
     seen = {s.path for s in site.seen}
-    assert seen == {"/robots.txt", "/sitemap.xml", "/", "/private/public-info.html", "/q.cgi?id=7", "/open.html"}
+    assert seen == {"/robots.txt", "/", "/private/public-info.html", "/q.cgi?id=7", "/open.html"}
     assert status["robots_blocked"] == 3 and status["robots_fetched"] == 1
 
 
@@ -152,9 +152,7 @@ def test_retry_after_pauses_the_host_or_only_its_url(site: TestSite, scope: str)
     for path in others:
         site.add_page(path, page())
 
-    # No sitemap: its read would end the seed's first batch, and the pages could all be fetched
-    # before the throttled one, leaving nothing to observe during its wait.
-    status = run_job({"seeds": [site.url("/")], "politeness": {**FAST, "retry_after": scope}, "sitemaps": False})
+    status = run_job({"seeds": [site.url("/")], "politeness": {**FAST, "retry_after": scope}})
 
     assert status["state"] == "completed" and status["pages_stored"] == 6
     first, second = site.requests_to("/throttled.html")
@@ -190,12 +188,11 @@ def test_polite_gaps_never_fall_below_the_interval(site: TestSite) -> None:
     status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0}})
 
     assert status["state"] == "completed" and status["pages_stored"] == 13
-    # Server side, between request arrivals (robots.txt and the sitemap discovered included): the
-    # interval counts from the end of the last response, so no gap is shorter, however the next
-    # request is dispatched.
+    # Server side, between request arrivals (robots.txt included): the interval counts from the
+    # end of the last response, so no gap is shorter, however the next request is dispatched.
     arrivals = [seen.at for seen in site.seen]
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-    assert len(gaps) == 14 and min(gaps) >= 0.1
+    assert len(gaps) == 13 and min(gaps) >= 0.1
 
 
 def test_redirects_are_admitted_as_new_urls(site: TestSite) -> None:
@@ -459,7 +456,6 @@ def test_pages_carry_the_address_they_came_from_into_warc_and_records(site: Test
         by_name: "127.0.0.1",
         by_name + "products/1.html": "127.0.0.1",
         by_name + "gone.html": "127.0.0.1",
-        by_name + "sitemap.xml": "127.0.0.1",  # the sitemap discovered (404), archived like any response
     }
     [record] = read_records(tasks.deps.storage(), f"jobs/{status['job']}/records")
     assert (record["url"], record["ip"]) == (by_name + "products/1.html", "127.0.0.1")

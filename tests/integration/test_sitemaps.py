@@ -74,14 +74,24 @@ def test_a_site_known_only_by_its_gzip_sitemap_index_in_robots_txt_is_crawled_fu
     assert status["failed"] == {}
 
 
-def test_without_sitemap_lines_the_origins_sitemap_xml_is_read_and_a_missing_one_is_no_failure(
+def test_by_default_a_site_is_asked_nothing_beyond_robots_txt(site: TestSite) -> None:
+    paths = orphan_pages(site, 3)
+    site.add_page("/sitemap.xml", urlset([site.url(p) for p in paths]).decode(), Content_Type="application/xml")
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST})
+
+    assert status["state"] == "completed" and fetched(site) == {"/robots.txt", "/"}
+    assert (status["sitemaps_read"], status["pages_stored"]) == (0, 1)
+
+
+def test_with_true_the_origins_sitemap_xml_is_read_and_a_missing_one_is_no_failure(
     site: TestSite, other_site: TestSite
 ) -> None:
     paths = orphan_pages(site, 3)
     site.add_page("/sitemap.xml", urlset([site.url(p) for p in paths]).decode(), Content_Type="application/xml")
     other_site.add_page("/", "<html><body>alone</body></html>")
 
-    status = run_job({"seeds": [site.url("/"), other_site.url("/")], "politeness": FAST})
+    status = run_job({"seeds": [site.url("/"), other_site.url("/")], "politeness": FAST, "sitemaps": True})
 
     assert status["state"] == "completed", status
     assert set(paths) <= fetched(site)
@@ -110,7 +120,7 @@ def test_sitemap_urls_go_through_scope_robots_and_dedup(site: TestSite, other_si
     listed = [site.url(p) for p in paths] + [site.url(paths[0]), other_site.url("/elsewhere.html")]
     site.add_page("/sitemap.xml", urlset(listed).decode(), Content_Type="application/xml")
 
-    status = run_job({"seeds": [site.url("/")], "politeness": FAST})  # the scope: the seed's host
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": True})  # scope: the seed's host
 
     assert status["state"] == "completed", status
     assert site.requests_to(paths[0]) and site.requests_to(paths[1]) and not site.requests_to(paths[2])
@@ -169,7 +179,7 @@ def test_lastmod_spares_unchanged_pages_in_the_next_cycle(site: TestSite) -> Non
         return f'<?xml version="1.0"?><urlset xmlns="{NS}">{items}</urlset>'.encode()
 
     site.add_response("/sitemap.xml", Response(sitemap(()), headers={"Content-Type": "application/xml"}))
-    spec = {"seeds": [site.url("/")], "politeness": FAST, "id": "sitemap-lastmod",
+    spec = {"seeds": [site.url("/")], "politeness": FAST, "id": "sitemap-lastmod", "sitemaps": True,
             "revisit": {"initial_s": 0, "min_s": 0, "max_s": 0}}  # fmt: skip
     first = run_cycle(spec)
     assert first["state"] == "completed" and all(len(site.requests_to(p)) == 1 for p in paths), first

@@ -90,6 +90,7 @@ def test_links_of_a_sitemap_nest_at_most_three_levels() -> None:
     assert listed_links(index, 1, 0, 5) == ([("http://a.test/s.xml", 0, 5, 2)], 0)
     assert listed_links(index, MAX_NESTING, 0, 5) == ([], 1)
     assert discovery_links("http://a.test/robots.txt", (), 0, 5) == [("http://a.test/sitemap.xml", 0, 5, 1)]
+    assert discovery_links("http://a.test/robots.txt", (), 0, 5, probe=False) == []  # the default: robots.txt only
     assert discovery_links("http://a.test/robots.txt", ("https://cdn.test/s.xml", "/x"), 0, 5) == [
         ("https://cdn.test/s.xml", 0, 5, 1)
     ]
