@@ -214,12 +214,16 @@ class RunWatchdog:
 
 def message_exists(client: Any, queue: str, task_id: str) -> bool:
     """True if a message of ``task_id`` waits on ``queue`` (any priority) or is unacknowledged."""
-    needle = task_id.encode()
+
+    # Payloads are str from vcrawl's client (it decodes replies), bytes from a raw one.
+    def holds(payload: bytes | str) -> bool:
+        return task_id in (payload.decode(errors="replace") if isinstance(payload, bytes) else payload)
+
     for key in queue_lists(queue):
         for start in range(0, client.llen(key), 1000):
-            if any(needle in payload for payload in client.lrange(key, start, start + 999)):
+            if any(holds(payload) for payload in client.lrange(key, start, start + 999)):
                 return True
-    return any(needle in payload for payload in client.hvals(_UNACKED))
+    return any(holds(payload) for payload in client.hvals(_UNACKED))
 
 
 def stall_s() -> float:

@@ -34,24 +34,25 @@ FIRST_LOOK_S = 15.0  # a batch released this long ago with no analysis message a
 LONGEST_LOOK_S = 300.0  # a batch whose analysis waits its turn is looked at again less and less often
 _UNACKED = "unacked"  # kombu's Redis transport: delivery tag -> message, until acknowledged
 # A message's own id in its headers (kombu writes JSON with ", " and ": "), not a child's parent_id.
-_ID_PATTERN = re.compile(rb'"id": "(vcrawl-analysis:[^"]+)"')
+_ID_PATTERN = re.compile(r'"id": "(vcrawl-analysis:[^"]+)"')
 
 
 def analysis_ids_present(client: Any) -> set[str]:
     """The analysis task ids of every message on the analysis queue (any priority) or unacknowledged.
 
-    One pass over the queue's lists and kombu's unacked hash, read in slices.
+    One pass over the queue's lists and kombu's unacked hash, read in slices. Payloads come as
+    str from vcrawl's client (it decodes replies) or as bytes from a raw one: both are read.
     """
     found: set[str] = set()
     for key in queue_lists(ANALYSIS_QUEUE):
         for start in range(0, client.llen(key), 1000):
             for payload in client.lrange(key, start, start + 999):
-                found.update(match.decode() for match in _ID_PATTERN.findall(payload))
+                found.update(_ID_PATTERN.findall(_text(payload)))
     cursor = 0
     while True:
         cursor, entries = client.hscan(_UNACKED, cursor, count=1000)
         for payload in entries.values():
-            found.update(match.decode() for match in _ID_PATTERN.findall(payload))
+            found.update(_ID_PATTERN.findall(_text(payload)))
         if not cursor:
             return found
 
@@ -105,4 +106,4 @@ def _send_again(client: Any, job_id: str, batch_id: str) -> int:
 
 
 def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -15,6 +15,7 @@ from kombu import Connection
 
 from celeryconfig import ANALYSIS_QUEUE
 from cli.local_redis import LocalRedis
+from tasks.batch_analysis import batch_map, map_task_id, message_exists
 from tasks.batches import analyze_batch
 from tasks.lost_analyses import analysis_ids_present, analysis_task_id
 
@@ -30,8 +31,9 @@ def broker(redis_server: LocalRedis) -> Iterator[str]:
     client.flushdb()
 
 
-def test_analysis_ids_are_found_queued_and_unacknowledged(broker: str) -> None:
-    client = redis.Redis.from_url(broker)
+@pytest.mark.parametrize("decoded", [True, False], ids=["vcrawl's client (str)", "raw (bytes)"])
+def test_analysis_ids_are_found_queued_and_unacknowledged(broker: str, decoded: bool) -> None:
+    client = redis.Redis.from_url(broker, decode_responses=decoded)
     with Connection(broker) as connection:
         for batch in ("1", "2", "3"):
             fetched = {"job": "job-x", "batch": batch, "cycle": 0, "pages": [], "redirects": []}
@@ -51,10 +53,26 @@ def test_analysis_ids_are_found_queued_and_unacknowledged(broker: str) -> None:
 
 
 def test_a_message_that_only_names_an_analysis_as_its_parent_is_not_that_analysis(broker: str) -> None:
-    client = redis.Redis.from_url(broker)
+    client = redis.Redis.from_url(broker, decode_responses=True)
     with Connection(broker) as connection:
         analyze_batch.apply_async(({"job": "job-x", "batch": "4"},), task_id="some-other-task", connection=connection,
                                   queue=ANALYSIS_QUEUE, parent_id=analysis_task_id("job-x", "4"),
                                   root_id=analysis_task_id("job-x", "4"))  # fmt: skip
     assert client.llen(ANALYSIS_QUEUE) == 1
     assert analysis_ids_present(client) == set()
+
+
+@pytest.mark.parametrize("decoded", [True, False], ids=["vcrawl's client (str)", "raw (bytes)"])
+def test_a_batch_analysis_map_is_found_by_its_task_id_queued_and_unacknowledged(broker: str, decoded: bool) -> None:
+    client = redis.Redis.from_url(broker, decode_responses=decoded)
+    with Connection(broker) as connection:
+        batch_map.apply_async(("job-x", "run-1", 3), task_id=map_task_id("run-1", 3), connection=connection,
+                              ignore_result=True, queue=ANALYSIS_QUEUE)  # fmt: skip
+        assert message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 3))
+        assert not message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 4))
+        queue = connection.SimpleQueue(ANALYSIS_QUEUE)
+        taken = queue.get(timeout=5)
+        assert message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 3))  # unacknowledged now
+        taken.ack()
+        assert not message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 3))
+        queue.close()
