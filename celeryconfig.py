@@ -13,7 +13,8 @@ from kombu import Exchange, Queue
 from vcrawl import schedules
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.redis_keys import SCHEDULE_PREFIX
-from vcrawl.settings import Settings, celery_redis_url
+from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
+from vcrawl.settings import Settings
 
 DOWNLOAD_QUEUE = "download"
 DYNAMIC_QUEUE = "download.dynamic"  # browser work, on its own machines and concurrency
@@ -27,21 +28,53 @@ def queue_lists(queue: str) -> list[str]:
     return [queue + step for step in _PRIORITY_LISTS]
 
 
+def sentinel_kwargs(settings: Settings) -> dict[str, Any]:
+    """Options for the connections to the Sentinels themselves: their password, short timeouts."""
+    options: dict[str, Any] = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
+    if settings.redis_sentinel_password:
+        options["password"] = settings.redis_sentinel_password
+    return options
+
+
+def _redbeat_redis(settings: Settings) -> dict[str, Any]:
+    """RedBeat's Redis: the same server, or the primary the same Sentinels name."""
+    if not is_sentinel(settings.redis_url):
+        url = celery_redis_url(settings.redis_url, settings.redis_password)
+        return {"redbeat_redis_url": url if not url.startswith("redis+socket") else settings.redis_url}
+    found = parse_sentinels(settings.redis_url)
+    options: dict[str, Any] = {
+        "sentinels": [list(address) for address in found.sentinels],
+        "service_name": settings.redis_sentinel_master,
+        "db": found.db,
+        "socket_timeout": 5.0,
+        "sentinel_kwargs": sentinel_kwargs(settings),
+        "retry_period": 120,  # beat waits out a failover instead of dying (seconds)
+    }
+    if settings.redis_password:
+        options["password"] = settings.redis_password
+    host, port = found.sentinels[0]
+    return {"redbeat_redis_url": f"redis-sentinel://{host}:{port}/{found.db}", "redbeat_redis_options": options}
+
+
 def celery_settings(settings: Settings) -> dict[str, Any]:
     """Return Celery's configuration for ``settings``."""
-    redis_url = celery_redis_url(settings.redis_url)
-    transport_options = {
+    redis_url = celery_redis_url(settings.redis_url, settings.redis_password)
+    transport_options: dict[str, Any] = {
         # Longer than any task including its longest retry wait (checked in Settings).
         "visibility_timeout": settings.visibility_timeout_s,
         # Without these, a dead worker's unacked messages wait far past the timeout.
         "unacked_restore_interval": max(1.0, min(30.0, settings.visibility_timeout_s / 4)),
         "unacked_restore_throttle": 1,
     }
+    backend_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
+    if is_sentinel(settings.redis_url):  # kombu and Celery's backend ask the Sentinels for the primary
+        for options in (transport_options, backend_options):
+            options.update(master_name=settings.redis_sentinel_master, sentinel_kwargs=sentinel_kwargs(settings))
     return {
         "broker_url": redis_url,
         "result_backend": redis_url,
         "broker_transport_options": transport_options,
-        "result_backend_transport_options": {"visibility_timeout": settings.visibility_timeout_s},
+        "result_backend_transport_options": backend_options,
         "broker_connection_retry_on_startup": True,
         # JSON only: any richer serializer would let a message from the broker run code.
         "task_serializer": "json",
@@ -75,7 +108,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # Beat: schedules live in Redis (RedBeat), so they survive restarts, can change while
         # beat runs, and a lock lets only one beat fire when several are started.
         "beat_scheduler": "redbeat.RedBeatScheduler",
-        "redbeat_redis_url": settings.redis_url,
+        **_redbeat_redis(settings),
         "redbeat_key_prefix": SCHEDULE_PREFIX,
         # Another beat takes over this long after the lock holder dies (RedBeat's default: 25 min).
         "redbeat_lock_timeout": int(settings.beat_lock_timeout_s),

@@ -133,7 +133,7 @@ def flower_env(environ: Mapping[str, str], settings: Settings, options: FlowerOp
             options.address,
         )
     env = {name: value for name, value in environ.items() if name not in _CELERY_OVERRIDES}
-    url = celery_redis_url(settings.redis_url)
+    url = celery_redis_url(settings.redis_url, settings.redis_password)
     env["CELERY_BROKER_URL"] = url
     env["CELERY_RESULT_BACKEND"] = url
     return env

@@ -6,7 +6,7 @@ import redis
 
 from frontier.lifecycle import JobLifecycle
 from frontier.queue import FrontierQueue
-from frontier.scripts import ScriptLoader
+from frontier.scripts import ReplicaWait, ScriptLoader
 from frontier.statistics import FrontierStats
 
 __all__ = ["Frontier"]
@@ -21,8 +21,16 @@ class Frontier:
     One instance per process is enough.
     """
 
-    def __init__(self, client: redis.Redis, stats_ttl_s: int = 3 * 86400, day_stats_ttl_s: int = 90 * 86400) -> None:
-        self.scripts = ScriptLoader(client)
+    def __init__(
+        self,
+        client: redis.Redis,
+        stats_ttl_s: int = 3 * 86400,
+        day_stats_ttl_s: int = 90 * 86400,
+        replica_wait_ms: int = 0,
+    ) -> None:
+        # replica_wait_ms > 0: admissions and releases wait that long at most for a replica (ReplicaWait).
+        wait = ReplicaWait(client, replica_wait_ms) if replica_wait_ms > 0 else None
+        self.scripts = ScriptLoader(client, wait)
         self.queue = FrontierQueue(self.scripts, stats_ttl_s=stats_ttl_s, day_stats_ttl_s=day_stats_ttl_s)
         self.jobs = JobLifecycle(self.scripts)
         self.stats = FrontierStats(client)

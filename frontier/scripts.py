@@ -21,7 +21,8 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -60,13 +61,49 @@ def _lua_string(script: str, placeholder: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+class ReplicaWait:
+    """Wait (``WAIT 1 timeout_ms``) for a replica to have the frontier's writes that must survive a
+    failover: admissions (the analysis that made them is acknowledged next) and releases (the fetch
+    is acknowledged and its analysis sent next).
+
+    Redis replicates asynchronously: a primary that dies takes its last writes with it, and the
+    replica Sentinel promotes has a consistent prefix of what happened. A task acknowledged after a
+    write the replica never got would be done by nobody: its message is gone from the queue, and
+    its unacknowledged copy waits out the visibility timeout. With the WAIT in the same round trip
+    as the write, the acknowledgement comes after the replica has the write (or ``timeout_ms``
+    passed: a lagging replica slows the crawl by that much, never stops it). Only while the primary
+    reports a connected replica (asked every ``recheck_s``): a lone Redis waits for nothing.
+    """
+
+    def __init__(self, client: redis.Redis, timeout_ms: int, recheck_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.timeout_ms = timeout_ms
+        self._client = client
+        self._recheck_s = recheck_s
+        self._clock = clock
+        self._replicas = 0
+        self._asked_at: float | None = None
+
+    def wanted(self) -> bool:
+        """True when a replica is connected (as of the last look)."""
+        now = self._clock()
+        if self._asked_at is None or now - self._asked_at >= self._recheck_s:
+            self._asked_at = now
+            try:
+                self._replicas = int(self._client.info("replication").get("connected_slaves", 0))
+            except (redis.RedisError, ValueError):
+                self._replicas = 0  # asked again at the next look
+        return self._replicas > 0
+
+
 class ScriptLoader:
     """The frontier's scripts registered on one Redis client, each the first time it is used."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, replica_wait: ReplicaWait | None = None) -> None:
         self.client = client
         self._scripts: dict[str, Script] = {}
         self._lock = threading.Lock()
+        self._replica_wait = replica_wait
 
     def script(self, name: str) -> Script:
         """The registered script ``frontier/lua/<name>.lua``."""
@@ -106,6 +143,8 @@ class ScriptLoader:
                 pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
             for command in also:
                 pipe.execute_command(*command)
+            if self._replica_wait is not None and self._replica_wait.wanted():
+                pipe.execute_command("WAIT", 1, self._replica_wait.timeout_ms)
             try:
                 return pipe.execute()[0]
             except NoScriptError:

@@ -50,6 +50,7 @@ from storage.warc import WarcWriter
 from storage.warc import recover_spools as recover_warc_spools
 from tasks.app import app
 from tasks.queues import move_queue
+from tasks.redis_clients import make_redis_client
 from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -129,7 +130,7 @@ def _once(name: str, build: Any) -> Any:
 
 def redis_client() -> redis.Redis:
     """Return the Redis client for vcrawl's own keys (status trail, politeness)."""
-    return _once("redis", lambda: redis.Redis.from_url(settings().redis_url, decode_responses=True))
+    return _once("redis", lambda: make_redis_client(settings()))
 
 
 def storage() -> Storage:
@@ -178,7 +179,8 @@ def dns_cache() -> DnsCache:
 def frontier() -> Frontier:
     """Return the crawl frontier (per-host queues and their scripts)."""
     return _once("frontier", lambda: Frontier(redis_client(), stats_ttl_s=settings().stats_retention_s,
-                                              day_stats_ttl_s=settings().stats_retention_days * 86400))  # fmt: skip
+                                              day_stats_ttl_s=settings().stats_retention_days * 86400,
+                                              replica_wait_ms=settings().redis_replica_wait_ms))  # fmt: skip
 
 
 def runtimes() -> RuntimeCache:

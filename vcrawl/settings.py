@@ -8,10 +8,11 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
 
 __all__ = ["DEFAULT_REFERERS", "DEFAULT_USER_AGENTS", "Settings", "celery_redis_url", "child_environment"]
 
@@ -45,6 +46,13 @@ class Settings:
     """Every vcrawl setting with its default; the env variable is ``VCRAWL_<NAME>``."""
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Redis behind Sentinel (VCRAWL_REDIS_URL=sentinel://h1:26379;sentinel://h2:26379/0): the primary's name.
+    redis_sentinel_master: str = ""
+    redis_password: str = field(default="", repr=False)  # the Redis servers' (AUTH); never in the URL
+    redis_sentinel_password: str = field(default="", repr=False)  # the Sentinels' own
+    # Admissions and releases wait at most this long for a replica to have them (WAIT), while the
+    # primary has one: a failover then loses no acknowledged work (frontier.scripts.ReplicaWait). 0: never.
+    redis_replica_wait_ms: int = 100
     data: str = "./crawl-data"
     user_agents: tuple[str, ...] = DEFAULT_USER_AGENTS
     referers: tuple[str, ...] = DEFAULT_REFERERS
@@ -135,7 +143,21 @@ class Settings:
                 raise ConfigError(f"{AUTH_PREFIX}{name} is set but empty")
         for network in self.allowed_networks:
             _check_network("VCRAWL_ALLOWED_NETWORKS", network)
-        _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
+        if is_sentinel(self.redis_url):
+            try:
+                parse_sentinels(self.redis_url)
+            except ValueError as exc:
+                raise ConfigError(f"VCRAWL_REDIS_URL: {exc}") from None  # no echo: it may hold a password
+            if not self.redis_sentinel_master:
+                raise ConfigError("VCRAWL_REDIS_URL names Sentinels: set VCRAWL_REDIS_SENTINEL_MASTER to the "
+                                  "primary's name (their `sentinel monitor <name> ...`)")  # fmt: skip
+        else:
+            _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
+            if self.redis_sentinel_master:
+                raise ConfigError("VCRAWL_REDIS_SENTINEL_MASTER is set, but VCRAWL_REDIS_URL is not a "
+                                  f"sentinel:// URL: {self.redis_url!r}")  # fmt: skip
+        if self.redis_replica_wait_ms < 0:
+            raise ConfigError(f"VCRAWL_REDIS_REPLICA_WAIT_MS must be 0 or more, got {self.redis_replica_wait_ms}")
         if not self.user_agents:
             raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
         for proxy in self.proxies:
@@ -257,21 +279,6 @@ def child_environment(settings: Settings | None = None) -> dict[str, str]:
 def _variables(settings: Settings | type[Settings]) -> list[Field[Any]]:
     """The fields that have a ``VCRAWL_*`` variable of their own (all but ``given``; ``api_auth`` has many)."""
     return [spec for spec in fields(settings) if spec.name not in ("given", "api_auth")]
-
-
-def celery_redis_url(url: str) -> str:
-    """Spell a Redis URL the way kombu and Celery's backend want it.
-
-    >>> celery_redis_url("unix:///tmp/r.sock?db=2")
-    'redis+socket:///tmp/r.sock?virtual_host=2'
-    >>> celery_redis_url("redis://127.0.0.1:6379/0")
-    'redis://127.0.0.1:6379/0'
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "unix":
-        return url
-    db = parse_qs(parts.query).get("db", ["0"])[0]
-    return f"redis+socket://{parts.path}?virtual_host={db}"
 
 
 def _check_url(name: str, value: str, schemes: tuple[str, ...]) -> None:

@@ -1,0 +1,59 @@
+"""vcrawl's own Redis client (frontier, job state, status trail): one server, or the primary Sentinel names.
+
+Behind Sentinel, the client asks the Sentinels for the primary on every new connection. While a
+failover runs (the old primary gone, no new one promoted yet: down-after plus the election, a few
+seconds), its commands are retried with backoff for up to ``FAILOVER_RETRY_S``, so the pumps,
+tasks and the API wait for the new primary instead of failing. A command whose reply was lost is
+sent again: vcrawl's scripts are idempotent (admission tokens, leases checked on release).
+"""
+
+from __future__ import annotations
+
+import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+from redis.sentinel import Sentinel
+
+from vcrawl.redis_target import is_sentinel, parse_sentinels
+from vcrawl.settings import Settings
+
+__all__ = ["FAILOVER_RETRY_S", "make_redis_client", "sentinel_options"]
+
+FAILOVER_RETRY_S = 60.0
+"""How long a command waits out a failover: Sentinel's default down-after is 30 s, plus the election."""
+
+_SENTINEL_TIMEOUT_S = 2.0  # an answer from a Sentinel; a dead one is skipped for the next
+
+
+def _failover_retry() -> Retry:
+    # Backoff from 0.1 s, capped at 1 s: ~FAILOVER_RETRY_S in all.
+    return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.1), retries=int(FAILOVER_RETRY_S))
+
+
+def sentinel_options(settings: Settings) -> dict[str, object]:
+    """The keyword arguments for the Sentinels themselves (their password, short timeouts)."""
+    options: dict[str, object] = {"socket_timeout": _SENTINEL_TIMEOUT_S, "socket_connect_timeout": _SENTINEL_TIMEOUT_S}
+    if settings.redis_sentinel_password:
+        options["password"] = settings.redis_sentinel_password
+    return options
+
+
+def make_redis_client(settings: Settings) -> redis.Redis:
+    """A client of the Redis ``settings`` name, decoding replies to str."""
+    password = settings.redis_password or None
+    if not is_sentinel(settings.redis_url):
+        extra = {"password": password} if password else {}
+        return redis.Redis.from_url(settings.redis_url, decode_responses=True, **extra)
+    found = parse_sentinels(settings.redis_url)
+    sentinel = Sentinel(list(found.sentinels), sentinel_kwargs=sentinel_options(settings))
+    return sentinel.master_for(
+        settings.redis_sentinel_master,
+        db=found.db,
+        password=password,
+        decode_responses=True,
+        socket_connect_timeout=_SENTINEL_TIMEOUT_S,
+        retry=_failover_retry(),
+        retry_on_error=[RedisConnectionError, RedisTimeoutError],
+    )
