@@ -50,6 +50,7 @@ KILL_SHARE = 0.3
 PROMOTION_LIMIT_S = 30.0
 DONE_LIMIT_S = 120.0  # after the last failover; an undisturbed run of these jobs takes 7-50 s
 Note = Callable[..., None]  # the fault_report fixture (tests/faults/conftest.py)
+STUCK_KEYS = ("state", "admitted", "queued", "pending", "in_flight_batches", "pages_stored", "lease_expired")
 
 
 def sentinel_settings(cluster: SentinelCluster, data: Path, **overrides: Any) -> Settings:
@@ -81,6 +82,7 @@ class Crawl:
     env: dict[str, str]
     data: Path
     logs: list[Path]
+    note: Note
     job_id: str = ""
     started: float = field(default_factory=time.monotonic)
 
@@ -115,10 +117,21 @@ class Crawl:
             if status is not None and status["state"] != "running":
                 return status
             time.sleep(0.2)
+        stuck = {key: status[key] for key in STUCK_KEYS if key in status} if status else {}
+        self.note(stuck_after_s=timeout_s, stuck_status=stuck, stuck_unacked=self.unacked(),
+                  pages_fetched_by_sites=self.pages_fetched())  # fmt: skip
         raise AssertionError(
             f"job {self.job_id} not done within {timeout_s}s; {self.pages_fetched()} of {self.total} pages "
-            f"fetched; last status: {status}\n{self.errors()}"
+            f"fetched; messages in kombu's unacked hash: {self.unacked()}; last status: {status}\n{self.errors()}"
         )
+
+    def unacked(self) -> int | None:
+        """Messages delivered but not acknowledged (kombu's ``unacked`` hash), for a stuck job's report."""
+        try:
+            with self.cluster.master_client() as client:
+                return int(client.hlen("unacked"))
+        except redis.RedisError:
+            return None
 
     def errors(self) -> str:
         """The workers' error lines (for a failure message: what was stuck)."""
@@ -131,14 +144,14 @@ class Crawl:
 
 
 @contextmanager
-def crawl_behind_sentinel(tmp_path: Path, pages_per_host: int, delay_s: float = 0.0) -> Iterator[Crawl]:
+def crawl_behind_sentinel(tmp_path: Path, note: Note, pages_per_host: int, delay_s: float = 0.0) -> Iterator[Crawl]:
     """Sentinel cluster, sites, two workers and a started job; everything stopped afterwards."""
     with ExitStack() as stack:
         cluster = stack.enter_context(SentinelCluster(tmp_path / "ha"))
         sites = [stack.enter_context(TestSite(host)) for host in HOSTS]
         expected = {site.base: serve_site(site, pages_per_host, delay_s) for site in sites}
         env = cluster_env(sentinel_settings(cluster, tmp_path / "data"))
-        crawl = Crawl(cluster, sites, expected, env, tmp_path / "data", [])
+        crawl = Crawl(cluster, sites, expected, env, tmp_path / "data", [], note)
         for name in ("w1", "w2"):  # stopped first (the stack unwinds backwards), while Redis is there
             crawl.logs.append(tmp_path / f"{name}.log")
             worker = start_sentinel_worker(env, name, crawl.logs[-1], concurrency=4)
@@ -146,6 +159,25 @@ def crawl_behind_sentinel(tmp_path: Path, pages_per_host: int, delay_s: float = 
         crawl.started = time.monotonic()
         crawl.job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": POLITENESS})
         yield crawl
+
+
+def no_progress(crawl: Crawl, kills: list[float]) -> list[float]:
+    """The longest stretch without a page fetched (server side), from each kill on."""
+    arrivals = sorted(s.at for site in crawl.sites for s in site.seen if s.path not in NOT_PAGES)
+    stalls = []
+    for killed_at in kills:
+        after = [at for at in arrivals if at >= killed_at]
+        stalls.append(max((b - a for a, b in itertools.pairwise([killed_at, *after])), default=0.0))
+    return stalls
+
+
+def finish(crawl: Crawl, kills: list[float]) -> dict[str, Any]:
+    """Wait for the job's end; a stuck job still reports its stalls."""
+    try:
+        return crawl.wait_done(DONE_LIMIT_S)
+    except AssertionError:
+        crawl.note(no_progress_s=[round(s, 2) for s in no_progress(crawl, kills)])
+        raise
 
 
 def judge(crawl: Crawl, status: dict[str, Any], kills: list[float], note: Note, failovers: int) -> None:
@@ -166,11 +198,7 @@ def judge(crawl: Crawl, status: dict[str, Any], kills: list[float], note: Note, 
         for site in crawl.sites
         for earlier, later in itertools.pairwise(sorted(s.at for s in site.seen))  # robots.txt and sitemap too
     ]
-    arrivals = sorted(s.at for site in crawl.sites for s in site.seen if s.path not in NOT_PAGES)
-    stalls = []
-    for killed_at in kills:  # the longest stretch without a page fetched, from each kill on
-        after = [at for at in arrivals if at >= killed_at]
-        stalls.append(max((b - a for a, b in itertools.pairwise([killed_at, *after])), default=0.0))
+    stalls = no_progress(crawl, kills)
     note(state=status["state"], pages_expected=crawl.total, pages_stored=status["pages_stored"],
          pages_lost=lost, pages_unstored=len(unstored), fetched_twice=twice, robots_violations=robots_violations,
          min_host_gap_s=round(min(gaps, default=0), 3), no_progress_s=[round(s, 2) for s in stalls],
@@ -188,7 +216,7 @@ def judge(crawl: Crawl, status: dict[str, Any], kills: list[float], note: Note, 
 def test_primary_sigkilled_mid_job_the_replica_takes_over_and_no_page_is_lost(
     tmp_path: Path, fault_report: Note
 ) -> None:
-    with crawl_behind_sentinel(tmp_path, pages_per_host=100) as crawl:
+    with crawl_behind_sentinel(tmp_path, fault_report, pages_per_host=100) as crawl:
         crawl.wait_pages(int(crawl.total * KILL_SHARE), 60)
         killed_at = time.monotonic()
         at_pages = crawl.pages_fetched()
@@ -196,7 +224,7 @@ def test_primary_sigkilled_mid_job_the_replica_takes_over_and_no_page_is_lost(
         _, promotion_s = crawl.cluster.wait_promotion(old, PROMOTION_LIMIT_S)
         fault_report(fault="Redis primary SIGKILLed at 30 % of a job; Sentinel promotes the replica",
                      killed_at_pages=at_pages, promotion_s=round(promotion_s, 2))  # fmt: skip
-        status = crawl.wait_done(DONE_LIMIT_S)
+        status = finish(crawl, [killed_at])
     judge(crawl, status, [killed_at], fault_report, failovers=1)
 
 
@@ -204,7 +232,7 @@ def test_old_primary_back_as_replica_and_a_failover_back_mid_job_lose_nothing(
     tmp_path: Path, fault_report: Note
 ) -> None:
     # Slower pages (0.1 s each): the job must still run when the old primary is back (~10-18 s).
-    with crawl_behind_sentinel(tmp_path, pages_per_host=300, delay_s=0.1) as crawl:
+    with crawl_behind_sentinel(tmp_path, fault_report, pages_per_host=300, delay_s=0.1) as crawl:
         crawl.wait_pages(int(crawl.total * KILL_SHARE), 90)
         kills = [time.monotonic()]
         old = crawl.cluster.kill_primary()
@@ -218,7 +246,7 @@ def test_old_primary_back_as_replica_and_a_failover_back_mid_job_lose_nothing(
         fault_report(fault="primary SIGKILLed at 30 %, brought back as a replica, then SENTINEL FAILOVER back",
                      promotion_s=round(promotion_s, 2), failback_s=round(failback_s, 2),
                      failback_at_pages=back_at_pages, failed_back_to_old=back == old)  # fmt: skip
-        status = crawl.wait_done(DONE_LIMIT_S)
+        status = finish(crawl, kills)
     judge(crawl, status, kills, fault_report, failovers=2)
 
 
