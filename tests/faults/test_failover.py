@@ -85,6 +85,7 @@ class Crawl:
     note: Note
     job_id: str = ""
     started: float = field(default_factory=time.monotonic)
+    ended: float | None = None  # when the job was seen done, or given up on
 
     @property
     def total(self) -> int:
@@ -115,8 +116,10 @@ class Crawl:
         while time.monotonic() < deadline:
             status = self.status() or status
             if status is not None and status["state"] != "running":
+                self.ended = time.monotonic()
                 return status
             time.sleep(0.2)
+        self.ended = time.monotonic()
         stuck = {key: status[key] for key in STUCK_KEYS if key in status} if status else {}
         self.note(stuck_after_s=timeout_s, stuck_status=stuck, stuck_unacked=self.unacked(),
                   pages_fetched_by_sites=self.pages_fetched())  # fmt: skip
@@ -162,12 +165,14 @@ def crawl_behind_sentinel(tmp_path: Path, note: Note, pages_per_host: int, delay
 
 
 def no_progress(crawl: Crawl, kills: list[float]) -> list[float]:
-    """The longest stretch without a page fetched (server side), from each kill on."""
+    """The longest stretch without a page fetched (server side), from each kill until the job was
+    seen done (or given up on)."""
     arrivals = sorted(s.at for site in crawl.sites for s in site.seen if s.path not in NOT_PAGES)
+    end = [crawl.ended] if crawl.ended is not None else []
     stalls = []
     for killed_at in kills:
         after = [at for at in arrivals if at >= killed_at]
-        stalls.append(max((b - a for a, b in itertools.pairwise([killed_at, *after])), default=0.0))
+        stalls.append(max((b - a for a, b in itertools.pairwise([killed_at, *after, *end])), default=0.0))
     return stalls
 
 
