@@ -165,14 +165,14 @@ def crawl_behind_sentinel(tmp_path: Path, note: Note, pages_per_host: int, delay
 
 
 def no_progress(crawl: Crawl, kills: list[float]) -> list[float]:
-    """The longest stretch without a page fetched (server side), from each kill until the job was
-    seen done (or given up on)."""
+    """The longest stretch without a page fetched (server side), from each fault until the next one
+    or until the job was seen done (or given up on)."""
     arrivals = sorted(s.at for site in crawl.sites for s in site.seen if s.path not in NOT_PAGES)
-    end = [crawl.ended] if crawl.ended is not None else []
+    ends = [*kills[1:], crawl.ended if crawl.ended is not None else max(arrivals, default=0.0)]
     stalls = []
-    for killed_at in kills:
-        after = [at for at in arrivals if at >= killed_at]
-        stalls.append(max((b - a for a, b in itertools.pairwise([killed_at, *after, *end])), default=0.0))
+    for killed_at, end in zip(kills, ends, strict=True):  # each fault until the next one
+        between = [at for at in arrivals if killed_at <= at < end]
+        stalls.append(max((b - a for a, b in itertools.pairwise([killed_at, *between, end])), default=0.0))
     return stalls
 
 
