@@ -15,6 +15,7 @@ page fetched after the kill, the promotion's seconds, pages fetched twice, pages
 from __future__ import annotations
 
 import itertools
+import socket
 import subprocess
 import sys
 import threading
@@ -264,8 +265,6 @@ ANSWER_SLACK_S = 3.0  # after the promotion: a poll period, a client timeout and
 
 
 def _free_port() -> int:
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
@@ -288,7 +287,7 @@ class Prober:
                     asked = time.monotonic()  # a failure counts from when it was asked, not from its timeout
                     try:
                         ok, detail = check(http), ""
-                    except Exception as error:  # any failure to answer is what we measure
+                    except (requests.RequestException, ValueError, KeyError) as error:  # no answer, or a wrong one
                         ok, detail = False, f"{type(error).__name__}: {error}"[:200]
                     self.results[name].append((asked, ok, detail))
                 self._stop.wait(0.25)
