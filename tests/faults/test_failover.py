@@ -271,11 +271,11 @@ def _free_port() -> int:
 
 
 class Prober:
-    """Polls HTTP checks in a thread and keeps (time asked, ok, detail) per check."""
+    """Polls HTTP checks in a thread and keeps (asked, answered, ok, detail) per check."""
 
     def __init__(self, checks: dict[str, Callable[[requests.Session], bool]]) -> None:
         self.checks = checks
-        self.results: dict[str, list[tuple[float, bool, str]]] = {name: [] for name in checks}
+        self.results: dict[str, list[tuple[float, float, bool, str]]] = {name: [] for name in checks}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="failover-prober", daemon=True)
 
@@ -284,12 +284,12 @@ class Prober:
             http.trust_env = False  # loopback only
             while not self._stop.is_set():
                 for name, check in self.checks.items():
-                    asked = time.monotonic()  # a failure counts from when it was asked, not from its timeout
+                    asked = time.monotonic()
                     try:
                         ok, detail = check(http), ""
                     except (requests.RequestException, ValueError, KeyError) as error:  # no answer, or a wrong one
                         ok, detail = False, f"{type(error).__name__}: {error}"[:200]
-                    self.results[name].append((asked, ok, detail))
+                    self.results[name].append((asked, time.monotonic(), ok, detail))
                 self._stop.wait(0.25)
 
     def __enter__(self) -> Prober:
@@ -301,12 +301,14 @@ class Prober:
         self._thread.join(15)
 
     def outage(self, name: str, since: float) -> tuple[float, str]:
-        """Seconds from ``since`` to the last request asked after it that failed (0: none), and why."""
-        failed = [(at, detail) for at, ok, detail in self.results[name] if at >= since and not ok]
-        return (failed[-1][0] - since, failed[-1][1]) if failed else (0.0, "")
+        """The longest stretch from ``since`` on without a good answer received (a slow answer counts
+        from when it came), and why the last request that failed after ``since`` failed."""
+        good = [answered for _, answered, ok, _ in self.results[name] if ok and answered >= since]
+        why = [detail for asked, _, ok, detail in self.results[name] if asked >= since and not ok]
+        return max((b - a for a, b in itertools.pairwise([since, *good])), default=0.0), (why or [""])[-1]
 
     def answered_after(self, name: str, at: float) -> bool:
-        return any(ok for when, ok, _ in self.results[name] if when > at)
+        return any(ok for asked, _, ok, _ in self.results[name] if asked > at)
 
 
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
