@@ -182,7 +182,11 @@ def finish(crawl: Crawl, kills: list[float]) -> dict[str, Any]:
     try:
         return crawl.wait_done(DONE_LIMIT_S)
     except AssertionError:
-        crawl.note(no_progress_s=[round(s, 2) for s in no_progress(crawl, kills)])
+        seen = [Counter(s.path for s in site.seen if s.path not in NOT_PAGES) for site in crawl.sites]
+        crawl.note(no_progress_s=[round(s, 2) for s in no_progress(crawl, kills)],
+                   fetched_twice=sum(sum(counts.values()) - len(counts) for counts in seen),
+                   pages_never_fetched=sum(len(set(paths) - set(counts)) for paths, counts in
+                                           zip(crawl.expected.values(), seen, strict=True)))  # fmt: skip
         raise
 
 
