@@ -107,7 +107,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         },
         # Beat: schedules live in Redis (RedBeat), so they survive restarts, can change while
         # beat runs, and a lock lets only one beat fire when several are started.
-        "beat_scheduler": "redbeat.RedBeatScheduler",
+        "beat_scheduler": "tasks.beat:BeatScheduler",  # RedBeat that outlives a Redis failover or restart
         **_redbeat_redis(settings),
         "redbeat_key_prefix": SCHEDULE_PREFIX,
         # Another beat takes over this long after the lock holder dies (RedBeat's default: 25 min).

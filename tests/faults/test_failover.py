@@ -4,9 +4,9 @@ Real processes on loopback (tests/sentinel_cluster.py): a Redis primary, one rep
 Sentinels (quorum 2, down-after 2 s); two `celery worker` processes crawl local sites on distinct
 hosts with politeness; the primary is SIGKILLed at ~30 % of the pages. The job must complete by
 itself with exactly the pages of an undisturbed run, every page stored, robots.txt obeyed and no
-per-host gap below the interval (server-side arrival times). Beat, Flower and the job API must
-go on across a failover too. vcrawl runs with its shipped settings (only the data folder and the
-Sentinel addresses are set): the timeouts a failover meets are the ones users run.
+per-host gap below the interval (server-side arrival times). Beat goes on firing across a
+failover. vcrawl runs with its shipped settings (only the data folder and the Sentinel addresses
+are set): the timeouts a failover meets are the ones users run.
 
 Each test notes its figures in the fault report (tests/faults/conftest.py): seconds without a
 page fetched after the kill, the promotion's seconds, pages fetched twice, pages lost.
@@ -15,10 +15,8 @@ page fetched after the kill, the promotion's seconds, pages fetched twice, pages
 from __future__ import annotations
 
 import itertools
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -29,7 +27,6 @@ from typing import Any
 
 import pytest
 import redis
-import requests
 import yaml
 
 from engine.status import job_status
@@ -238,81 +235,7 @@ def test_primary_sigkilled_mid_job_the_replica_takes_over_and_no_page_is_lost(
     judge(crawl, status, [killed_at], fault_report, failovers=1)
 
 
-def test_old_primary_back_as_replica_and_a_failover_back_mid_job_lose_nothing(
-    tmp_path: Path, fault_report: Note
-) -> None:
-    # Slower pages (0.1 s each): the job must still run when the old primary is back (~10-18 s).
-    with crawl_behind_sentinel(tmp_path, fault_report, pages_per_host=300, delay_s=0.1) as crawl:
-        crawl.wait_pages(int(crawl.total * KILL_SHARE), 90)
-        kills = [time.monotonic()]
-        old = crawl.cluster.kill_primary()
-        _, promotion_s = crawl.cluster.wait_promotion(old, PROMOTION_LIMIT_S)
-        crawl.cluster.restart_old_primary()
-        back_at_pages = crawl.pages_fetched()
-        assert back_at_pages < crawl.total * 0.9, "the job ran out before the failback: make it longer"
-        kills.append(time.monotonic())
-        replaced = crawl.cluster.failover()
-        back, failback_s = crawl.cluster.wait_promotion(replaced, PROMOTION_LIMIT_S)
-        fault_report(fault="primary SIGKILLed at 30 %, brought back as a replica, then SENTINEL FAILOVER back",
-                     promotion_s=round(promotion_s, 2), failback_s=round(failback_s, 2),
-                     failback_at_pages=back_at_pages, failed_back_to_old=back == old)  # fmt: skip
-        status = finish(crawl, kills)
-    judge(crawl, status, kills, fault_report, failovers=2)
-
-
-# ---- beat, Flower and the job API across a failover ------------------------------------------------
-
 EVERY_S = 2.0
-TOKEN = "failover-test-token-0123"
-FLOWER_AUTH = ("ops", "failover-pass")
-ANSWER_SLACK_S = 3.0  # after the promotion: a poll period, a client timeout and a reconnect
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Prober:
-    """Polls HTTP checks in a thread and keeps (asked, answered, ok, detail) per check."""
-
-    def __init__(self, checks: dict[str, Callable[[requests.Session], bool]]) -> None:
-        self.checks = checks
-        self.results: dict[str, list[tuple[float, float, bool, str]]] = {name: [] for name in checks}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="failover-prober", daemon=True)
-
-    def _run(self) -> None:
-        with requests.Session() as http:
-            http.trust_env = False  # loopback only
-            while not self._stop.is_set():
-                for name, check in self.checks.items():
-                    asked = time.monotonic()
-                    try:
-                        ok, detail = check(http), ""
-                    except (requests.RequestException, ValueError, KeyError) as error:  # no answer, or a wrong one
-                        ok, detail = False, f"{type(error).__name__}: {error}"[:200]
-                    self.results[name].append((asked, time.monotonic(), ok, detail))
-                self._stop.wait(0.25)
-
-    def __enter__(self) -> Prober:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(15)
-
-    def outage(self, name: str, since: float) -> tuple[float, str]:
-        """The longest stretch from ``since`` on without a good answer received (a slow answer counts
-        from when it came), and why the last request that failed after ``since`` failed."""
-        good = [answered for _, answered, ok, _ in self.results[name] if ok and answered >= since]
-        why = [detail for asked, _, ok, detail in self.results[name] if asked >= since and not ok]
-        return max((b - a for a, b in itertools.pairwise([since, *good])), default=0.0), (why or [""])[-1]
-
-    def answered_after(self, name: str, at: float) -> bool:
-        return any(ok for asked, _, ok, _ in self.results[name] if asked > at)
 
 
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -332,101 +255,48 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(10)
 
 
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        time.sleep(0.2)
+def _sent(log: Path) -> list[float]:
+    """When beat sent each firing (its log's clock, seconds of the day)."""
+    times = []
+    for line in log.read_text(errors="replace").splitlines():
+        if "Sending due task news" in line:
+            clock = line.split(",", 1)[0].rsplit(" ", 1)[-1]
+            hours, minutes, seconds = (float(part) for part in clock.split(":"))
+            times.append(hours * 3600 + minutes * 60 + seconds)
+    return times
 
 
-def test_beat_flower_and_the_job_api_go_on_across_a_failover(tmp_path: Path, fault_report: Note) -> None:
+def test_beat_goes_on_firing_across_a_failover(tmp_path: Path, fault_report: Note) -> None:
+    """RedBeat extends its lock at every tick; the failover's connection error used to leave Celery's
+    beat loop and end beat for good (tasks/beat.py). Beat, at its shipped settings, keeps firing."""
     with ExitStack() as stack:
         cluster = stack.enter_context(SentinelCluster(tmp_path / "ha"))
         site = stack.enter_context(TestSite(HOSTS[0]))
-        site.add_page("/", page("/a"))
-        site.add_page("/a", page())
+        site.add_page("/", page())
         schedules = tmp_path / "schedules.yaml"
-        news = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0},
-                "revisit": {"initial_s": 0, "min_s": 0, "max_s": 0}}  # fmt: skip
+        news = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0}, "sitemaps": False}
         schedules.write_text(yaml.safe_dump({"schedules": [{"name": "news", "every": EVERY_S, "job": news}]}))
         env = cluster_env(sentinel_settings(cluster, tmp_path / "data", schedules_file=str(schedules)))
-        worker = start_sentinel_worker(env, "services", tmp_path / "worker.log", concurrency=4)
-        stack.callback(stop_worker, worker)
-        flower_port, api_port = _free_port(), _free_port()
-        flower_env = {**env, "FLOWER_BASIC_AUTH": ":".join(FLOWER_AUTH)}
+        beat_log = tmp_path / "beat.log"
         beat = _start(["-m", "celery", "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(tmp_path / "beat.db")],
-                      env, tmp_path / "beat.log")  # fmt: skip
-        for process in (
-            beat,
-            _start(["-m", "cli", "flower", "--port", str(flower_port)], flower_env, tmp_path / "flower.log"),
-            _start(["-m", "cli", "serve", "--port", str(api_port)], {**env, "VCRAWL_API_TOKEN": TOKEN},
-                   tmp_path / "api.log"),
-        ):  # fmt: skip
-            stack.callback(_stop, process)
-        flower, api = f"http://127.0.0.1:{flower_port}", f"http://127.0.0.1:{api_port}"
-
-        def flower_lists_the_worker(http: requests.Session) -> bool:
-            answer = http.get(f"{flower}/api/workers", params={"refresh": "1"}, auth=FLOWER_AUTH, timeout=3)
-            return answer.status_code == 200 and any(name.startswith("services@") for name in answer.json())
-
-        def api_shows_the_job(http: requests.Session) -> bool:
-            answer = http.get(f"{api}/api/jobs/news", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=3)
-            return answer.status_code == 200 and answer.json()["job"] == "news"
-
-        def flower_reads_the_queues(http: requests.Session) -> bool:  # from the broker, through Sentinel
-            answer = http.get(f"{flower}/api/queues/length", auth=FLOWER_AUTH, timeout=3)
-            return answer.status_code == 200 and "active_queues" in answer.json()
-
-        probes = {"flower": flower_lists_the_worker, "flower_queues": flower_reads_the_queues, "api": api_shows_the_job}
-        with Prober(probes) as prober:
-
-            def cycles() -> list[dict[str, Any]]:
-                try:
-                    with cluster.master_client() as client:
-                        status = job_status(Frontier(client), "news")
-                except redis.RedisError:
-                    return []
-                return [] if status is None else status["cycles"]
-
-            _wait_for("two cycles of the schedule", lambda: len(cycles()) >= 2, 40)
-            _wait_for("Flower and the API answer", lambda: all(prober.answered_after(n, 0) for n in prober.checks), 30)
-            killed_at = time.monotonic()
-            old = cluster.kill_primary()
-            _, promotion_s = cluster.wait_promotion(old, PROMOTION_LIMIT_S)
-            fault_report(fault="primary SIGKILLed under beat (RedBeat), Flower and the job API",
-                         promotion_s=round(promotion_s, 2))  # fmt: skip
-            promoted_at = killed_at + promotion_s
-            before = len(site.requests_to("/"))
-            deadline = time.monotonic() + 6 * EVERY_S + 15
-            while len(site.requests_to("/")) < before + 3 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            time.sleep(1.0)  # the answers after the last firing
-        beat_exit = beat.poll()
-        done = cycles()
-        firings = [seen.at for seen in site.requests_to("/")]
-        firing_gaps = [b - a for a, b in itertools.pairwise(firings)]
-        beat_log = (tmp_path / "beat.log").read_text(errors="replace").splitlines()
-        beat_error = next((line for line in reversed(beat_log) if "CRITICAL" in line), "")
-        fault_report(firings_before_kill=before, firings_after_kill=len(firings) - before, cycles=len(done),
-                     beat_exit_code=beat_exit, beat_error=beat_error[:300],
-                     min_firing_gap_s=round(min(firing_gaps, default=0), 2),
-                     max_firing_gap_s=round(max(firing_gaps, default=0), 2),
-                     **{f"{n}_unanswered_s": round(prober.outage(n, killed_at)[0], 2) for n in probes})  # fmt: skip
-    numbers = [cycle["cycle"] for cycle in done]
-    checks = {  # every verdict at once: one failing part does not hide another
-        # Beat goes on: the same beat process fires at least three times after the failover ...
-        f"beat exited ({beat_exit}) across the failover: {beat_error}": beat_exit is None,
-        f"{len(firings) - before} firings after the failover, not 3": len(firings) - before >= 3,
-        f"a firing lost: gaps {firing_gaps}": max(firing_gaps) <= promotion_s + 2 * EVERY_S + 3,
-        # ... exactly once: each firing one cycle (the page "/" fetched once per cycle), none twice.
-        f"a cycle number twice: {numbers}": len(numbers) == len(set(numbers)),
-        f"a firing sent twice: gaps {firing_gaps}": min(firing_gaps) >= EVERY_S / 2,
-        f"{len(firings)} firings but {len(done)} cycles": len(firings) == len(done),
-    }
-    for name in prober.checks:  # Flower and the API answer again once the failover is done
-        out, why = prober.outage(name, killed_at)
-        checks[f"{name} unanswered {out:.1f}s after the kill (promotion {promotion_s:.1f}s): {why}"] = (
-            prober.answered_after(name, promoted_at) and out <= promotion_s + ANSWER_SLACK_S
-        )
-    assert all(checks.values()), [problem for problem, ok in checks.items() if not ok]
+                      env, beat_log)  # fmt: skip
+        stack.callback(_stop, beat)
+        deadline = time.monotonic() + 40
+        while len(_sent(beat_log)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_sent(beat_log)) >= 2, beat_log.read_text()[-2000:]
+        before = len(_sent(beat_log))
+        old = cluster.kill_primary()
+        _, promotion_s = cluster.wait_promotion(old, PROMOTION_LIMIT_S)
+        deadline = time.monotonic() + promotion_s + 4 * EVERY_S + 20
+        while len(_sent(beat_log)) < before + 3 and time.monotonic() < deadline and beat.poll() is None:
+            time.sleep(0.2)
+        sent = _sent(beat_log)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(sent)]
+        fault_report(fault="primary SIGKILLed under beat (RedBeat)", promotion_s=round(promotion_s, 2),
+                     firings_after=len(sent) - before, longest_gap_s=round(max(gaps), 2))  # fmt: skip
+        assert beat.poll() is None, f"beat exited ({beat.returncode}): {beat_log.read_text()[-3000:]}"
+        assert len(sent) - before >= 3, beat_log.read_text()[-3000:]
+        assert max(gaps) <= promotion_s + 2 * EVERY_S + 3  # no firing lost beyond the failover
+        assert min(gaps) >= EVERY_S / 2  # none sent twice
+        assert "Redis unreachable" in beat_log.read_text()  # it did meet the failover
