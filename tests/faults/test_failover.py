@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.cluster import REPO, cluster_env
-from tests.faults.test_faults import page
+from tests.faults.test_faults import page, stop_gracefully
 from tests.sentinel_cluster import SentinelCluster
 from tests.site import TestSite
 from vcrawl.settings import Settings
@@ -47,17 +47,6 @@ def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, *command], env=env, cwd=REPO, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process we started (by PID), SIGKILL after 10 s, and reap it."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
 
 
 def _sent(log: Path) -> list[float]:
@@ -85,7 +74,7 @@ def test_beat_goes_on_firing_across_a_failover(tmp_path: Path, fault_report: Not
         beat_log = tmp_path / "beat.log"
         beat = _start(["-m", "celery", "-A", "tasks", "beat", "-l", "INFO", "--schedule", str(tmp_path / "beat.db")],
                       env, beat_log)  # fmt: skip
-        stack.callback(_stop, beat)
+        stack.callback(stop_gracefully, beat)
         deadline = time.monotonic() + 40
         while len(_sent(beat_log)) < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
