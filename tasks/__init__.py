@@ -48,6 +48,7 @@ from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
+from tasks.primary_watch import PrimaryWatch
 from tasks.redelivery import requeue_unacked as _requeue_unacked
 from tasks.redis_check import check_redis_persistence
 from tasks.scheduled import start_cycle
@@ -295,6 +296,7 @@ def _check_configuration(**_: Any) -> None:
 
 _node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
 _watchdog = RunWatchdog()
+_primary_watch = PrimaryWatch(app)
 
 
 @celeryd_after_setup.connect
@@ -319,6 +321,7 @@ def _start_pump(**_: Any) -> None:
     # On the ring (a ring node), and watching it for nodes that went silent (every worker).
     deps.ring_keeper(_node.get("name")).start()
     _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
+    _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
     try:  # records and WARC files a killed worker on this machine spooled but never shipped
         deps.recover_spools()
     except Exception:
@@ -331,6 +334,7 @@ def _stop_pump(**_: Any) -> None:
         deps.pump(dispatch_batch).stop()
     deps.ring_keeper(_node.get("name")).stop(leave=True)
     _watchdog.stop()
+    _primary_watch.stop()
     _release_process_resources()
 
 

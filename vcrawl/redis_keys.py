@@ -226,6 +226,16 @@ def analyses_running() -> str:
     return f"{PREFIX}:analyses:running"
 
 
+def primary_watch() -> str:
+    """Hash: the Redis primary's run_id and when a worker last saw it (tasks/primary_watch.py)."""
+    return f"{PREFIX}:primary-watch"
+
+
+def primary_watch_lock() -> str:
+    """String: held by the one worker that looks at the primary now."""
+    return f"{PREFIX}:primary-watch:lock"
+
+
 def lost_analyses_lock() -> str:
     """String: held by the one worker that looks for lost analysis messages now."""
     return f"{PREFIX}:lost-analyses:lock"
