@@ -28,6 +28,7 @@ import pytest
 import tasks
 from frontier import canonical_url
 from storage import page_location
+from tests.integration.conftest import forget_origin
 from tests.site import NOT_PAGES, Response, TestSite
 from vcrawl.settings import Settings
 
@@ -60,8 +61,10 @@ def _close_in_background(site: TestSite) -> None:
 
 @pytest.fixture
 def site() -> Iterator[TestSite]:
-    """A fresh local web site per test (closed in the background)."""
+    """A fresh local web site per test (closed in the background), with nothing remembered about
+    its origin: ports are reused within a session (see conftest's ``site``)."""
     running = TestSite().__enter__()
+    forget_origin(running.base)
     yield running
     _close_in_background(running)
 
@@ -70,6 +73,7 @@ def site() -> Iterator[TestSite]:
 def other_site() -> Iterator[TestSite]:
     """A second site on 127.0.0.1 (another port, so another origin with its own robots.txt)."""
     running = TestSite().__enter__()
+    forget_origin(running.base)
     yield running
     _close_in_background(running)
 
