@@ -43,12 +43,12 @@ from tasks.analysis_facade import (
 )
 from tasks.analyze import analyze
 from tasks.app import app
-from tasks.batch_analysis import RunWatchdog, batch_map, batch_reduce, start_batch_analysis
+from tasks.batch_analysis import batch_map, batch_reduce, run_watchdog, start_batch_analysis
 from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
-from tasks.primary_watch import PrimaryWatch
+from tasks.primary_watch import primary_watch
 from tasks.redelivery import requeue_unacked as _requeue_unacked
 from tasks.redis_check import check_redis_persistence
 from tasks.scheduled import start_cycle
@@ -295,8 +295,8 @@ def _check_configuration(**_: Any) -> None:
 
 
 _node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
-_watchdog = RunWatchdog()
-_primary_watch = PrimaryWatch(app)
+_watchdog = run_watchdog()
+_primary_watch = primary_watch(app)
 
 
 @celeryd_after_setup.connect

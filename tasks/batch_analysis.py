@@ -11,7 +11,6 @@ analyzers, when it or a cycle completes).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +21,7 @@ from celeryconfig import ANALYSIS_QUEUE, queue_lists
 from engine import batch_analysis
 from engine.alerts import Alert
 from engine.analysis_runs import AnalysisRuns
+from engine.periodic import Periodic
 from tasks import deps
 from tasks.app import app
 from tasks.lost_analyses import watch_analyses
@@ -29,7 +29,6 @@ from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask, PermanentError
 
 __all__ = [
-    "RunWatchdog",
     "batch_failed",
     "batch_map",
     "batch_reduce",
@@ -37,6 +36,7 @@ __all__ = [
     "map_task_id",
     "message_exists",
     "recover_run",
+    "run_watchdog",
     "stall_s",
     "start_batch_analysis",
     "unshipped_log_parts",
@@ -184,32 +184,15 @@ def watch_runs(now: float | None = None) -> int:
     return sum(recover_run(job_id, run_id) for job_id, run_id in stalled)
 
 
-class RunWatchdog:
+def run_watchdog() -> Periodic:
     """A worker's thread that calls ``watch_runs`` and ``watch_analyses`` every ``WATCH_EVERY_S``
     (every worker runs one; a lock in Redis lets one look at a time)."""
 
-    def __init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+    def look() -> None:
+        watch_runs()
+        watch_analyses()
 
-    def start(self) -> RunWatchdog:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="vcrawl-analysis-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while not self._stop.wait(WATCH_EVERY_S):
-            try:
-                watch_runs()
-                watch_analyses()
-            except Exception:  # Redis away for a moment: the next look tries again
-                logger.exception("analysis watchdog: look failed")
+    return Periodic("vcrawl-analysis-watch", WATCH_EVERY_S, look)
 
 
 def message_exists(client: Any, queue: str, task_id: str) -> bool:

@@ -19,16 +19,16 @@ admission runs once, a stale lease fetches nothing).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any
 
 from celery import Celery
 
+from engine.periodic import Periodic
 from tasks import deps
 from vcrawl import redis_keys
 
-__all__ = ["LOOK_EVERY_S", "PrimaryWatch", "look_at_primary", "requeue_taken_before"]
+__all__ = ["LOOK_EVERY_S", "look_at_primary", "primary_watch", "requeue_taken_before"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,28 +67,6 @@ def look_at_primary(app: Celery, now: float | None = None) -> int:
     return requeued
 
 
-class PrimaryWatch:
+def primary_watch(app: Celery) -> Periodic:
     """A worker's thread that calls ``look_at_primary`` every ``LOOK_EVERY_S``."""
-
-    def __init__(self, app: Celery) -> None:
-        self._app = app
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> PrimaryWatch:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="vcrawl-primary-watch", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        while not self._stop.wait(LOOK_EVERY_S):
-            try:
-                look_at_primary(self._app)
-            except Exception as exc:  # Redis away (a failover under way): the next look tries again
-                logger.debug("primary watch: look failed: %r", exc)
+    return Periodic("vcrawl-primary-watch", LOOK_EVERY_S, lambda: look_at_primary(app))
