@@ -51,7 +51,9 @@ from tasks.fetch import fetch
 from tasks.primary_watch import primary_watch
 from tasks.redelivery import requeue_unacked as _requeue_unacked
 from tasks.redis_check import check_redis_persistence
+from tasks.redis_clients import make_fence
 from tasks.scheduled import start_cycle
+from tasks.sentinel_fence import SentinelFence
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec
 from vcrawl.schedules import ScheduleStore
@@ -297,6 +299,7 @@ def _check_configuration(**_: Any) -> None:
 _node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
 _watchdog = run_watchdog()
 _primary_watch = primary_watch(app)
+_fence: dict[str, SentinelFence] = {}  # this worker's, once it is ready (behind Sentinel only)
 
 
 @celeryd_after_setup.connect
@@ -322,6 +325,8 @@ def _start_pump(**_: Any) -> None:
     deps.ring_keeper(_node.get("name")).start()
     _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
     _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
+    if (fence := make_fence(deps.settings())) is not None:  # Redis behind Sentinel
+        _fence["fence"] = fence.start()  # no write lands on an old primary about to be wiped
     try:  # records and WARC files a killed worker on this machine spooled but never shipped
         deps.recover_spools()
     except Exception:
@@ -335,6 +340,8 @@ def _stop_pump(**_: Any) -> None:
     deps.ring_keeper(_node.get("name")).stop(leave=True)
     _watchdog.stop()
     _primary_watch.stop()
+    if (fence := _fence.pop("fence", None)) is not None:
+        fence.stop()
     _release_process_resources()
 
 

@@ -14,17 +14,32 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedConnection
 
+from tasks.sentinel_fence import SentinelFence
 from vcrawl.redis_target import is_sentinel, parse_sentinels
 from vcrawl.settings import Settings
 
-__all__ = ["FAILOVER_RETRY_S", "make_redis_client", "sentinel_options"]
+__all__ = ["FAILOVER_RETRY_S", "make_fence", "make_redis_client", "sentinel_options", "server_options"]
 
 FAILOVER_RETRY_S = 60.0
 """How long a command waits out a failover: Sentinel's default down-after is 30 s, plus the election."""
 
 _SENTINEL_TIMEOUT_S = 2.0  # an answer from a Sentinel; a dead one is skipped for the next
+
+
+class _PrimaryFollowingConnection(SentinelManagedConnection):
+    """A connection that asks the Sentinels for the primary every time it connects again.
+
+    redis-py (8.1) reconnects a dropped connection inside a command's retries through
+    ``connect_check_health``, to the address it had: the old primary, now a replica, that answers
+    READONLY for the whole retry budget. Asking first sends the retry to the new primary.
+    """
+
+    def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        if self._sock is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
 
 
 def _failover_retry() -> Retry:
@@ -40,6 +55,20 @@ def sentinel_options(settings: Settings) -> dict[str, object]:
     return options
 
 
+def server_options(settings: Settings) -> dict[str, object]:
+    """The keyword arguments for a connection to a Redis server itself (its password)."""
+    return {"password": settings.redis_password} if settings.redis_password else {}
+
+
+def make_fence(settings: Settings) -> SentinelFence | None:
+    """The listener that fences an old primary in a failover; None for a Redis without Sentinel."""
+    if not is_sentinel(settings.redis_url):
+        return None
+    found = parse_sentinels(settings.redis_url)
+    return SentinelFence(found.sentinels, settings.redis_sentinel_master, server_options(settings),
+                         sentinel_options(settings))  # fmt: skip
+
+
 def make_redis_client(settings: Settings) -> redis.Redis:
     """A client of the Redis ``settings`` name, decoding replies to str."""
     password = settings.redis_password or None
@@ -53,6 +82,7 @@ def make_redis_client(settings: Settings) -> redis.Redis:
         db=found.db,
         password=password,
         decode_responses=True,
+        connection_class=_PrimaryFollowingConnection,
         socket_connect_timeout=_SENTINEL_TIMEOUT_S,
         retry=_failover_retry(),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
