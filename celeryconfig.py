@@ -76,6 +76,10 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": transport_options,
         "result_backend_transport_options": backend_options,
         "broker_connection_retry_on_startup": True,
+        # A Redis made a replica under a worker (Sentinel demoting an old primary) ends its BRPOP
+        # with UNBLOCKED and its writes with READONLY, both channel errors to kombu: reconnect
+        # (through the Sentinels, to the new primary) rather than stop the worker for good.
+        "broker_channel_error_retry": True,
         # JSON only: any richer serializer would let a message from the broker run code.
         "task_serializer": "json",
         "result_serializer": "json",

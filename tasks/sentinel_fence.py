@@ -10,10 +10,12 @@ writes in one run of the test cluster). Every vcrawl worker therefore listens to
 
 - ``+selected-slave`` (the leading Sentinel picked the replica to promote): the old primary stops
   taking writes at once (``CLIENT PAUSE … WRITE``). Writes are held, not refused: a client waits.
-- ``+switch-master`` (the new primary is in place): the old one is made a replica of the new one
-  (``REPLICAOF``), its clients are dropped (``CLIENT KILL TYPE normal|pubsub``) and the pause is
+- ``+switch-master`` (the new primary is in place): the old one's clients are dropped (``CLIENT
+  KILL TYPE normal|pubsub``), it is made a replica of the new one (``REPLICAOF``) and the pause is
   lifted. The held writes are never run there; their clients reconnect through the Sentinels to the
-  new primary and try again. This is what Sentinel itself does ~10 s later, done first.
+  new primary and try again. This is what Sentinel itself does ~10 s later, done first, clients
+  first: ``REPLICAOF`` ends a blocked ``BRPOP`` with an ``UNBLOCKED`` error, and a Celery worker
+  exits on that error (a dropped connection it survives). The new primary is unpaused too.
 - ``-failover-abort-*``: the pause is lifted (the old primary stays the primary).
 
 Every step is idempotent, so every worker may do it; a dead old primary (SIGKILL, a lost machine)
@@ -104,7 +106,7 @@ def unpause(client: redis.Redis) -> bool:
 
 
 def demote(old: redis.Redis, new: Address, primary_now: Callable[[], Address | None]) -> bool:
-    """Make the old primary a replica of ``new``, drop its clients, lift the pause.
+    """Drop the old primary's clients, make it a replica of ``new``, lift the pause.
 
     Only when the Sentinels still name ``new`` (an event read late must not undo a later failover)
     and the old server still says it is a primary. True when it was demoted here.
@@ -114,17 +116,23 @@ def demote(old: redis.Redis, new: Address, primary_now: Callable[[], Address | N
     try:
         role = old.execute_command("ROLE")
         if not role or _text(role[0]) != "master":
-            unpause(old)  # Sentinel got there first
-            return False
+            return False  # Sentinel, or another worker, got there first
+        # Clients first: REPLICAOF answers a blocked BRPOP with an UNBLOCKED error, which a Celery
+        # worker takes for unrecoverable and exits on; a dropped connection it reconnects, through
+        # the Sentinels, to ``new``. Held writes die with their clients.
+        _drop_clients(old)
         old.execute_command("REPLICAOF", new.host, new.port)
-        # Held writes die with their clients: they reconnect, through the Sentinels, to ``new``.
-        old.execute_command("CLIENT", "KILL", "TYPE", "normal")
-        old.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+        _drop_clients(old)  # any that connected in between
     except redis.RedisError:
         return False  # gone (SIGKILL, a lost machine): nothing to fence
     finally:
         unpause(old)
     return True
+
+
+def _drop_clients(server: redis.Redis) -> None:
+    server.execute_command("CLIENT", "KILL", "TYPE", "normal")  # not this connection (SKIPME yes)
+    server.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
 
 
 def _text(value: object) -> str:
@@ -173,6 +181,8 @@ class SentinelFence:
 
     def handle(self, event: FailoverEvent) -> None:
         """Act on one event (every listener calls this; the steps are idempotent)."""
+        if event.kind == "selected" and self.primary_now() != event.old:
+            return  # an event about a server that is no longer the primary: leave it alone
         with redis.Redis(host=event.old.host, port=event.old.port, **self._server_options) as old:
             if event.kind == "selected":
                 done = pause_writes(old, self.fence_ms)
@@ -181,6 +191,9 @@ class SentinelFence:
                 done = demote(old, event.new, self.primary_now)
             else:
                 done = unpause(old)
+        if event.new is not None:  # the new primary takes writes, whatever paused it before
+            with redis.Redis(host=event.new.host, port=event.new.port, **self._server_options) as new:
+                unpause(new)
         if done:
             with self._lock:
                 self.fenced.append((time.time(), event))

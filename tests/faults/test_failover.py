@@ -5,9 +5,10 @@ Sentinels (quorum 2, down-after 2 s); two `celery worker` processes crawl local 
 hosts with politeness; the primary is SIGKILLed at ~30 % of the pages. The job must complete by
 itself with exactly the pages of an undisturbed run, every page stored, robots.txt obeyed and no
 per-host gap below the interval (server-side arrival times). Beat goes on firing across a
-failover. vcrawl runs with its shipped settings (only the data folder and the Sentinel addresses
-are set): the timeouts a failover meets are the ones users run. The fail-back and Flower tests are
-on branch failover-pending.
+failover; after it, the old primary comes back as a replica and a failover by hand
+(``SENTINEL FAILOVER``, the primary still up) moves it back. vcrawl runs with its shipped settings
+(only the data folder and the Sentinel addresses are set): the timeouts a failover meets are the
+ones users run.
 
 Each test notes its figures in the fault report (tests/faults/conftest.py): seconds without a
 page fetched after the kill, the promotion's seconds, pages fetched twice, pages lost.
@@ -234,6 +235,28 @@ def test_primary_sigkilled_mid_job_the_replica_takes_over_and_no_page_is_lost(
                      killed_at_pages=at_pages, promotion_s=round(promotion_s, 2))  # fmt: skip
         status = finish(crawl, [killed_at])
     judge(crawl, status, [killed_at], fault_report, failovers=1)
+
+
+def test_old_primary_back_as_replica_and_a_failover_back_mid_job_lose_nothing(
+    tmp_path: Path, fault_report: Note
+) -> None:
+    # Slower pages (0.1 s each): the job must still run when the old primary is back (~10-18 s).
+    with crawl_behind_sentinel(tmp_path, fault_report, pages_per_host=300, delay_s=0.1) as crawl:
+        crawl.wait_pages(int(crawl.total * KILL_SHARE), 90)
+        kills = [time.monotonic()]
+        old = crawl.cluster.kill_primary()
+        _, promotion_s = crawl.cluster.wait_promotion(old, PROMOTION_LIMIT_S)
+        crawl.cluster.restart_old_primary()
+        back_at_pages = crawl.pages_fetched()
+        assert back_at_pages < crawl.total * 0.9, "the job ran out before the failback: make it longer"
+        kills.append(time.monotonic())
+        replaced = crawl.cluster.failover()  # by hand, the old primary still up: the workers fence it
+        back, failback_s = crawl.cluster.wait_promotion(replaced, PROMOTION_LIMIT_S)
+        fault_report(fault="primary SIGKILLed at 30 %, brought back as a replica, then SENTINEL FAILOVER back",
+                     promotion_s=round(promotion_s, 2), failback_s=round(failback_s, 2),
+                     failback_at_pages=back_at_pages, failed_back_to_old=back == old)  # fmt: skip
+        status = finish(crawl, kills)
+    judge(crawl, status, kills, fault_report, failovers=2)
 
 
 EVERY_S = 2.0
