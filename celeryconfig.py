@@ -65,6 +65,11 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # Without these, a dead worker's unacked messages wait far past the timeout.
         "unacked_restore_interval": max(1.0, min(30.0, settings.visibility_timeout_s / 4)),
         "unacked_restore_throttle": 1,
+        # Reconnect at once, then every 0.5-2 s (kombu: 2 s, +2 s, up to 30 s): workers are back
+        # within 2 s of Redis, or of Sentinel naming the new primary (tasks/broker_guard.py).
+        "interval_start": 0,
+        "interval_step": 0.5,
+        "interval_max": 2,
     }
     backend_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
     if is_sentinel(settings.redis_url):  # kombu and Celery's backend ask the Sentinels for the primary
@@ -76,6 +81,9 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": transport_options,
         "result_backend_transport_options": backend_options,
         "broker_connection_retry_on_startup": True,
+        # Retry for as long as Redis is away (Celery's default gives up after 100 tries): a worker
+        # outlives any Redis outage and goes on by itself when it is back.
+        "broker_connection_max_retries": None,
         # A Redis made a replica under a worker (Sentinel demoting an old primary) ends its BRPOP
         # with UNBLOCKED and its writes with READONLY, both channel errors to kombu: reconnect
         # (through the Sentinels, to the new primary) rather than stop the worker for good.

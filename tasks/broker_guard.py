@@ -1,5 +1,6 @@
-"""Two patches of kombu's Redis transport: a guard around its QoS calls while the broker
-connection is torn down, and a client reused per channel instead of one built per call.
+"""Three patches of kombu: a guard around the Redis transport's QoS calls while the broker
+connection is torn down, a client reused per channel instead of one built per call, and the
+reconnection pace of ``broker_transport_options`` honoured by every reconnection.
 
 When Redis goes away, the consumer resets its connection while pool threads are still
 finishing tasks, and while it closes the channel it restores the unacked messages. Such a
@@ -18,7 +19,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["guard_redis_qos", "reuse_redis_clients"]
+__all__ = ["guard_redis_qos", "reconnect_at_transport_pace", "reuse_redis_clients"]
+
+_PACE = ("interval_start", "interval_step", "interval_max")
 
 _GUARDED = ("ack", "reject", "restore_unacked")
 
@@ -77,3 +80,30 @@ def reuse_redis_clients() -> None:
 
     reused._vcrawl_reuse = True  # type: ignore[attr-defined]
     transport.Channel._create_client = reused
+
+
+def reconnect_at_transport_pace() -> None:
+    """Let ``Connection.ensure_connection`` take its pace from the transport options (idempotent).
+
+    kombu reads ``interval_start/step/max`` from ``broker_transport_options`` when a producer
+    connects, but a worker's consumer reconnects through ``ensure_connection`` with kombu's
+    defaults (2 s, +2 s, up to 30 s): after a Sentinel failover the workers came back up to
+    30 s after the promotion (6 s after a 3.3 s one in the fault tests), and Flower, which asks
+    them, with them. Options passed explicitly still win.
+    """
+    from kombu import connection as kombu_connection
+
+    ensure = kombu_connection.Connection.ensure_connection
+    if getattr(ensure, "_vcrawl_pace", False):
+        return
+
+    @functools.wraps(ensure)
+    def paced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        options = self.transport_options or {}
+        for name in _PACE:
+            if name in options:
+                kwargs.setdefault(name, options[name])
+        return ensure(self, *args, **kwargs)
+
+    paced._vcrawl_pace = True  # type: ignore[attr-defined]
+    kombu_connection.Connection.ensure_connection = paced
