@@ -34,7 +34,16 @@ from vcrawl import names
 from vcrawl.payloads import FetchedBatch, RedirectLink
 from vcrawl.policies import PolitenessPolicy
 
-__all__ = ["CrawlEnv", "fetch_context", "fold_release", "run_fetch_batch"]
+__all__ = ["FETCH_ID_PREFIX", "CrawlEnv", "fetch_context", "fetch_task_id", "fold_release", "run_fetch_batch"]
+
+FETCH_ID_PREFIX = "vcrawl-fetch:"
+
+
+def fetch_task_id(job_id: str, batch_id: str) -> str:
+    """The task id of a leased batch's fetch (also when passed on, or retried): known without asking
+    the broker, so a lease whose message was lost can be told (``tasks.lost_fetches``)."""
+    return f"{FETCH_ID_PREFIX}{job_id}:{batch_id}"
+
 
 logger = logging.getLogger(__name__)
 

@@ -12,6 +12,8 @@ one hash tag, so the scripts also work on a Redis Cluster.
 from __future__ import annotations
 
 import json
+import logging
+import secrets
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,9 +26,12 @@ from vcrawl import redis_keys
 
 __all__ = ["FrontierQueue"]
 
+logger = logging.getLogger(__name__)
+
 # Score = depth * _DEPTH_WEIGHT + arrival sequence: breadth-first, FIFO within a depth.
 _DEPTH_WEIGHT = 1e12
 _BACK_OF_QUEUE = 1000 * _DEPTH_WEIGHT  # deeper than any depth a job allows
+_UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
 
 
 class FrontierQueue:
@@ -41,11 +46,11 @@ class FrontierQueue:
     def admit(self, job_id: str, request: AdmitRequest) -> Admission:
         """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip."""
         keys, args = _admit_call(job_id, request)
-        also = []
-        if request.analysed_batch is not None:
-            also.append(("HDEL", redis_keys.job_released(job_id), request.analysed_batch))
-        reply = self._scripts.run_with_wake("admit", keys, args, wake=bool(request.candidates), also=also)
+        reply = self._scripts.run_with_wake("admit", keys, args, wake=bool(request.candidates))
         completed, fresh, duplicates, over, known = (int(x) for x in reply)
+        if completed == _UNKNOWN_RELEASE:
+            logger.warning("job %s: batch %s was released on a Redis primary whose last writes a failover lost; "
+                           "its URLs are fetched and finished again", job_id, request.analysed_batch)  # fmt: skip
         # A completed job leaves the running set on the next pump round (forget_if_stopped).
         return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)  # -2: another cycle
 
@@ -192,6 +197,7 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
     keys.extend(segments)
     keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
     keys.extend((redis_keys.job_delays(job_id), redis_keys.job_history(job_id), redis_keys.job_due(job_id)))
+    keys.append(redis_keys.job_released(job_id))
     counters, history = _counter_args(request.counters), _history_args(request.history)
     head = {  # ARGV 1-10, in admit.lua's order
         "max_pages": request.max_pages,
@@ -205,14 +211,14 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
         "cycle": request.cycle,
         "n_history": len(history) // 3,
     }
-    return keys, [*head.values(), *counters, *history, len(hosts), *hosts, *urls]
+    return keys, [*head.values(), *counters, *history, len(hosts), *hosts, *urls, request.analysed_batch or ""]
 
 
 def _pump_argv(
     *, max_batches: int, batch_size: int, per_host: int, interval_ms: float, lease_ms: float, cap: int, qprefix: str
 ) -> list[Any]:
-    """ARGV of ``pump.lua``, in its order."""
-    return [max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix]
+    """ARGV of ``pump.lua``, in its order (a fresh nonce for the batch ids each call)."""
+    return [max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix, secrets.token_hex(3)]
 
 
 def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int, day_ttl_s: int) -> list[Any]:

@@ -25,6 +25,7 @@ from engine.periodic import Periodic
 from tasks import deps
 from tasks.app import app
 from tasks.lost_analyses import watch_analyses
+from tasks.lost_fetches import watch_fetches
 from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask, PermanentError
 
@@ -185,12 +186,13 @@ def watch_runs(now: float | None = None) -> int:
 
 
 def run_watchdog() -> Periodic:
-    """A worker's thread that calls ``watch_runs`` and ``watch_analyses`` every ``WATCH_EVERY_S``
-    (every worker runs one; a lock in Redis lets one look at a time)."""
+    """A worker's thread that calls ``watch_runs``, ``watch_analyses`` and ``watch_fetches`` every
+    ``WATCH_EVERY_S`` (every worker runs one; a lock in Redis lets one look at a time)."""
 
     def look() -> None:
         watch_runs()
         watch_analyses()
+        watch_fetches()
 
     return Periodic("vcrawl-analysis-watch", WATCH_EVERY_S, look)
 

@@ -12,7 +12,7 @@ from celery.exceptions import Ignore
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from engine import analysis_batch, jobs
 from engine.analysis_batch import AnalysisRetry, analysis_task_id
-from engine.batch import run_fetch_batch
+from engine.batch import fetch_task_id, run_fetch_batch
 from engine.nodes import NODE_QUEUE_PREFIX, pass_on_to
 from frontier import Batch
 from tasks import deps
@@ -124,8 +124,10 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
         queue = DYNAMIC_QUEUE if dynamic else (deps.ring_queue(batch.host) or DOWNLOAD_QUEUE)
     # No exchange named: Celery then publishes to the queue itself (the anonymous exchange),
     # which spares kombu a lookup of the exchange's bindings in Redis on every publish.
+    # Its own task id names the job and the batch too: a lease whose message was lost is handed back
+    # (``tasks.lost_fetches``).
     fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer, queue=queue,
-                            priority=priority)  # fmt: skip
+                            priority=priority, task_id=fetch_task_id(job_id, batch.batch_id))  # fmt: skip
 
 
 def send_analysis(fetched: dict) -> None:

@@ -26,7 +26,7 @@ from tasks import deps
 from tasks.batches import send_analysis
 from vcrawl import redis_keys
 
-__all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "watch_analyses"]  # the id: re-exported
+__all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "ids_present", "watch_analyses"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,24 +37,29 @@ _UNACKED = "unacked"  # kombu's Redis transport: delivery tag -> message, until 
 _ID_PATTERN = re.compile(r'"id": "(vcrawl-analysis:[^"]+)"')
 
 
-def analysis_ids_present(client: Any) -> set[str]:
-    """The analysis task ids of every message on the analysis queue (any priority) or unacknowledged.
+def ids_present(client: Any, lists: list[str], pattern: re.Pattern[str]) -> set[str]:
+    """The task ids ``pattern`` finds in every message on ``lists`` or unacknowledged.
 
-    One pass over the queue's lists and kombu's unacked hash, read in slices. Payloads come as
-    str from vcrawl's client (it decodes replies) or as bytes from a raw one: both are read.
+    One pass over the lists and kombu's unacked hash, read in slices. Payloads come as str from
+    vcrawl's client (it decodes replies) or as bytes from a raw one: both are read.
     """
     found: set[str] = set()
-    for key in queue_lists(ANALYSIS_QUEUE):
+    for key in lists:
         for start in range(0, client.llen(key), 1000):
             for payload in client.lrange(key, start, start + 999):
-                found.update(_ID_PATTERN.findall(_text(payload)))
+                found.update(pattern.findall(_text(payload)))
     cursor = 0
     while True:
         cursor, entries = client.hscan(_UNACKED, cursor, count=1000)
         for payload in entries.values():
-            found.update(_ID_PATTERN.findall(_text(payload)))
+            found.update(pattern.findall(_text(payload)))
         if not cursor:
             return found
+
+
+def analysis_ids_present(client: Any) -> set[str]:
+    """The analysis task ids of every message on the analysis queue (any priority) or unacknowledged."""
+    return ids_present(client, queue_lists(ANALYSIS_QUEUE), _ID_PATTERN)
 
 
 def watch_analyses(now: float | None = None, lock_s: float = 10.0) -> int:

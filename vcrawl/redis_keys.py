@@ -241,6 +241,16 @@ def lost_analyses_lock() -> str:
     return f"{PREFIX}:lost-analyses:lock"
 
 
+def lost_fetches_lock() -> str:
+    """String: held by the one worker that looks for lost fetch batch messages now."""
+    return f"{PREFIX}:lost-fetches:lock"
+
+
+def lost_fetches_watch() -> str:
+    """Hash: "<job> <batch>" -> when a leased batch was first seen by the watch (Unix seconds)."""
+    return f"{PREFIX}:lost-fetches:watch"
+
+
 def lost_analyses_watch() -> str:
     """Hash: "<job> <batch>" -> when to look at a released batch's analysis message next (JSON)."""
     return f"{PREFIX}:lost-analyses:watch"

@@ -1,15 +1,17 @@
 -- Admit candidate URLs into a job's per-host queues: dedup, queue, count, finish `done` URLs.
 --
 -- KEYS: meta, ready, next, busy, admit_tokens, bloom segment (1..s), queue (host 1..n), delays,
---       history, due
+--       history, due, released
 -- ARGV (built by frontier.queue._admit_call):
 --   1 max_pages   2 per_host   3 done   4 token ('' for none)   5 hashes (Bloom k)
 --   6 n_segments   7 n_counters   8 history_mode   9 cycle   10 n_history
 --   then [counter name, increment] * n_counters,
 --        [url, history record, due_s] * n_history,
 --        n_hosts, [host] * n_hosts,
---        per URL: [segment index, host index, depth, member, k Bloom offsets]
--- Returns {completed (1 if this completed the job, -1 a repeated token, -2 another cycle),
+--        per URL: [segment index, host index, depth, member, k Bloom offsets],
+--        then last: analysed_batch (the fetch batch whose pages this finishes, '' for none)
+-- Returns {completed (1 if this completed the job, -1 a repeated token, -2 another cycle, -3 a
+--          batch whose release this Redis never saw),
 --          admitted, duplicates, over_limit, not_due}
 --
 -- A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
@@ -34,6 +36,15 @@ if cycle > 0 and tonumber(redis.call('HGET', meta, {{META_CYCLE}}) or '0') ~= cy
     redis.call('ZADD', due, 'LT', 0, ARGV[j])
   end
   return {-2, 0, 0, 0, 0}
+end
+-- A batch's release keeps what it hands to analysis in `released` until this call finishes its
+-- pages. A batch with pages to finish that is not there, and not finished before (its token), was
+-- released on a primary whose last writes a failover lost: here its URLs are still leased or
+-- queued, and will be fetched and finished again. Finishing them now would count them twice.
+local released, analysed_batch = KEYS[#KEYS], ARGV[#ARGV]
+if analysed_batch ~= '' and done > 0 and redis.call('HDEL', released, analysed_batch) == 0
+    and (token == '' or redis.call('SISMEMBER', tokens, token) == 0) then
+  return {-3, 0, 0, 0, 0}
 end
 if token ~= '' and redis.call('SADD', tokens, token) == 0 then
   return {-1, 0, 0, 0, 0}
@@ -64,7 +75,7 @@ for j = 1, k do
   get[3 * j - 2] = 'GET'; get[3 * j - 1] = 'u1'
   set[4 * j - 3] = 'SET'; set[4 * j - 2] = 'u1'; set[4 * j] = 1
 end
-while running and i <= #ARGV do
+while running and i < #ARGV do  -- the last ARGV is analysed_batch
   local seg = KEYS[5 + tonumber(ARGV[i])]
   local hi, depth, member = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
   for j = 1, k do get[3 * j] = ARGV[i + 3 + j]; set[4 * j - 1] = ARGV[i + 3 + j] end

@@ -3,7 +3,8 @@
 -- KEYS: meta, ready, busy, leases, delays
 -- ARGV (built by frontier.queue._pump_argv):
 --   1 max_batches   2 batch_size   3 per_host   4 interval_ms   5 lease_ms   6 cap (most batches
---   in flight per job)   7 qprefix (the key prefix of the job's per-host queues)
+--   in flight per job)   7 qprefix (the key prefix of the job's per-host queues)   8 nonce (random,
+--   per call: a batch's id is its sequence number and the nonce)
 -- Returns {next due (ms, '-1': no host waits; 'stopped': the job is not running), now (ms),
 --          cycle, then per batch: id, host, entries (JSON list), paced}
 --
@@ -16,6 +17,9 @@ local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KE
 local now = clock_ms()
 local max_batches, batch_size, per_host = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local interval, lease_ms, cap, qprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
+-- The nonce keeps ids unique when the sequence goes back: a failover to a replica that missed the
+-- primary's last writes hands out numbers already given to batches whose analyses still run.
+local nonce = ARGV[8]
 local out = {'-1', tostring(now), redis.call('HGET', meta, {{META_CYCLE}}) or '0'}
 if redis.call('HGET', meta, {{META_STATE}}) ~= {{STATE_RUNNING}} then
   out[1] = 'stopped'
@@ -49,7 +53,7 @@ if room > 0 then
       else
         local entries = {}
         for j = 1, #popped, 2 do entries[#entries + 1] = popped[j] end
-        local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1)
+        local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1) .. '.' .. nonce
         redis.call('HINCRBY', busy, host, 1)
         redis.call('HSET', leases, id, cjson.encode({h = host, e = entries, t = now + lease_ms}))
         redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, -#entries)

@@ -108,6 +108,7 @@ def test_abandoned_analysis_finishes_its_pages_exactly_once(client: redis.Redis)
     admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="seeds", counters=Counter(), seeds=True)
     env = CrawlEnv(frontier, _Runtimes(runtime), None, None, None, lambda key: False)  # type: ignore[arg-type]
     fetched = {"job": runtime.job_id, "batch": "9", "pages": [{"url": "http://a.test/"}], "redirects": []}
+    client.hset(redis_keys.job_released(runtime.job_id), "9", json.dumps(fetched))  # as its release does
     links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(1500)]
     # The analysis admitted its first chunk of 1000 links, then failed for good.
     first = [Candidate("a.test", Entry(url, depth)) for url, depth, _ in links[:1000]]
@@ -218,6 +219,46 @@ def test_a_released_batch_keeps_what_it_hands_on_until_it_is_analysed(client: re
                 analysed_batch=batch.batch_id)  # fmt: skip
     assert frontier.queue.handed_on(runtime.job_id, batch.batch_id) is None
     assert _status(frontier, runtime.job_id)["state"] == "completed"
+
+
+def test_an_analysis_of_a_release_this_redis_never_saw_finishes_nothing(client: redis.Redis) -> None:
+    """A failover to a replica that missed a batch's release: the batch is still leased here (its
+    fetch runs again), so its analysis, still running from before, must not finish its pages."""
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0})
+    admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="s", counters=Counter(), seeds=True)
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                                  cap=8).batches  # fmt: skip
+    late = admit_links(runtime, frontier, [("http://a.test/next", 1, 5)], done=1, token=f"a:{batch.batch_id}",
+                       counters=Counter(), analysed_batch=batch.batch_id)  # fmt: skip
+    assert late.repeated and late.admitted == 0
+    state = _status(frontier, runtime.job_id)
+    assert state["state"] == "running" and state["pending"] == "1"  # "/" is not finished twice later
+    # The fetch runs again, releases, and its analysis finishes the page once.
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 9000) == "go"
+    fetched = {"job": runtime.job_id, "batch": batch.batch_id, "pages": [{"url": "http://a.test/"}], "redirects": []}
+    frontier.queue.release(runtime.job_id, batch, BatchRelease(pause_ms=0, done=0, handed_on=json.dumps(fetched)))
+    admit_links(runtime, frontier, [], done=1, token=f"a:{batch.batch_id}", counters=Counter(),
+                analysed_batch=batch.batch_id)  # fmt: skip
+    assert _status(frontier, runtime.job_id)["state"] == "completed"
+
+
+def test_batch_ids_differ_between_pump_calls_even_when_the_sequence_goes_back(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0})
+    admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="s", counters=Counter(), seeds=True)
+
+    def lease() -> Batch:
+        [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0,
+                                      lease_ms=9000, cap=8).batches  # fmt: skip
+        return batch
+
+    first = lease()
+    handed_back = BatchRelease(pause_ms=0, done=0, requeue=first.entries, fetched=False)
+    frontier.queue.release(runtime.job_id, first, handed_back)
+    client.hincrby(redis_keys.job(runtime.job_id), "batch_seq", -1)  # a failover lost the last increment
+    second = lease()
+    assert first.batch_id.split(".")[0] == second.batch_id.split(".")[0] and first.batch_id != second.batch_id
 
 
 def test_a_hosts_queue_is_shared_out_while_few_batches_are_in_flight_and_batched_in_full_after(
