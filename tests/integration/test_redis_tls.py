@@ -1,0 +1,134 @@
+"""Redis over TLS only (``--port 0 --tls-port``, client certificates required), certificates made at
+test time (tests/tls_files.py): vcrawl's client, a Celery app with a worker thread (broker and
+result backend), RedBeat and Flower's broker client all get through with the CA; without it the
+server's certificate is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import celery.contrib.testing.tasks  # noqa: F401  (celery.ping, which start_worker wants registered)
+import pytest
+import redis
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+from flower.utils.broker import Broker
+from redbeat.schedulers import get_redis
+
+from celeryconfig import DOWNLOAD_QUEUE, celery_settings
+from tasks.redis_clients import make_redis_client
+from tests.tls_files import TlsFiles, make_tls_files
+from vcrawl.settings import Settings
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="module")
+def tls_redis(tmp_path_factory: pytest.TempPathFactory, tls_files: TlsFiles) -> Iterator[int]:
+    """A redis-server that speaks TLS only and wants a client certificate; yields its port."""
+    directory = tmp_path_factory.mktemp("tls-redis")
+    port = _free_port()
+    with open(directory / "log", "ab") as log:
+        server = subprocess.Popen(
+            ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(directory), "--daemonize", "no", *tls_files.server_args()],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with redis.Redis(port=port, ssl=True, socket_timeout=1, **tls_files.client_options()) as client:
+                    client.ping()
+                break
+            except redis.ConnectionError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"TLS redis-server did not start: {(directory / 'log').read_text()}") from None
+                time.sleep(0.05)
+        yield port
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def tls_settings(port: int, files: TlsFiles, **values: Any) -> Settings:
+    return Settings(redis_url=f"rediss://127.0.0.1:{port}/0", redis_tls_ca_file=str(files.ca),
+                    redis_tls_cert_file=str(files.cert), redis_tls_key_file=str(files.key), **values)  # fmt: skip
+
+
+def celery_round_trip(settings: Settings, name: str) -> int:
+    """Send a task through a Celery app configured by ``celery_settings``; a worker thread runs it;
+    return its result as read back from the result backend."""
+    app = Celery(name, set_as_current=False)
+    app.config_from_object(celery_settings(settings))
+
+    @app.task(name=f"{name}.add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with start_worker(app, pool="threads", concurrency=1, queues=[DOWNLOAD_QUEUE], perform_ping_check=False,
+                      shutdown_timeout=10):  # fmt: skip
+        return int(add.delay(2, 3).get(timeout=20))
+
+
+def test_every_client_round_trips_over_verified_tls(tls_redis: int, tls_files: TlsFiles) -> None:
+    settings = tls_settings(tls_redis, tls_files)
+    client = make_redis_client(settings)
+    client.set("tls:probe", "over TLS")
+    assert client.get("tls:probe") == "over TLS"
+    assert isinstance(client.connection_pool.get_connection(), redis.SSLConnection)
+
+    assert celery_round_trip(settings, "tls-one-server") == 5  # kombu's broker and Celery's backend
+
+    beat_app = Celery("tls-beat", set_as_current=False)
+    beat_app.config_from_object(celery_settings(settings))
+    assert get_redis(beat_app).ping()  # RedBeat
+
+    conf = beat_app.conf
+    with beat_app.connection() as connection:
+        url = connection.as_uri(include_password=True)  # what Flower gives its Broker
+    flower = Broker(url, broker_use_ssl=conf.broker_use_ssl, broker_options=conf.broker_transport_options)
+    [queue] = asyncio.run(flower.queues([DOWNLOAD_QUEUE]))
+    assert queue == {"name": DOWNLOAD_QUEUE, "messages": 0}
+
+
+def test_without_the_ca_the_servers_certificate_is_refused(tls_redis: int, tls_files: TlsFiles) -> None:
+    settings = Settings(redis_url=f"rediss://127.0.0.1:{tls_redis}/0", redis_tls_cert_file=str(tls_files.cert),
+                        redis_tls_key_file=str(tls_files.key))  # fmt: skip
+    with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
+        make_redis_client(settings).ping()
+    app = Celery("tls-no-ca", set_as_current=False)
+    app.config_from_object(celery_settings(settings))
+    with pytest.raises(Exception, match="certificate verify failed"), app.connection() as connection:
+        connection.ensure_connection(max_retries=1)
+
+
+def test_without_a_client_certificate_the_server_refuses(tls_redis: int, tls_files: TlsFiles) -> None:
+    settings = Settings(redis_url=f"rediss://127.0.0.1:{tls_redis}/0", redis_tls_ca_file=str(tls_files.ca))
+    with pytest.raises(redis.ConnectionError):
+        make_redis_client(settings).ping()
+
+
+def test_verification_off_connects_and_says_so(
+    tls_redis: int, tls_files: TlsFiles, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(redis_url=f"rediss://127.0.0.1:{tls_redis}/0", redis_tls_verify=False,
+                        redis_tls_cert_file=str(tls_files.cert), redis_tls_key_file=str(tls_files.key))  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="vcrawl.redis_tls"):
+        assert make_redis_client(settings).ping()
+    assert any("NOT verified" in record.getMessage() for record in caplog.records)
