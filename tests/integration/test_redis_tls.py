@@ -1,7 +1,8 @@
 """Redis over TLS only (``--port 0 --tls-port``, client certificates required), certificates made at
 test time (tests/tls_files.py): vcrawl's client, a Celery app with a worker thread (broker and
 result backend), RedBeat and Flower's broker client all get through with the CA; without it the
-server's certificate is refused."""
+server's certificate is refused. The same clients through three Sentinels that speak TLS only, to a
+primary and a replica that do too (tests/sentinel_cluster.py with ``tls=``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import celery.contrib.testing.tasks  # noqa: F401  (celery.ping, which start_worker wants registered)
@@ -23,6 +25,7 @@ from redbeat.schedulers import get_redis
 
 from celeryconfig import DOWNLOAD_QUEUE, celery_settings
 from tasks.redis_clients import make_redis_client
+from tests.sentinel_cluster import SentinelCluster
 from tests.tls_files import TlsFiles, make_tls_files
 from vcrawl.settings import Settings
 
@@ -86,25 +89,43 @@ def celery_round_trip(settings: Settings, name: str) -> int:
         return int(add.delay(2, 3).get(timeout=20))
 
 
+def beat_and_flower_answer(settings: Settings, name: str) -> None:
+    """RedBeat's client and the one Flower builds for its queue lengths reach Redis."""
+    app = Celery(name, set_as_current=False)
+    app.config_from_object(celery_settings(settings))
+    assert get_redis(app).ping()  # RedBeat
+    with app.connection() as connection:
+        url = connection.as_uri(include_password=True)  # what Flower gives its Broker
+    flower = Broker(url, broker_use_ssl=app.conf.broker_use_ssl, broker_options=app.conf.broker_transport_options)
+    [queue] = asyncio.run(flower.queues([DOWNLOAD_QUEUE]))
+    assert queue == {"name": DOWNLOAD_QUEUE, "messages": 0}
+
+
 def test_every_client_round_trips_over_verified_tls(tls_redis: int, tls_files: TlsFiles) -> None:
     settings = tls_settings(tls_redis, tls_files)
     client = make_redis_client(settings)
     client.set("tls:probe", "over TLS")
     assert client.get("tls:probe") == "over TLS"
     assert isinstance(client.connection_pool.get_connection(), redis.SSLConnection)
-
     assert celery_round_trip(settings, "tls-one-server") == 5  # kombu's broker and Celery's backend
+    beat_and_flower_answer(settings, "tls-one-server-beat")
 
-    beat_app = Celery("tls-beat", set_as_current=False)
-    beat_app.config_from_object(celery_settings(settings))
-    assert get_redis(beat_app).ping()  # RedBeat
 
-    conf = beat_app.conf
-    with beat_app.connection() as connection:
-        url = connection.as_uri(include_password=True)  # what Flower gives its Broker
-    flower = Broker(url, broker_use_ssl=conf.broker_use_ssl, broker_options=conf.broker_transport_options)
-    [queue] = asyncio.run(flower.queues([DOWNLOAD_QUEUE]))
-    assert queue == {"name": DOWNLOAD_QUEUE, "messages": 0}
+@pytest.mark.slow
+def test_every_client_reaches_the_primary_through_tls_sentinels(tmp_path: Path, tls_files: TlsFiles) -> None:
+    with SentinelCluster(tmp_path / "ha", tls=tls_files) as cluster:
+        settings = Settings(redis_url=cluster.url, redis_sentinel_master=cluster.master_name, redis_tls=True,
+                            redis_sentinel_tls=True, redis_tls_ca_file=str(tls_files.ca),
+                            redis_tls_cert_file=str(tls_files.cert), redis_tls_key_file=str(tls_files.key))  # fmt: skip
+        client = make_redis_client(settings)
+        client.set("tls:probe", "through Sentinel")
+        connection = client.connection_pool.get_connection()
+        assert isinstance(connection, redis.SSLConnection) and connection.port == cluster.primary_port()
+        for sentinel in client.connection_pool.sentinel_manager.sentinels:
+            assert isinstance(sentinel.connection_pool.get_connection(), redis.SSLConnection)
+        assert cluster.master_client(decode_responses=True).get("tls:probe") == "through Sentinel"
+        assert celery_round_trip(settings, "tls-sentinel") == 5
+        beat_and_flower_answer(settings, "tls-sentinel-beat")
 
 
 def test_without_the_ca_the_servers_certificate_is_refused(tls_redis: int, tls_files: TlsFiles) -> None:
