@@ -24,8 +24,12 @@ from flower.utils.broker import Broker
 from redbeat.schedulers import get_redis
 
 from celeryconfig import DOWNLOAD_QUEUE, celery_settings
+from engine.status import job_status
+from frontier import Frontier
 from tasks.redis_clients import make_redis_client
-from tests.sentinel_cluster import SentinelCluster
+from tests.cluster import cluster_env, start_job, stop_worker
+from tests.sentinel_cluster import SentinelCluster, start_sentinel_worker
+from tests.site import TestSite, link_page
 from tests.tls_files import TlsFiles, make_tls_files
 from vcrawl.settings import Settings
 
@@ -109,6 +113,29 @@ def test_every_client_round_trips_over_verified_tls(tls_redis: int, tls_files: T
     assert isinstance(client.connection_pool.get_connection(), redis.SSLConnection)
     assert celery_round_trip(settings, "tls-one-server") == 5  # kombu's broker and Celery's backend
     beat_and_flower_answer(settings, "tls-one-server-beat")
+
+
+@pytest.mark.slow
+def test_a_job_runs_on_a_worker_process_over_tls(tmp_path: Path, tls_redis: int, tls_files: TlsFiles) -> None:
+    """The whole worker (``celery -A tasks worker``: its checks at start, the pump, fetch and analysis
+    tasks) and a producer process, given only the environment."""
+    settings = tls_settings(tls_redis, tls_files, data=str(tmp_path / "data"))
+    env = cluster_env(settings)
+    with TestSite() as site:
+        site.add_page("/", link_page("/a"))
+        site.add_page("/a", link_page())
+        # Readiness from the worker's log: the base class's ping would go without the TLS options.
+        worker = start_sentinel_worker(env, "tls-worker", tmp_path / "worker.log")
+        try:
+            job_id = start_job(env, {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0}})
+            frontier = Frontier(make_redis_client(settings))
+            deadline = time.monotonic() + 30
+            while (status := job_status(frontier, job_id))["state"] == "running" and time.monotonic() < deadline:
+                time.sleep(0.2)
+        finally:
+            stop_worker(worker)
+    assert status["state"] == "completed" and status["pages_stored"] == 2, status
+    assert "certificate" not in (tmp_path / "worker.log").read_text().lower()
 
 
 @pytest.mark.slow
