@@ -1,5 +1,5 @@
 """Redis over TLS only (``--port 0 --tls-port``, client certificates required), certificates made at
-test time (tests/tls_files.py): vcrawl's client, a Celery app with a worker thread (broker and
+test time (tests/tls_files.py): vcrawl's client, a Celery app and a worker process (broker and
 result backend), RedBeat and Flower's broker client all get through with the CA; without it the
 server's certificate is refused. The same clients through three Sentinels that speak TLS only, to a
 primary and a replica that do too (tests/sentinel_cluster.py with ``tls=``)."""
@@ -15,11 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import celery.contrib.testing.tasks  # noqa: F401  (celery.ping, which start_worker wants registered)
 import pytest
 import redis
 from celery import Celery
-from celery.contrib.testing.worker import start_worker
 from flower.utils.broker import Broker
 from redbeat.schedulers import get_redis
 
@@ -78,19 +76,19 @@ def tls_settings(port: int, files: TlsFiles, **values: Any) -> Settings:
                     redis_tls_cert_file=str(files.cert), redis_tls_key_file=str(files.key), **values)  # fmt: skip
 
 
-def celery_round_trip(settings: Settings, name: str) -> int:
-    """Send a task through a Celery app configured by ``celery_settings``; a worker thread runs it;
-    return its result as read back from the result backend."""
-    app = Celery(name, set_as_current=False)
-    app.config_from_object(celery_settings(settings))
+def celery_round_trip(settings: Settings, log: Path) -> Any:
+    """A task sent by a Celery app configured by ``celery_settings``, run by a worker process
+    (``celery -A tasks worker``, given only the environment), its result read back from the backend.
 
-    @app.task(name=f"{name}.add")
-    def add(a: int, b: int) -> int:
-        return a + b
-
-    with start_worker(app, pool="threads", concurrency=1, queues=[DOWNLOAD_QUEUE], perform_ping_check=False,
-                      shutdown_timeout=10):  # fmt: skip
-        return int(add.delay(2, 3).get(timeout=20))
+    ``celery.accumulate`` is one of Celery's built-in tasks: it returns its arguments.
+    """
+    worker = start_sentinel_worker(cluster_env(settings), log.stem, log, concurrency=1, queues=DOWNLOAD_QUEUE)
+    try:
+        app = Celery(log.stem, set_as_current=False)
+        app.config_from_object(celery_settings(settings))
+        return app.send_task("celery.accumulate", args=(5,), queue=DOWNLOAD_QUEUE).get(timeout=20)
+    finally:
+        stop_worker(worker)
 
 
 def beat_and_flower_answer(settings: Settings, name: str) -> None:
@@ -105,13 +103,13 @@ def beat_and_flower_answer(settings: Settings, name: str) -> None:
     assert queue == {"name": DOWNLOAD_QUEUE, "messages": 0}
 
 
-def test_every_client_round_trips_over_verified_tls(tls_redis: int, tls_files: TlsFiles) -> None:
+def test_every_client_round_trips_over_verified_tls(tmp_path: Path, tls_redis: int, tls_files: TlsFiles) -> None:
     settings = tls_settings(tls_redis, tls_files)
     client = make_redis_client(settings)
     client.set("tls:probe", "over TLS")
     assert client.get("tls:probe") == "over TLS"
     assert isinstance(client.connection_pool.get_connection(), redis.SSLConnection)
-    assert celery_round_trip(settings, "tls-one-server") == 5  # kombu's broker and Celery's backend
+    assert celery_round_trip(settings, tmp_path / "tls-one-server.log") == [5]  # kombu's broker, Celery's backend
     beat_and_flower_answer(settings, "tls-one-server-beat")
 
 
@@ -151,7 +149,7 @@ def test_every_client_reaches_the_primary_through_tls_sentinels(tmp_path: Path, 
         for sentinel in client.connection_pool.sentinel_manager.sentinels:
             assert isinstance(sentinel.connection_pool.get_connection(), redis.SSLConnection)
         assert cluster.master_client(decode_responses=True).get("tls:probe") == "through Sentinel"
-        assert celery_round_trip(settings, "tls-sentinel") == 5
+        assert celery_round_trip(settings, tmp_path / "tls-sentinel.log") == [5]
         beat_and_flower_answer(settings, "tls-sentinel-beat")
 
 
