@@ -14,6 +14,7 @@ from vcrawl import schedules
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.redis_keys import SCHEDULE_PREFIX
 from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
+from vcrawl.redis_tls import RedisTls
 from vcrawl.settings import Settings
 
 DOWNLOAD_QUEUE = "download"
@@ -28,15 +29,28 @@ def queue_lists(queue: str) -> list[str]:
     return [queue + step for step in _PRIORITY_LISTS]
 
 
-def sentinel_kwargs(settings: Settings) -> dict[str, Any]:
-    """Options for the connections to the Sentinels themselves: their password, short timeouts."""
+def sentinel_kwargs(settings: Settings, tls: RedisTls | None = None) -> dict[str, Any]:
+    """Options for the connections to the Sentinels themselves: their password, short timeouts, TLS."""
     options: dict[str, Any] = {"socket_timeout": 2.0, "socket_connect_timeout": 2.0}
     if settings.redis_sentinel_password:
         options["password"] = settings.redis_sentinel_password
-    return options
+    return {**options, **(tls or RedisTls.from_settings(settings)).sentinel_options()}
 
 
-def _redbeat_redis(settings: Settings) -> dict[str, Any]:
+def _tls(tls: RedisTls) -> dict[str, Any]:
+    """TLS to the Redis servers for kombu (Flower reads it too), Celery's backend and RedBeat.
+
+    kombu would take a bare ``rediss://`` without ``broker_use_ssl`` and verify nothing
+    (``ssl_cert_reqs=CERT_NONE``); Celery's backend refuses it. Behind Sentinel, each picks its
+    Sentinel-managed TLS connection class from these.
+    """
+    if not tls.servers:
+        return {}
+    options = tls.server_options()
+    return {"broker_use_ssl": options, "redis_backend_use_ssl": options, "redbeat_redis_use_ssl": options}
+
+
+def _redbeat_redis(settings: Settings, tls: RedisTls) -> dict[str, Any]:
     """RedBeat's Redis: the same server, or the primary the same Sentinels name."""
     if not is_sentinel(settings.redis_url):
         url = celery_redis_url(settings.redis_url, settings.redis_password)
@@ -47,7 +61,7 @@ def _redbeat_redis(settings: Settings) -> dict[str, Any]:
         "service_name": settings.redis_sentinel_master,
         "db": found.db,
         "socket_timeout": 5.0,
-        "sentinel_kwargs": sentinel_kwargs(settings),
+        "sentinel_kwargs": sentinel_kwargs(settings, tls),
         "retry_period": 120,  # beat waits out a failover instead of dying (seconds)
     }
     if settings.redis_password:
@@ -59,6 +73,7 @@ def _redbeat_redis(settings: Settings) -> dict[str, Any]:
 def celery_settings(settings: Settings) -> dict[str, Any]:
     """Return Celery's configuration for ``settings``."""
     redis_url = celery_redis_url(settings.redis_url, settings.redis_password)
+    tls = RedisTls.from_settings(settings)
     transport_options: dict[str, Any] = {
         # Longer than any task including its longest retry wait (checked in Settings).
         "visibility_timeout": settings.visibility_timeout_s,
@@ -74,12 +89,13 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
     backend_options: dict[str, Any] = {"visibility_timeout": settings.visibility_timeout_s}
     if is_sentinel(settings.redis_url):  # kombu and Celery's backend ask the Sentinels for the primary
         for options in (transport_options, backend_options):
-            options.update(master_name=settings.redis_sentinel_master, sentinel_kwargs=sentinel_kwargs(settings))
+            options.update(master_name=settings.redis_sentinel_master, sentinel_kwargs=sentinel_kwargs(settings, tls))
     return {
         "broker_url": redis_url,
         "result_backend": redis_url,
         "broker_transport_options": transport_options,
         "result_backend_transport_options": backend_options,
+        **_tls(tls),
         "broker_connection_retry_on_startup": True,
         # Retry for as long as Redis is away (Celery's default gives up after 100 tries): a worker
         # outlives any Redis outage and goes on by itself when it is back.
@@ -120,7 +136,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # Beat: schedules live in Redis (RedBeat), so they survive restarts, can change while
         # beat runs, and a lock lets only one beat fire when several are started.
         "beat_scheduler": "tasks.beat:BeatScheduler",  # RedBeat that outlives a Redis failover or restart
-        **_redbeat_redis(settings),
+        **_redbeat_redis(settings, tls),
         "redbeat_key_prefix": SCHEDULE_PREFIX,
         # Another beat takes over this long after the lock holder dies (RedBeat's default: 25 min).
         "redbeat_lock_timeout": int(settings.beat_lock_timeout_s),

@@ -5,6 +5,9 @@ failover runs (the old primary gone, no new one promoted yet: down-after plus th
 seconds), its commands are retried with backoff for up to ``FAILOVER_RETRY_S``, so the pumps,
 tasks and the API wait for the new primary instead of failing. A command whose reply was lost is
 sent again: vcrawl's scripts are idempotent (admission tokens, leases checked on release).
+
+TLS (``vcrawl.redis_tls``): ``rediss://`` or ``VCRAWL_REDIS_TLS`` for the servers,
+``VCRAWL_REDIS_SENTINEL_TLS`` for the Sentinels, verified against ``VCRAWL_REDIS_TLS_CA_FILE``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from tasks.sentinel_fence import SentinelFence
 from vcrawl.redis_target import is_sentinel, parse_sentinels
+from vcrawl.redis_tls import RedisTls
 from vcrawl.settings import Settings
 
 __all__ = ["FAILOVER_RETRY_S", "make_fence", "make_redis_client", "sentinel_options", "server_options"]
@@ -47,11 +51,12 @@ def _failover_retry() -> Retry:
     return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.1), retries=int(FAILOVER_RETRY_S))
 
 
-def sentinel_options(settings: Settings) -> dict[str, object]:
-    """The keyword arguments for the Sentinels themselves (their password, short timeouts)."""
+def sentinel_options(settings: Settings, tls: RedisTls | None = None) -> dict[str, object]:
+    """The keyword arguments for the Sentinels themselves (their password, short timeouts, TLS)."""
     options: dict[str, object] = {"socket_timeout": _SENTINEL_TIMEOUT_S, "socket_connect_timeout": _SENTINEL_TIMEOUT_S}
     if settings.redis_sentinel_password:
         options["password"] = settings.redis_sentinel_password
+    options.update((tls or RedisTls.from_settings(settings)).sentinel_options())
     return options
 
 
@@ -72,11 +77,14 @@ def make_fence(settings: Settings) -> SentinelFence | None:
 def make_redis_client(settings: Settings) -> redis.Redis:
     """A client of the Redis ``settings`` name, decoding replies to str."""
     password = settings.redis_password or None
+    tls = RedisTls.from_settings(settings)
     if not is_sentinel(settings.redis_url):
         extra = {"password": password} if password else {}
-        return redis.Redis.from_url(settings.redis_url, decode_responses=True, **extra)
+        # rediss:// makes redis-py's SSLConnection; the options verify it (CA, hostname, client cert).
+        return redis.Redis.from_url(settings.redis_url, decode_responses=True, **extra, **tls.server_options())
     found = parse_sentinels(settings.redis_url)
-    sentinel = Sentinel(list(found.sentinels), sentinel_kwargs=sentinel_options(settings))
+    sentinel = Sentinel(list(found.sentinels), sentinel_kwargs=sentinel_options(settings, tls))
+    server_tls = {"ssl": True, **tls.server_options()} if tls.servers else {}  # ssl: SentinelManagedSSLConnection
     return sentinel.master_for(
         settings.redis_sentinel_master,
         db=found.db,
@@ -86,4 +94,5 @@ def make_redis_client(settings: Settings) -> redis.Redis:
         socket_connect_timeout=_SENTINEL_TIMEOUT_S,
         retry=_failover_retry(),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        **server_tls,
     )

@@ -6,6 +6,10 @@ deployment shortened to test time: quorum 2, ``down-after-milliseconds`` 2000, `
 10000. It kills the primary, waits for the promotion, brings the old primary back (Sentinel makes
 it a replica) and forces a failover back. Every process it started is stopped by PID on exit,
 also when the test fails.
+
+With ``tls=`` (tests/tls_files.py) every process speaks TLS only: ``port 0`` and a ``tls-port``,
+client certificates required (Redis' default), ``tls-replication yes`` so that the replica links
+to the primary and the Sentinels reach the data nodes and each other over TLS.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import redis
 from redis.sentinel import Sentinel
 
 from tests.celery_setup import LocalWorkerProcess
+from tests.tls_files import TlsFiles
 
 __all__ = ["SentinelCluster", "SentinelWorker", "start_sentinel_worker"]
 
@@ -44,14 +49,16 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _client(port: int) -> redis.Redis:
-    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=1, socket_connect_timeout=1, decode_responses=True)
+def _client(port: int, tls: TlsFiles | None = None) -> redis.Redis:
+    options: dict[str, Any] = {"ssl": True, **tls.client_options()} if tls is not None else {}
+    return redis.Redis(host="127.0.0.1", port=port, socket_timeout=1, socket_connect_timeout=1, decode_responses=True,
+                       **options)  # fmt: skip
 
 
-def _answer(port: int, *command: str) -> Any:
+def _answer(port: int, *command: str, tls: TlsFiles | None = None) -> Any:
     """One command to the server on ``port``; None when it does not answer."""
     try:
-        with _client(port) as client:
+        with _client(port, tls) as client:
             return client.execute_command(*command)
     except redis.RedisError:
         return None
@@ -71,10 +78,11 @@ def _wait(check: Callable[[], T], timeout_s: float, what: Callable[[], str]) -> 
 class _Server:
     """One ``redis-server`` child process (a data node or a Sentinel) in its own directory."""
 
-    def __init__(self, directory: Path, port: int, args: list[str]) -> None:
+    def __init__(self, directory: Path, port: int, args: list[str], tls: TlsFiles | None = None) -> None:
         self.directory = directory
         self.port = port
         self.args = args
+        self.tls = tls
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> bool:
@@ -91,7 +99,7 @@ class _Server:
             if self.process.poll() is not None:
                 self.process = None
                 return False
-            if _answer(self.port, "PING"):
+            if _answer(self.port, "PING", tls=self.tls):
                 return True
             time.sleep(0.05)
         self.stop()
@@ -139,11 +147,13 @@ class SentinelCluster:
         directory: str | Path | None = None,
         master_name: str = "vcrawl-test",
         settle_timeout_s: float = 30.0,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._owns_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="vcrawl-sentinel-"))
         self.master_name = master_name
         self._settle_timeout_s = settle_timeout_s
+        self._tls = tls
         self._nodes: dict[int, _Server] = {}  # data nodes by port
         self._sentinels: list[_Server] = []
         self._killed: _Server | None = None
@@ -172,11 +182,14 @@ class SentinelCluster:
     def _start_node(self, name: str, extra: list[str]) -> _Server:
         for _ in range(_PORT_TRIES):  # another process may take the free port before redis binds it
             port = _free_port()
+            listen = ["--port", str(port)]
+            if self._tls is not None:
+                listen = ["--port", "0", "--tls-port", str(port), "--tls-replication", "yes", *self._tls.server_args()]
             args = [
-                "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.directory / name), "--save", "",
+                *listen, "--bind", "127.0.0.1", "--dir", str(self.directory / name), "--save", "",
                 "--appendonly", "yes", "--appendfsync", "everysec", "--daemonize", "no", *extra,
             ]  # fmt: skip
-            node = _Server(self.directory / name, port, args)
+            node = _Server(self.directory / name, port, args, self._tls)
             if node.start():
                 self._nodes[port] = node
                 return node
@@ -188,15 +201,21 @@ class SentinelCluster:
         for _ in range(_PORT_TRIES):
             port = _free_port()
             conf = directory / "sentinel.conf"  # Sentinel rewrites it: its state survives its restart
+            listen = f"port {port}\n"
+            if self._tls is not None:
+                listen = (
+                    f"port 0\ntls-port {port}\ntls-replication yes\ntls-cert-file {self._tls.cert}\n"
+                    f"tls-key-file {self._tls.key}\ntls-ca-cert-file {self._tls.ca}\n"
+                )
             conf.write_text(
-                f"port {port}\nbind 127.0.0.1\ndaemonize no\ndir {directory}\n"
+                f"{listen}bind 127.0.0.1\ndaemonize no\ndir {directory}\n"
                 "sentinel resolve-hostnames no\n"
                 f"sentinel monitor {self.master_name} 127.0.0.1 {primary_port} {QUORUM}\n"
                 f"sentinel down-after-milliseconds {self.master_name} {DOWN_AFTER_MS}\n"
                 f"sentinel failover-timeout {self.master_name} {FAILOVER_TIMEOUT_MS}\n"
                 f"sentinel parallel-syncs {self.master_name} 1\n"
             )
-            sentinel = _Server(directory, port, [str(conf), "--sentinel"])
+            sentinel = _Server(directory, port, [str(conf), "--sentinel"], self._tls)
             if sentinel.start():
                 self._sentinels.append(sentinel)
                 return
@@ -231,7 +250,10 @@ class SentinelCluster:
 
     def master_client(self, **options: Any) -> redis.Redis:
         """A redis-py client that follows the primary through the Sentinels (for the test's own reads)."""
-        sentinel = Sentinel([("127.0.0.1", port) for port in self.sentinel_ports], socket_timeout=1)
+        tls: dict[str, Any] = {"ssl": True, **self._tls.client_options()} if self._tls is not None else {}
+        sentinel = Sentinel([("127.0.0.1", port) for port in self.sentinel_ports], socket_timeout=1,
+                            sentinel_kwargs={"socket_timeout": 1, **tls})  # fmt: skip
+        options = {**tls, **options}
         options.setdefault("socket_timeout", 2)
         options.setdefault("socket_connect_timeout", 1)
         return sentinel.master_for(self.master_name, **options)
@@ -239,7 +261,7 @@ class SentinelCluster:
     # ---- state ------------------------------------------------------------------------------
 
     def _master_field(self, port: int, field: str) -> str | None:
-        reply = _answer(port, "SENTINEL", "MASTER", self.master_name)
+        reply = _answer(port, "SENTINEL", "MASTER", self.master_name, tls=self._tls)
         if not reply:
             return None
         if isinstance(reply, list):  # RESP2 without redis-py's reply parser: a flat list
@@ -248,15 +270,15 @@ class SentinelCluster:
         return None if value is None else str(value)
 
     def _named_by(self, sentinel_port: int) -> int | None:
-        reply = _answer(sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
+        reply = _answer(sentinel_port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name, tls=self._tls)
         return int(reply[1]) if reply else None
 
     def _role(self, port: int) -> str | None:
-        reply = _answer(port, "ROLE")
+        reply = _answer(port, "ROLE", tls=self._tls)
         return reply[0] if reply else None
 
     def _link_up(self, port: int) -> bool:
-        reply = _answer(port, "INFO", "replication")
+        reply = _answer(port, "INFO", "replication", tls=self._tls)
         return bool(reply) and reply.get("master_link_status") == "up"
 
     def _settled(self) -> bool:
@@ -350,7 +372,7 @@ class SentinelCluster:
         new_primary = self.primary_port()
 
         def replica_of_new_primary() -> bool:
-            reply = _answer(node.port, "INFO", "replication")
+            reply = _answer(node.port, "INFO", "replication", tls=self._tls)
             return (
                 bool(reply)
                 and reply.get("role") == "slave"
@@ -377,7 +399,7 @@ class SentinelCluster:
 
         def accepted() -> bool:
             try:
-                with _client(self.sentinel_ports[0]) as client:
+                with _client(self.sentinel_ports[0], self._tls) as client:
                     return bool(client.execute_command("SENTINEL", "FAILOVER", self.master_name))
             except redis.RedisError as error:
                 errors.append(str(error))

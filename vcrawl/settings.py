@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
+from vcrawl.redis_tls import check_redis_tls
 
 __all__ = ["DEFAULT_REFERERS", "DEFAULT_USER_AGENTS", "Settings", "celery_redis_url", "child_environment"]
 
@@ -50,6 +51,13 @@ class Settings:
     redis_sentinel_master: str = ""
     redis_password: str = field(default="", repr=False)  # the Redis servers' (AUTH); never in the URL
     redis_sentinel_password: str = field(default="", repr=False)  # the Sentinels' own
+    # TLS (vcrawl.redis_tls): rediss:// for one server; behind Sentinel, to the servers and to the Sentinels.
+    redis_tls: bool = False
+    redis_sentinel_tls: bool = False
+    redis_tls_ca_file: str | None = None  # CA bundle that verifies the servers (the system's without it)
+    redis_tls_cert_file: str | None = None  # client certificate, for `tls-auth-clients yes`
+    redis_tls_key_file: str | None = None
+    redis_tls_verify: bool = True  # false: no verification, logged as a warning by every client built
     # Admissions and releases wait at most this long for a replica to have them (WAIT), while the
     # primary has one: a failover then loses no acknowledged work (frontier.scripts.ReplicaWait). 0: never.
     redis_replica_wait_ms: int = 100
@@ -156,6 +164,7 @@ class Settings:
             if self.redis_sentinel_master:
                 raise ConfigError("VCRAWL_REDIS_SENTINEL_MASTER is set, but VCRAWL_REDIS_URL is not a "
                                   f"sentinel:// URL: {self.redis_url!r}")  # fmt: skip
+        check_redis_tls(self)
         if self.redis_replica_wait_ms < 0:
             raise ConfigError(f"VCRAWL_REDIS_REPLICA_WAIT_MS must be 0 or more, got {self.redis_replica_wait_ms}")
         if not self.user_agents:
