@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.connection import SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -46,6 +47,10 @@ class _PrimaryFollowingConnection(SentinelManagedConnection):
         super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
 
 
+class _PrimaryFollowingSSLConnection(_PrimaryFollowingConnection, SSLConnection):
+    """The same over TLS (as redis-py's ``SentinelManagedSSLConnection``)."""
+
+
 def _failover_retry() -> Retry:
     # Backoff from 0.1 s, capped at 1 s: ~FAILOVER_RETRY_S in all.
     return Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.1), retries=int(FAILOVER_RETRY_S))
@@ -61,8 +66,12 @@ def sentinel_options(settings: Settings, tls: RedisTls | None = None) -> dict[st
 
 
 def server_options(settings: Settings) -> dict[str, object]:
-    """The keyword arguments for a connection to a Redis server itself (its password)."""
-    return {"password": settings.redis_password} if settings.redis_password else {}
+    """The keyword arguments for a connection to a Redis server itself, by address (password, TLS)."""
+    options: dict[str, object] = {"password": settings.redis_password} if settings.redis_password else {}
+    tls = RedisTls.from_settings(settings)
+    if tls.servers:
+        options.update(ssl=True, **tls.server_options())
+    return options
 
 
 def make_fence(settings: Settings) -> SentinelFence | None:
@@ -84,13 +93,13 @@ def make_redis_client(settings: Settings) -> redis.Redis:
         return redis.Redis.from_url(settings.redis_url, decode_responses=True, **extra, **tls.server_options())
     found = parse_sentinels(settings.redis_url)
     sentinel = Sentinel(list(found.sentinels), sentinel_kwargs=sentinel_options(settings, tls))
-    server_tls = {"ssl": True, **tls.server_options()} if tls.servers else {}  # ssl: SentinelManagedSSLConnection
+    server_tls = tls.server_options() if tls.servers else {}
     return sentinel.master_for(
         settings.redis_sentinel_master,
         db=found.db,
         password=password,
         decode_responses=True,
-        connection_class=_PrimaryFollowingConnection,
+        connection_class=_PrimaryFollowingSSLConnection if tls.servers else _PrimaryFollowingConnection,
         socket_connect_timeout=_SENTINEL_TIMEOUT_S,
         retry=_failover_retry(),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
