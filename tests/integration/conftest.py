@@ -319,3 +319,16 @@ def start_celery_worker(
 def celery_worker(start_celery_worker: Callable[..., CeleryTestWorker]) -> CeleryTestWorker:
     """The setup's first worker: ``celery -A tasks worker`` on vcrawl's three queues."""
     return start_celery_worker("vcrawl")
+
+
+_SPARE_DB = 7  # a database of the session's server that no worker consumes
+
+
+@pytest.fixture
+def spare_broker(redis_server: LocalRedis) -> Iterator[str]:
+    """The URL of an empty database of the session's Redis, for messages no worker may take; emptied after."""
+    url = redis_server.url.rsplit("/", 1)[0] + f"/{_SPARE_DB}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()

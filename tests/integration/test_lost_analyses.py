@@ -7,34 +7,20 @@ tests/faults/test_lost_analysis.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 from kombu import Connection
 
 from celeryconfig import ANALYSIS_QUEUE
-from cli.local_redis import LocalRedis
 from tasks.batch_analysis import batch_map, map_task_id, message_exists
 from tasks.batches import analyze_batch
 from tasks.lost_analyses import analysis_ids_present, analysis_task_id
 
-_DB = 7  # a database of the session's server that no worker consumes
-
-
-@pytest.fixture
-def broker(redis_server: LocalRedis) -> Iterator[str]:
-    url = redis_server.url.rsplit("/", 1)[0] + f"/{_DB}"
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    yield url
-    client.flushdb()
-
 
 @pytest.mark.parametrize("decoded", [True, False], ids=["vcrawl's client (str)", "raw (bytes)"])
-def test_analysis_ids_are_found_queued_and_unacknowledged(broker: str, decoded: bool) -> None:
-    client = redis.Redis.from_url(broker, decode_responses=decoded)
-    with Connection(broker) as connection:
+def test_analysis_ids_are_found_queued_and_unacknowledged(spare_broker: str, decoded: bool) -> None:
+    client = redis.Redis.from_url(spare_broker, decode_responses=decoded)
+    with Connection(spare_broker) as connection:
         for batch in ("1", "2", "3"):
             fetched = {"job": "job-x", "batch": batch, "cycle": 0, "pages": [], "redirects": []}
             analyze_batch.apply_async((fetched,), task_id=analysis_task_id("job-x", batch), connection=connection,
@@ -52,9 +38,9 @@ def test_analysis_ids_are_found_queued_and_unacknowledged(broker: str, decoded: 
         queue.close()
 
 
-def test_a_message_that_only_names_an_analysis_as_its_parent_is_not_that_analysis(broker: str) -> None:
-    client = redis.Redis.from_url(broker, decode_responses=True)
-    with Connection(broker) as connection:
+def test_a_message_that_only_names_an_analysis_as_its_parent_is_not_that_analysis(spare_broker: str) -> None:
+    client = redis.Redis.from_url(spare_broker, decode_responses=True)
+    with Connection(spare_broker) as connection:
         analyze_batch.apply_async(({"job": "job-x", "batch": "4"},), task_id="some-other-task", connection=connection,
                                   queue=ANALYSIS_QUEUE, parent_id=analysis_task_id("job-x", "4"),
                                   root_id=analysis_task_id("job-x", "4"))  # fmt: skip
@@ -63,9 +49,11 @@ def test_a_message_that_only_names_an_analysis_as_its_parent_is_not_that_analysi
 
 
 @pytest.mark.parametrize("decoded", [True, False], ids=["vcrawl's client (str)", "raw (bytes)"])
-def test_a_batch_analysis_map_is_found_by_its_task_id_queued_and_unacknowledged(broker: str, decoded: bool) -> None:
-    client = redis.Redis.from_url(broker, decode_responses=decoded)
-    with Connection(broker) as connection:
+def test_a_batch_analysis_map_is_found_by_its_task_id_queued_and_unacknowledged(
+    spare_broker: str, decoded: bool
+) -> None:
+    client = redis.Redis.from_url(spare_broker, decode_responses=decoded)
+    with Connection(spare_broker) as connection:
         batch_map.apply_async(("job-x", "run-1", 3), task_id=map_task_id("run-1", 3), connection=connection,
                               ignore_result=True, queue=ANALYSIS_QUEUE)  # fmt: skip
         assert message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 3))

@@ -4,36 +4,22 @@ message was lost runs with real workers in tests/faults/test_failover.py (a repl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 from kombu import Connection
 
 from celeryconfig import DOWNLOAD_QUEUE
-from cli.local_redis import LocalRedis
 from engine.batch import fetch_task_id
 from engine.nodes import node_queue
 from tasks.batches import fetch_batch
 from tasks.lost_fetches import fetch_ids_present
 
-_DB = 8  # a database of the session's server that no worker consumes
-
-
-@pytest.fixture
-def broker(redis_server: LocalRedis) -> Iterator[str]:
-    url = redis_server.url.rsplit("/", 1)[0] + f"/{_DB}"
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    yield url
-    client.flushdb()
-
 
 @pytest.mark.parametrize("decoded", [True, False], ids=["vcrawl's client (str)", "raw (bytes)"])
-def test_fetch_ids_are_found_on_shared_and_node_queues_and_unacknowledged(broker: str, decoded: bool) -> None:
-    client = redis.Redis.from_url(broker, decode_responses=decoded)
+def test_fetch_ids_are_found_on_shared_and_node_queues_and_unacknowledged(spare_broker: str, decoded: bool) -> None:
+    client = redis.Redis.from_url(spare_broker, decode_responses=decoded)
     queues = {"1.a": DOWNLOAD_QUEUE, "2.a": node_queue("w1@host"), "3.a": DOWNLOAD_QUEUE}
-    with Connection(broker) as connection:
+    with Connection(spare_broker) as connection:
         for batch_id, queue in queues.items():
             fetch_batch.apply_async(("job-x", {"id": batch_id}), task_id=fetch_task_id("job-x", batch_id),
                                     connection=connection, queue=queue)  # fmt: skip
