@@ -121,6 +121,11 @@ def run_analyze_batch(
         RetryableError, OSError: storage or Redis trouble, for the task edge to retry the whole batch.
     """
     batch = FetchedBatch.from_dict(fetched)
+    if batch.done == 0:
+        # A fetch that handed nothing on (its lease gone, or nothing stored): nothing to analyse or
+        # finish. Admitting nothing would still spend the batch's admission token, and a real
+        # hand-over of the same batch (its release's retry, a resend) would then finish nothing.
+        return {"job": batch.job, "batch": batch.batch, "admitted": 0, "completed": False}
     runtime = env.runtimes.get(batch.job, batch.cycle)
     state = CarriedAnalysis.from_dict(carried)
     counters: Counter[str] = Counter(state.counters)

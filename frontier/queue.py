@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 _DEPTH_WEIGHT = 1e12
 _BACK_OF_QUEUE = 1000 * _DEPTH_WEIGHT  # deeper than any depth a job allows
 _UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
+_ALREADY_RELEASED = -2  # release.lua: this release ran before (a retried call)
 
 
 class FrontierQueue:
@@ -103,8 +104,9 @@ class FrontierQueue:
     def release(self, job_id: str, batch: Batch, release: BatchRelease) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time (see ``BatchRelease``).
 
-        Returns True if this completed the job, False if not, None if the lease was gone
-        (reclaimed: nothing is counted twice).
+        Returns True if this completed the job, False if not (also when this very release already
+        ran: a retried call whose first reply was lost), None if the lease was gone (reclaimed:
+        nothing is counted twice).
         """
         now = time.time()
         keys = [
@@ -123,6 +125,8 @@ class FrontierQueue:
         args = _release_argv(batch, release, self._stats_ttl_s, self._day_stats_ttl_s)
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
         result = int(self._scripts.run_with_wake("release", keys, args, wake=True))
+        if result == _ALREADY_RELEASED:
+            return False
         return None if result < 0 else result == 1  # completed: the pump forgets it next round
 
     def handed_on(self, job_id: str, batch_id: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@
 --   then [score, member] * n_requeue, [url, history record, due_s] * n_history,
 --        [failure JSON] * n_failures, [counter name, increment]*
 -- Returns 1 if this completed the job, 0 if not, -1 if the lease was gone (reclaimed: nothing
--- is counted twice).
+-- is counted twice), -2 if this release already ran (a retry: its hand-over is kept).
 --
 -- handed_on: what the batch hands to its analysis (JSON), kept in `released` until the analysis
 -- has admitted it: a worker killed after this release but before it sent the analysis gets its
@@ -28,6 +28,9 @@ local id, host, pause, host_delay = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumbe
 local done, delay, nreq, nhist = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local raw = redis.call('HGET', leases, id)
 if not raw then
+  -- Gone. If what it handed on is kept, this very release already ran: a retried call whose
+  -- first reply was lost (a failover, a dropped connection). Its work stands: say so (-2).
+  if ARGV[12] ~= '' and redis.call('HEXISTS', KEYS[13], id) == 1 then return -2 end
   return -1
 end
 redis.call('HDEL', leases, id)

@@ -243,6 +243,25 @@ def test_an_analysis_of_a_release_this_redis_never_saw_finishes_nothing(client: 
     assert _status(frontier, runtime.job_id)["state"] == "completed"
 
 
+def test_a_release_retried_after_its_reply_was_lost_still_hands_its_pages_on(client: redis.Redis) -> None:
+    """The release ran, its reply was lost with the connection (a failover), redis-py sent it again:
+    the second call finds the lease gone but the hand-over kept, and says the release stands (seen
+    in acceptance check 15: taken for a reclaimed batch, the pages were never analysed)."""
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0})
+    admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="s", counters=Counter(), seeds=True)
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=0, lease_ms=9000,
+                                  cap=8).batches  # fmt: skip
+    fetched = {"job": runtime.job_id, "batch": batch.batch_id, "pages": [{"url": "http://a.test/"}], "redirects": []}
+    release = BatchRelease(pause_ms=0, done=0, handed_on=json.dumps(fetched))
+    assert frontier.queue.release(runtime.job_id, batch, release) is False
+    assert frontier.queue.release(runtime.job_id, batch, release) is False  # the retry: not "reclaimed" (None)
+    assert frontier.queue.handed_on(runtime.job_id, batch.batch_id) == fetched
+    admit_links(runtime, frontier, [], done=1, token=f"a:{batch.batch_id}", counters=Counter(),
+                analysed_batch=batch.batch_id)  # fmt: skip
+    assert _status(frontier, runtime.job_id)["state"] == "completed"
+
+
 def test_batch_ids_differ_between_pump_calls_even_when_the_sequence_goes_back(client: redis.Redis) -> None:
     frontier = Frontier(client)
     runtime = _job(client, frontier, politeness={"min_interval_s": 0})
