@@ -181,7 +181,8 @@ def run_with_a_kill(
         finally:
             ring.stop()
     seen = fetched_pages(sites)
-    stored = hdfs.walk(f"/crawl/jobs/{job_id}/pages")
+    # Visible files only: a node SIGKILLed mid-write leaves its hidden ``.<name>.<hex>.tmp`` (no page).
+    stored = [path for path in hdfs.walk(f"/crawl/jobs/{job_id}/pages") if not path.rsplit("/", 1)[-1].startswith(".")]
     moved = {host for host in before if before[host] != after[host]}
     note(fault=f"ring node {victim} (of a 150, b 80, c 200) SIGKILLed mid-crawl, node timeout {node_timeout_s:g} s",
          reowned_s=round(reowned_s, 1), hosts_moved=len(moved), hosts_of_the_dead_node=len(c_hosts),
