@@ -20,20 +20,29 @@ import logging
 import os
 import ssl
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from vcrawl.errors import ConfigError
 from vcrawl.redis_target import is_sentinel
 
-if TYPE_CHECKING:
-    from vcrawl.settings import Settings
-
-__all__ = ["RedisTls", "check_redis_tls"]
+__all__ = ["RedisTls", "TlsSettings", "check_redis_tls"]
 
 logger = logging.getLogger(__name__)
 
 _FILES = ("redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file")
+
+
+class TlsSettings(Protocol):
+    """The settings TLS reads (``vcrawl.settings.Settings`` has them; a Protocol keeps the import one way)."""
+
+    redis_url: str
+    redis_tls: bool
+    redis_sentinel_tls: bool
+    redis_tls_ca_file: str | None
+    redis_tls_cert_file: str | None
+    redis_tls_key_file: str | None
+    redis_tls_verify: bool
 
 
 def _variable(field: str) -> str:
@@ -52,7 +61,7 @@ class RedisTls:
     verify: bool = True
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> RedisTls:
+    def from_settings(cls, settings: TlsSettings) -> RedisTls:
         """What ``settings`` ask for; logs a warning when TLS is used without verification."""
         sentinel = is_sentinel(settings.redis_url)
         tls = cls(
@@ -95,7 +104,7 @@ class RedisTls:
         return {"ssl": True, **self.ssl_options()} if self.sentinels else {}
 
 
-def check_redis_tls(settings: Settings) -> None:
+def check_redis_tls(settings: TlsSettings) -> None:
     """Refuse TLS settings that cannot work or would be ignored.
 
     Raises:
