@@ -82,6 +82,7 @@ class Seen:
     at: float
     client_port: int = 0
     client: Any = None  # what ``TestSite.identify`` said about the client (e.g. its process)
+    client_host: str = ""  # the client's address (a network namespace's own, tests/netns.py)
 
 
 class TestSite:
@@ -101,7 +102,7 @@ class TestSite:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
-                site._record(self.path, dict(self.headers.items()), self.client_address[1])
+                site._record(self.path, dict(self.headers.items()), self.client_address[1], self.client_address[0])
                 versioned = site._versioned.get(self.path)
                 route = site._routes.get(self.path)
                 if versioned is not None:
@@ -202,11 +203,11 @@ class TestSite:
         with self._lock:
             return [seen for seen in self.seen if seen.path == path]
 
-    def _record(self, path: str, headers: dict[str, str], client_port: int = 0) -> None:
+    def _record(self, path: str, headers: dict[str, str], client_port: int = 0, client_host: str = "") -> None:
         # While the request is served its connection is open: the client's socket can be found.
         client = self.identify(client_port) if self.identify is not None else None
         with self._lock:
-            self.seen.append(Seen(path, headers, time.monotonic(), client_port, client))
+            self.seen.append(Seen(path, headers, time.monotonic(), client_port, client, client_host))
 
     def __enter__(self) -> TestSite:
         self._thread.start()
