@@ -190,9 +190,9 @@ def _frozen_run(tmp_path: Path, freeze_s: float) -> dict[str, Any]:
     storage = Storage(str(data))
     records = list(read_records(storage, f"jobs/{job_id}/records"))
     refetched = sum(sum(fetches(site).values()) - len(fetches(site)) for site in (a, b))
-    return {"status": status, "before": before, "during": during, "after": after, "records": records, "refetched": refetched,
-            "expected": sum(len(paths) for paths in expected.values()), "task_ids": task_ids, "hosts": final,
-            "declared_down": declared_down,
+    return {"status": status, "before": before, "during": during, "after": after, "records": records,
+            "refetched": refetched, "expected": sum(len(paths) for paths in expected.values()),
+            "task_ids": task_ids, "hosts": final, "declared_down": declared_down,
             "warc_urls": _warc_response_urls(data / "jobs" / job_id / "warc")}  # fmt: skip
 
 
