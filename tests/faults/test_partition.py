@@ -7,6 +7,11 @@ so after the node timeout (the shipped 30 s) its messages and leases are taken o
 completes without it. When the link heals it beats again (listed up) and whatever it still had
 in hand (a fetch answered after the cut, an admission, records) must store and admit nothing
 twice. Default settings otherwise: nothing about visibility is set. `make test-faults` runs it.
+
+The cut comes while the worker is in the middle of fetching pages that the sites answer it slowly
+on purpose (``HELD_S``): it has held their messages across heartbeats, so they go back when it is
+declared down (the hand-over), not only through the sweep that catches what it took since its
+last heartbeat.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -37,7 +43,7 @@ from tests.celery_setup import LocalWorkerProcess
 from tests.cluster import cluster_env, ring_listing, start_job
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.netns import Lab, LabUnavailable, unavailable_reason
-from tests.site import NOT_PAGES, Response, TestSite, link_page
+from tests.site import NOT_PAGES, Response, Seen, TestSite, link_page
 from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -45,6 +51,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.faults]
 SITES = 6
 PAGES = 30  # per site, besides its home page: 186 pages, ~10 s undisturbed with two download workers
 PAGE_DELAY_S = 0.2  # every page answers this late: a cut finds the worker's fetches in flight
+HELD_S = 7.0  # the namespaced worker's fetches at the cut: longer than a heartbeat (2-3 s) and then some
+HELD_AT_CUT_S = 4.5  # cut once one of them has been held this long: a heartbeat since said it holds it
 INTERVAL_S = 0.1
 DOWNLOAD = ["download", "download.dynamic"]
 # One record per page: the job's output to check for repeats besides its pages and WARC files.
@@ -66,16 +74,37 @@ def lab() -> Iterator[Lab]:
         made.close()
 
 
-@pytest.fixture
-def sites(lab: Lab) -> Iterator[list[TestSite]]:
-    """Slow sites on the root end of the link: both sides fetch from the same URLs."""
-    with ExitStack() as stack:
-        hosts = [stack.enter_context(TestSite(lab.root_address)) for _ in range(SITES)]
-        for site in hosts:
+class Sites:
+    """Slow sites on the root end of the link (both sides fetch the same URLs), noting who asks.
+
+    Once ``slow_down_the_lab`` is set, every page the namespaced worker asks for answers after
+    ``HELD_S``: it holds that fetch's message across heartbeats, so what it said it holds names it.
+    """
+
+    def __init__(self, lab: Lab, stack: ExitStack) -> None:
+        self.lab_address = lab.lab_address
+        self.hosts = [stack.enter_context(TestSite(lab.root_address)) for _ in range(SITES)]
+        self.slow_down_the_lab = threading.Event()
+        self.held: list[tuple[str, float]] = []  # (URL, arrival) of the namespace's slow fetches
+        for site in self.hosts:
             site.add_page("/", link_page(*[f"/p{i}" for i in range(PAGES)]))
             for i in range(PAGES):
-                site.add_response(f"/p{i}", Response(link_page("/").encode(), delay_s=PAGE_DELAY_S))
-        yield hosts
+                site.add_answer(f"/p{i}", self._answer(site, link_page("/").encode()))
+
+    def _answer(self, site: TestSite, body: bytes) -> Callable[[Seen], Response]:
+        def answer(seen: Seen) -> Response:
+            if seen.client_host == self.lab_address and self.slow_down_the_lab.is_set():
+                self.held.append((site.url(seen.path), seen.at))
+                return Response(body, delay_s=HELD_S)
+            return Response(body, delay_s=PAGE_DELAY_S)
+
+        return answer
+
+
+@pytest.fixture
+def sites(lab: Lab) -> Iterator[Sites]:
+    with ExitStack() as stack:
+        yield Sites(lab, stack)
 
 
 def wait_for(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
@@ -114,9 +143,9 @@ def warc_responses(root: Path) -> Counter[str]:
 
 
 def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
-    tmp_path: Path, lab: Lab, sites: list[TestSite], fault_report: Note
+    tmp_path: Path, lab: Lab, sites: Sites, fault_report: Note
 ) -> None:
-    data = tmp_path / "data"
+    data, hosts = tmp_path / "data", sites.hosts
     with LocalRedis(tmp_path / "redis", bind=("127.0.0.1", lab.root_address)) as server:
         settings = Settings(redis_url=server.url, data=str(data),
                             allowed_networks=(*TEST_ALLOWED_NETWORKS, str(lab.network)))  # fmt: skip
@@ -133,22 +162,24 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
             workers = [steady, cut, analyst]
             with ThreadPoolExecutor(len(workers)) as pool:  # ~4 s each to start: side by side
                 list(pool.map(LocalWorkerProcess.start, workers))
-            job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "warc": True, "rules": [RECORD_RULE],
+            job_id = start_job(env, {"seeds": [site.url("/") for site in hosts], "warc": True, "rules": [RECORD_RULE],
                                      "politeness": {"min_interval_s": INTERVAL_S, "jitter": 0}})  # fmt: skip
+            wait_for(lambda: len(requests_from(hosts, lab.lab_address)) >= 10, 30, "the namespaced worker fetching")
+            sites.slow_down_the_lab.set()
 
-            def cut_mid_fetch() -> bool:
-                # A page request from the namespace younger than half its delay is still unanswered.
-                mine = requests_from(sites, lab.lab_address)
-                return len(mine) >= 10 and time.monotonic() - max(at for _, at in mine) < PAGE_DELAY_S / 2
+            def mid_fetch() -> bool:
+                now = time.monotonic()
+                return any(HELD_AT_CUT_S <= now - at <= HELD_S - 1 for _, at in list(sites.held))
 
-            wait_for(cut_mid_fetch, 30, "the namespaced worker fetching")
+            wait_for(mid_fetch, 30, f"a fetch of the namespaced worker {HELD_AT_CUT_S} s under way")
             lab.cut()
             cut_at = time.monotonic()
-            in_flight = {url for url, at in requests_from(sites, lab.lab_address) if at > cut_at - PAGE_DELAY_S}
-            fetched_before_cut = len(requests_from(sites, lab.lab_address))
+            in_flight = {url for url, at in sites.held if at > cut_at - HELD_S}
+            in_flight |= {url for url, at in requests_from(hosts, lab.lab_address) if at > cut_at - PAGE_DELAY_S}
+            fetched_before_cut = len(requests_from(hosts, lab.lab_address))
 
             def taken_over() -> bool:
-                again = {url for url, _ in requests_from(sites, lab.root_address, since=cut_at)}
+                again = {url for url, _ in requests_from(hosts, lab.root_address, since=cut_at)}
                 return in_flight <= again
 
             wait_for(taken_over, settings.node_timeout_s + 30, f"{sorted(in_flight)} fetched by the others")
@@ -162,7 +193,7 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
             status = wait_for(done, settings.node_timeout_s + 60, f"job {job_id} done")
             completed_s = time.monotonic() - cut_at
             # From a second after the cut: a request sent just before it may be noted just after it.
-            during_cut = requests_from(sites, lab.lab_address, since=cut_at + 1.0)
+            during_cut = requests_from(hosts, lab.lab_address, since=cut_at + 1.0)
             lab.heal()
             healed_at = time.monotonic()
 
@@ -185,8 +216,8 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
                     worker.process.wait(20)  # type: ignore[union-attr]
                 except subprocess.TimeoutExpired:
                     worker.teardown()
-    expected = expected_pages(sites)
-    fetched = Counter(url for url, _ in requests_from(sites, lab.lab_address) + requests_from(sites, lab.root_address))
+    expected = expected_pages(hosts)
+    fetched = Counter(url for url, _ in requests_from(hosts, lab.lab_address) + requests_from(hosts, lab.root_address))
     records = Counter(record["url"] for record in read_records(Storage(str(data)), f"jobs/{job_id}/records"))
     stored = [path for path in (data / "jobs" / job_id / "pages").rglob("*") if path.is_file()
               and not path.name.startswith(".")]  # fmt: skip
@@ -208,6 +239,8 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
     assert listed_down is not None and listed_down["state"] == "down", listed_down
     # Its messages back within the node timeout, the grace and a sweep (~1 s): not the visibility timeout.
     assert taken_over_s <= settings.node_timeout_s + 10
+    # What it said it holds went back when it was declared down, its batches' leases with it.
+    assert handed.get("batches", 0) >= 1 and handed.get("restored", 0) >= 1, handed
     assert back is not None and back["state"] == "up" and consuming, back
     assert set(fetched) == expected
     # Each page once in the job's output, nothing admitted twice, before the heal and after it.
