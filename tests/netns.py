@@ -13,20 +13,27 @@ from __future__ import annotations
 
 import fcntl
 import ipaddress
+import itertools
 import os
+import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["Lab", "LabUnavailable", "unavailable_reason"]
+import pytest
+
+__all__ = ["Lab", "LabUnavailable", "lab_or_skip", "unavailable_reason"]
 
 LAB_NET = ipaddress.IPv4Network("198.51.100.0/24")
 # Two labs (two test processes, two checkouts on one machine) must not pick the same /30.
 _ALLOCATION_LOCK = Path(tempfile.gettempdir()) / "vcrawl-netns.lock"
+_PREFIX = "vcrawl-lab-"
+_SERIAL = itertools.count()
 
 
 class LabUnavailable(RuntimeError):
@@ -42,11 +49,48 @@ def unavailable_reason() -> str | None:
     return None
 
 
+@contextmanager
+def lab_or_skip() -> Iterator[Lab]:
+    """A started lab for a test, closed after it; the test is skipped, saying why, if none can be made."""
+    if (reason := unavailable_reason()) is not None:
+        pytest.skip(f"no network namespace can be made: {reason}")
+    try:
+        lab = Lab().start()
+    except LabUnavailable as e:
+        pytest.skip(f"no network namespace can be made: {e}")
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
 def _ip(*args: str) -> str:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=10)
     if done.returncode != 0:
         raise LabUnavailable(f"ip {' '.join(args)}: {done.stderr.strip()}")
     return done.stdout
+
+
+def _remove_stale_labs() -> None:
+    """Delete the labs of test processes that died without cleaning up (SIGKILL): they hold a /30."""
+    for line in _ip("netns", "list").splitlines():
+        name = line.split()[0] if line.split() else ""
+        found = re.fullmatch(re.escape(_PREFIX) + r"([a-z]{0,2})(\d+)-(\d+)", name)
+        if found is None or _is_alive(int(found.group(2))):
+            continue
+        suffix = name.removeprefix(_PREFIX)
+        subprocess.run(["ip", "link", "del", f"{suffix}r"], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _networks_in_use() -> list[ipaddress.IPv4Network]:
@@ -73,8 +117,9 @@ class Lab:
     """
 
     def __init__(self, tag: str = "vc") -> None:
-        suffix = f"{tag}{os.getpid()}"[-11:]  # interface names are at most 15 characters
-        self.name = f"vcrawl-lab-{suffix}"
+        # Unique on the machine while this process runs; interface names are at most 15 characters.
+        suffix = f"{tag[:2]}{os.getpid()}-{next(_SERIAL) % 100}"
+        self.name = f"{_PREFIX}{suffix}"
         self.root_dev, self.lab_dev = f"{suffix}r", f"{suffix}n"
         self.network: ipaddress.IPv4Network | None = None
         self._made: list[str] = []
@@ -98,6 +143,7 @@ class Lab:
         try:
             with open(_ALLOCATION_LOCK, "w") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
+                _remove_stale_labs()
                 self.network = self._free_network()
                 _ip("netns", "add", self.name)
                 self._made.append("netns")

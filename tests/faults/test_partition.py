@@ -42,7 +42,7 @@ from storage.records import read_records
 from tests.celery_setup import LocalWorkerProcess
 from tests.cluster import cluster_env, ring_listing, start_job
 from tests.conftest import TEST_ALLOWED_NETWORKS
-from tests.netns import Lab, LabUnavailable, unavailable_reason
+from tests.netns import Lab, lab_or_skip
 from tests.site import NOT_PAGES, Response, Seen, TestSite, link_page
 from vcrawl.settings import Settings
 
@@ -62,16 +62,8 @@ Note = Callable[..., None]  # the fault_report fixture (tests/faults/conftest.py
 
 @pytest.fixture
 def lab() -> Iterator[Lab]:
-    if (reason := unavailable_reason()) is not None:
-        pytest.skip(f"no network namespace can be made: {reason}")
-    try:
-        made = Lab().start()
-    except LabUnavailable as e:
-        pytest.skip(f"no network namespace can be made: {e}")
-    try:
+    with lab_or_skip() as made:
         yield made
-    finally:
-        made.close()
 
 
 class Sites:
