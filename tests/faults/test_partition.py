@@ -49,8 +49,8 @@ from vcrawl.settings import Settings
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
 SITES = 6
-PAGES = 30  # per site, besides its home page: 186 pages, ~10 s undisturbed with two download workers
-PAGE_DELAY_S = 0.2  # every page answers this late: a cut finds the worker's fetches in flight
+PAGES = 30  # per site, besides its home page: 186 pages
+PAGE_DELAY_S = 0.05  # besides the slow answers below: pages take a moment, as on the web
 HELD_S = 7.0  # the namespaced worker's fetches at the cut: longer than a heartbeat (2-3 s) and then some
 HELD_AT_CUT_S = 4.5  # cut once one of them has been held this long: a heartbeat since said it holds it
 INTERVAL_S = 0.1
