@@ -161,13 +161,15 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
 
             def mid_fetch() -> bool:
                 now = time.monotonic()
-                return any(HELD_AT_CUT_S <= now - at <= HELD_S - 1 for _, at in list(sites.held))
+                return any(HELD_AT_CUT_S <= now - at <= HELD_AT_CUT_S + 1 for _, at in list(sites.held))
 
             wait_for(mid_fetch, 30, f"a fetch of the namespaced worker {HELD_AT_CUT_S} s under way")
             lab.cut()
             cut_at = time.monotonic()
+            # Answered after the cut had surely taken effect, so never received: in flight.
             in_flight = {url for url, at in sites.held if at > cut_at - HELD_S}
             in_flight |= {url for url, at in requests_from(hosts, lab.lab_address) if at > cut_at - PAGE_DELAY_S}
+            assert in_flight, "the cut came too late: every fetch of the namespaced worker was answered"
             fetched_before_cut = len(requests_from(hosts, lab.lab_address))
 
             def taken_over() -> bool:
