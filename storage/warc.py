@@ -221,8 +221,12 @@ class WarcWriter:
         spool_dir: str | None = None,
         writer_id: str | None = None,
         software: str = "vcrawl",
+        on_open: Callable[[], None] | None = None,
     ) -> None:
         """Check the arguments; no file is made before the first capture.
+
+        ``on_open`` is called (under the writer's lock) when a file gets its first capture, before
+        the capture is written: e.g. to note that this process holds output not shipped yet.
 
         Raises:
             ValueError: `max_file_bytes` is not positive, `prefix` is empty, or `writer_id` is not
@@ -243,6 +247,7 @@ class WarcWriter:
         self._store = store
         self._max_file_bytes = max_file_bytes
         self._spool_dir = spool_dir
+        self._on_open = on_open
         self._info = {
             "software": f"{software} (warcio {version('warcio')})",
             "format": "WARC File Format 1.1",
@@ -264,6 +269,11 @@ class WarcWriter:
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+    @property
+    def pending(self) -> bool:
+        """True while a capture is not shipped yet (read without the lock: a hint, never blocks)."""
+        return self._spool is not None or bool(self._queue)
 
     @property
     def shipped(self) -> list[str]:
@@ -418,6 +428,8 @@ class WarcWriter:
 
     def _current(self) -> _Spool:
         if self._spool is None:
+            if self._on_open is not None:
+                self._on_open()
             self._seq += 1
             spool = _Spool(self._location(self._seq), self._spool_dir)
             spool.write(spool.writer.create_warcinfo_record(spool.location.rsplit("/", 1)[-1], self._info))

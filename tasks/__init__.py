@@ -132,8 +132,12 @@ def start_job(job: JobSpec | Mapping[str, Any]) -> str:
 
 
 def job_status(job_id: str) -> dict[str, Any] | None:
-    """State and counters of a job (None if unknown): as ``vcrawl status JOB --json`` prints."""
-    return _status.job_status(deps.frontier(), job_id)
+    """State and counters of a job (None if unknown): as ``vcrawl status JOB --json`` prints.
+
+    ``outputs`` lists its files in storage; ``outputs_pending`` counts the worker processes that
+    still hold output of it not shipped (it drops to 0 within seconds of the job's completion).
+    """
+    return _status.job_status(deps.frontier(), job_id, deps.storage(), deps.output_ledger())
 
 
 def cancel_job(job_id: str) -> bool:
@@ -148,7 +152,10 @@ def pause_job(job_id: str) -> bool:
 
 def resume_job(job_id: str) -> str | None:
     """Dispatch a paused job again; returns its state (``running`` or ``completed``), None if not paused."""
-    return deps.frontier().jobs.resume(job_id)
+    state = deps.frontier().jobs.resume(job_id)
+    if state == "completed":  # nothing was left: the workers ship its output now
+        deps.job_completed(job_id, deps.frontier().jobs.cycle(job_id))
+    return state
 
 
 def reconfigure_job(job_id: str, changes: Mapping[str, Any]) -> JobSpec:
@@ -321,6 +328,8 @@ def _start_pump(**_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
         deps.pump(dispatch_batch).start()
+    # A job's WARC files and record parts ship when it completes (a prefork child starts its own).
+    deps.output_shipper().start()
     # On the ring (a ring node), and watching it for nodes that went silent (every worker).
     deps.ring_keeper(_node.get("name")).start()
     _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
@@ -342,6 +351,7 @@ def _stop_pump(**_: Any) -> None:
     _primary_watch.stop()
     if (fence := _fence.pop("fence", None)) is not None:
         fence.stop()
+    deps.output_shipper().stop()
     _release_process_resources()
 
 
@@ -354,7 +364,8 @@ def _quit_browser(**_: Any) -> None:
 
 def _release_process_resources() -> None:
     # Each step on its own: a store that fails must not keep the browser alive or the WARC unshipped.
-    for step in (deps.fetchers().close, deps.flush_records, deps.close_warc):
+    # Last: clearing this process's notes of unshipped output, once it is shipped.
+    for step in (deps.fetchers().close, deps.flush_records, deps.close_warc, deps.output_shipper().ship_all):
         try:
             step()
         except Exception:
