@@ -72,8 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="submit a job file to a running cluster ($VCRAWL_REDIS_URL)")
     submit.add_argument("job_file", type=Path)
     submit.add_argument("--json", action="store_true", help="print the job status (with --wait: the summary) as JSON")
-    submit.add_argument("--wait", action="store_true",
-                        help="follow the job to its end and its output into storage; exit 0 if it completed")  # fmt: skip
+    submit.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the job to its end and its output into storage; exit 0 if it completed",
+    )
     submit.add_argument("--timeout", type=float, help="with --wait: cancel the job after S seconds")
     submit.set_defaults(run=_cmd_submit)
 
@@ -290,4 +293,3 @@ def _cmd_flower(args: argparse.Namespace) -> int:
     options = flower.FlowerOptions(address=args.address, port=args.port, insecure_local=args.insecure_local)
     env = flower.flower_env(child_environment(), Settings.from_env(), options)
     flower.exec_flower(flower.flower_command(options), env)
-
