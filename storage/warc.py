@@ -49,11 +49,13 @@ from warcio.warcwriter import WARCWriter
 
 from storage.registry import Storage
 
-__all__ = ["REVISIT_MIME", "CdxEntry", "WarcWriter", "lookup", "read_response", "recover_spools"]
+__all__ = ["REVISIT_MIME", "SERVER_NOT_MODIFIED", "CdxEntry", "WarcWriter", "lookup", "read_response", "recover_spools"]
 
 logger = logging.getLogger(__name__)
 
 REVISIT_MIME = "warc/revisit"  # the CDX mime of a revisit record, as pywb and cdxj-indexer write it
+# WARC/1.1 section 6.7: a revisit whose server answered 304 (the payload is that of the record referred to).
+SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 _CONFORMS_TO = "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 _CHUNK = 1024 * 1024
 _INDEX_PART = ".cdxj.part"  # a spool's index so far: '<file size after the capture> <CDXJ line>'
@@ -354,13 +356,15 @@ class WarcWriter:
         refers_to_uri: str,
         refers_to_date: datetime | str,
         digest: str,
+        not_modified: bool = False,
     ) -> CdxEntry:
-        """Archive a re-fetch whose payload is unchanged as a ``revisit`` record (identical-payload-digest).
+        """Archive a re-fetch whose payload is unchanged as a ``revisit`` record (identical-payload-digest,
+        or server-not-modified with `not_modified`: the server answered 304).
 
         The record holds the HTTP status and headers only; the payload, and so its length and
         encoding headers, are those of the capture it refers to. `refers_to_date` is a datetime,
         a 14-digit CDX timestamp or a WARC date; `digest` is base32 SHA-1 (``CdxEntry.digest``,
-        with or without ``sha1:``).
+        with or without ``sha1:``), that of the capture referred to.
 
         Raises:
             ValueError: a malformed date, digest, status or URL.
@@ -380,6 +384,8 @@ class WarcWriter:
                 http_headers=http,
                 warc_headers_dict={"WARC-Date": warc_date},
             )
+            if not_modified:
+                record.rec_headers.replace_header("WARC-Profile", SERVER_NOT_MODIFIED)
             offset, length = spool.write(record)
             return record, offset, length
 
