@@ -26,6 +26,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -38,6 +39,7 @@ __all__ = ["LocalOutputs", "OutputLedger", "OutputShipper", "is_output_due", "wr
 logger = logging.getLogger(__name__)
 
 _FINISHED = frozenset(names.FINAL_STATES)
+_LISTEN_S = 0.25
 
 
 def writer_token() -> str:
@@ -219,19 +221,24 @@ class OutputShipper:
 
     def _run(self) -> None:
         pubsub: Any = None
+        next_poll = 0.0
         while not self._stop.is_set():
             try:
                 if pubsub is None:
                     pubsub = self._ledger.subscribe()
-                self._ledger.beat(self.writer)
-                message = pubsub.get_message(timeout=self._poll_s)
-                announced = _announced_job(message)
+                # Short waits on the subscription (no command is sent), so a stop is noticed at once.
+                announced = _announced_job(pubsub.get_message(timeout=_LISTEN_S))
                 if announced is not None and announced not in self._local.jobs():
                     announced = None  # another process's job
+                if announced is None and time.monotonic() < next_poll:
+                    continue
+                self._ledger.beat(self.writer)
                 self.ship_due(announced)
+                next_poll = time.monotonic() + self._poll_s
             except Exception:  # a Redis restart or a failing store: try again on the next round
                 logger.exception("output shipper round failed")
-                pubsub = _close(pubsub)
+                _close(pubsub)
+                pubsub = None
                 self._stop.wait(1.0)
         _close(pubsub)
 
