@@ -66,7 +66,7 @@ from frontier import (
     robots_url,
 )
 from storage import Storage
-from storage.warc import WarcWriter
+from storage.warc import WarcStage, WarcWriter
 from vcrawl import names
 from vcrawl.errors import DownloadFailed, FetchFailed, VcrawlError
 from vcrawl.jobs import RevisitSpec
@@ -116,7 +116,8 @@ class FetchContext:
     robots_retry_s: float = 600.0  # an unreachable robots.txt is asked again after this
     alert: Callable[[str, Alert], bool] | None = None  # send once per cause per alert window
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets by auth name
-    warc: Callable[[], WarcWriter] | None = None  # this process's WARC writer of the job (``warc: true``)
+    # Where the job's captures go (``warc: true``): a fetch batch's stage (engine.warc_stage), or the writer.
+    warc: Callable[[], WarcStage | WarcWriter] | None = None
     cycle: Cycle | None = None  # scheduled jobs
     sitemaps: SitemapSink | None = None  # a job's: where the sitemaps it reads go
     job_id: str = ""  # for logs and alerts; "" for a single task
