@@ -131,13 +131,15 @@ def start_job(job: JobSpec | Mapping[str, Any]) -> str:
     return _jobs.start(spec, deps.frontier(), deps.runtimes(), deps.fetchers())
 
 
-def job_status(job_id: str) -> dict[str, Any] | None:
+def job_status(job_id: str, with_outputs: bool = True) -> dict[str, Any] | None:
     """State and counters of a job (None if unknown): as ``vcrawl status JOB --json`` prints.
 
-    ``outputs`` lists its files in storage; ``outputs_pending`` counts the worker processes that
+    ``outputs`` lists its files in storage (left empty without ``with_outputs``: listing the
+    store costs requests, e.g. on HDFS); ``outputs_pending`` counts the worker processes that
     still hold output of it not shipped (it drops to 0 within seconds of the job's completion).
     """
-    return _status.job_status(deps.frontier(), job_id, deps.storage(), deps.output_ledger())
+    store = deps.storage() if with_outputs else None
+    return _status.job_status(deps.frontier(), job_id, store, deps.output_ledger())
 
 
 def cancel_job(job_id: str) -> bool:
@@ -153,8 +155,8 @@ def pause_job(job_id: str) -> bool:
 def resume_job(job_id: str) -> str | None:
     """Dispatch a paused job again; returns its state (``running`` or ``completed``), None if not paused."""
     state = deps.frontier().jobs.resume(job_id)
-    if state == "completed":  # nothing was left: the workers ship its output now
-        deps.job_completed(job_id, deps.frontier().jobs.cycle(job_id))
+    if state == "completed":  # nothing was left: the workers ship its output now (their poll would, in 2 s)
+        deps.output_ledger().announce(job_id, deps.frontier().jobs.cycle(job_id))
     return state
 
 
