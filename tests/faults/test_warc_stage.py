@@ -4,11 +4,13 @@ Real processes: a redis-server of its own, two ring nodes (``celery -A tasks wor
 ``VCRAWL_NODE_WEIGHT``, node timeout 3 s) and a loopback site whose page ``/slow`` answers after
 6 s. The node fetching ``/slow`` is SIGSTOPped as the request arrives; the other node declares it
 down, takes its batch over and fetches ``/slow`` again; then the stopped node gets SIGCONT, ends
-its batch and finds its lease gone. The job's WARC files must hold one response per page.
+its batch and finds its lease gone. The job's WARC files must hold one response per page, its
+records one record per page.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -64,7 +66,9 @@ def test_a_batch_taken_over_from_a_stopped_worker_is_archived_once(tmp_path: Pat
             workers[name], nodes[process.pid] = process, name
         stopped: subprocess.Popen[bytes] | None = None
         try:
-            job_id = start_job(env, {"seeds": [site.url("/")], "warc": True, "politeness": {"min_interval_s": 0.05}})
+            rules = [{"pattern": "", "analyzer": "fields", "fields": {"title": "title"}}]
+            job = {"seeds": [site.url("/")], "warc": True, "rules": rules, "politeness": {"min_interval_s": 0.05}}
+            job_id = start_job(env, job)
             first = wait_for(lambda: site.requests_to("/slow"), 30, "/slow requested")[0]
             stopped = workers[first.client]
             os.kill(stopped.pid, signal.SIGSTOP)
@@ -100,3 +104,6 @@ def test_a_batch_taken_over_from_a_stopped_worker_is_archived_once(tmp_path: Pat
     assert status["state"] == "completed" and status["pages_stored"] == len(paths) + 2, status
     assert fetched["/slow"] == 2, fetched  # the batch really ran twice
     assert responses == Counter({site.url(path): 1 for path in ["/", "/slow", *paths]}), responses
+    parts = (tmp_path / "data/jobs" / job_id / "records").glob("*.jsonl")
+    records = Counter(json.loads(line)["url"] for part in parts for line in part.read_text().splitlines())
+    assert records == Counter({site.url(path): 1 for path in ["/", "/slow", *paths]}), records
