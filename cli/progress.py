@@ -32,7 +32,7 @@ def follow(
     tty = sys.stderr.isatty()
     last_print, last = 0.0, ""
     while not interrupted():
-        status = tasks.job_status(job_id) or {}
+        status = tasks.job_status(job_id, with_outputs=False) or {}  # no store listing four times a second
         if status.get("state") != "running":
             if tty:
                 print(file=sys.stderr)
@@ -62,14 +62,14 @@ def wait_for_outputs(
     job_id: str, status: dict[str, Any], wait_s: float = OUTPUTS_WAIT_S, poll_s: float = 0.2
 ) -> dict[str, Any]:
     """Wait until no worker process holds output of the finished job (``outputs_pending`` 0), at most
-    ``wait_s``; return the last status (its ``outputs`` then list the files in storage)."""
+    ``wait_s``; return its status then (with ``outputs``, the files in storage)."""
     import tasks
 
     deadline = time.monotonic() + wait_s
     while status.get("outputs_pending") and time.monotonic() < deadline:
         time.sleep(poll_s)
-        status = tasks.job_status(job_id) or status
-    return status
+        status = tasks.job_status(job_id, with_outputs=False) or status
+    return tasks.job_status(job_id) or status
 
 
 def redis_cost() -> dict[str, float]:
