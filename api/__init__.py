@@ -15,6 +15,7 @@ def real_api(token: str | None) -> JobApi:
         token=token,
         start_job=tasks.start_job,
         job_status=tasks.job_status,
+        job_summary=lambda job_id: tasks.job_status(job_id, with_outputs=False),
         jobs=tasks.list_jobs,
         cancel=tasks.cancel_job,
         pause=tasks.pause_job,

@@ -19,7 +19,7 @@ from typing import Any
 from cli.analyze import add_analysis_commands
 from cli.nodes import add_nodes_command
 from cli.ops import add_ops_commands
-from cli.progress import follow, report, summary_of
+from cli.progress import OUTPUTS_WAIT_S, follow, report, summary_of, wait_for_outputs
 from cli.run import add_network_option, add_run_options, allowing, run_job_locally
 from cli.stats import add_stats_command
 from vcrawl.errors import ConfigError, InvalidTask
@@ -72,7 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="submit a job file to a running cluster ($VCRAWL_REDIS_URL)")
     submit.add_argument("job_file", type=Path)
     submit.add_argument("--json", action="store_true", help="print the job status (with --wait: the summary) as JSON")
-    submit.add_argument("--wait", action="store_true", help="follow the job to its end; exit 0 if it completed")
+    submit.add_argument(
+        "--wait",
+        action="store_true",
+        help="follow the job to its end and its output into storage; exit 0 if it completed",
+    )
     submit.add_argument("--timeout", type=float, help="with --wait: cancel the job after S seconds")
     submit.set_defaults(run=_cmd_submit)
 
@@ -179,8 +183,15 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     if not status:  # follow returns a status unless interrupted; an empty one: the job is gone
         print(f"vcrawl: job {job_id} disappeared from the cluster's Redis while it ran", file=sys.stderr)
         return 1
+    # The workers ship the job's WARC files and record parts when it ends: wait for them to be in storage.
+    status = wait_for_outputs(job_id, status)
     summary = summary_of(status, time.monotonic() - started, tasks.settings().data)
     report(summary, as_json=args.json)
+    if status.get("outputs_pending"):
+        print(f"vcrawl: job {job_id}: {status['outputs_pending']} worker process(es) still hold WARC files or "
+              f"records of it {OUTPUTS_WAIT_S:g} s after it ended (see outputs_pending in vcrawl status {job_id})",
+              file=sys.stderr)  # fmt: skip
+        return 1
     return 0 if summary.state == "completed" else 1
 
 
@@ -282,4 +293,3 @@ def _cmd_flower(args: argparse.Namespace) -> int:
     options = flower.FlowerOptions(address=args.address, port=args.port, insecure_local=args.insecure_local)
     env = flower.flower_env(child_environment(), Settings.from_env(), options)
     flower.exec_flower(flower.flower_command(options), env)
-

@@ -11,7 +11,10 @@ from typing import Any
 
 from engine.status import JobStatus
 
-__all__ = ["RunSummary", "follow", "redis_cost", "report", "summary_of"]
+__all__ = ["OUTPUTS_WAIT_S", "RunSummary", "follow", "redis_cost", "report", "summary_of", "wait_for_outputs"]
+
+OUTPUTS_WAIT_S = 30.0
+"""How long ``vcrawl submit --wait`` waits, after the job ends, for its output to be in storage."""
 
 _SUMMARY_KEYS = (
     "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
@@ -29,7 +32,7 @@ def follow(
     tty = sys.stderr.isatty()
     last_print, last = 0.0, ""
     while not interrupted():
-        status = tasks.job_status(job_id) or {}
+        status = tasks.job_status(job_id, with_outputs=False) or {}  # no store listing four times a second
         if status.get("state") != "running":
             if tty:
                 print(file=sys.stderr)
@@ -53,6 +56,20 @@ def follow(
             deadline = float("inf")
         time.sleep(0.25)
     return None
+
+
+def wait_for_outputs(
+    job_id: str, status: dict[str, Any], wait_s: float = OUTPUTS_WAIT_S, poll_s: float = 0.2
+) -> dict[str, Any]:
+    """Wait until no worker process holds output of the finished job (``outputs_pending`` 0), at most
+    ``wait_s``; return its status then (with ``outputs``, the files in storage)."""
+    import tasks
+
+    deadline = time.monotonic() + wait_s
+    while status.get("outputs_pending") and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        status = tasks.job_status(job_id, with_outputs=False) or status
+    return tasks.job_status(job_id) or status
 
 
 def redis_cost() -> dict[str, float]:

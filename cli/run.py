@@ -366,7 +366,7 @@ def _drain(job_id: str, deadline: float, hurry: Callable[[], bool]) -> bool:
     import tasks
 
     while time.monotonic() < deadline and not hurry():
-        status = tasks.job_status(job_id) or {}
+        status = tasks.job_status(job_id, with_outputs=False) or {}
         if status.get("state") != "paused":
             return True
         if status["in_flight_batches"] == 0 and status["pending"] <= status["queued"]:

@@ -25,12 +25,14 @@ from engine.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, RuntimeCache, lease_ms
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, SitemapRead, Stored
 from engine.sitemaps import SitemapSink, unchanged_by_hint
+from engine.warc_stage import StagedWarc
 from fetchers import FetcherRegistry, ProxyHealth
 from frontier import Batch, BatchRelease, Entry, Frontier, History, RobotsCache, UrlHistory
 from storage import Storage, job_page_location
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
 from vcrawl import names
+from vcrawl.errors import VcrawlError
 from vcrawl.payloads import FetchedBatch, RedirectLink
 from vcrawl.policies import PolitenessPolicy
 
@@ -126,7 +128,20 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
         env.frontier.queue.release(job_id, batch, handed_back)
         return nothing.to_dict()
-    outcomes, handed_back, waiting = _fetch_entries(env, runtime, batch)
+    staged = StagedWarc(partial(env.warc, job_id), f"job {job_id} batch {batch.batch_id}") if (
+        runtime.spec.warc and env.warc is not None) else None  # fmt: skip
+    try:
+        return _fetch_and_release(env, runtime, job_id, batch, staged)
+    finally:
+        if staged is not None:
+            staged.discard()  # an error before the release: the batch is fetched again
+
+
+def _fetch_and_release(
+    env: CrawlEnv, runtime: JobRuntime, job_id: str, batch: Batch, staged: StagedWarc | None
+) -> dict[str, Any]:
+    nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
+    outcomes, handed_back, waiting = _fetch_entries(env, runtime, batch, staged)
     politeness = runtime.spec.politeness
     release = fold_release(outcomes, handed_back, waiting, runtime.politeness, politeness.obey_robots, env.clock)
     fetched = FetchedBatch(
@@ -144,6 +159,8 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         for line in log_lines(outcomes, batch.cycle, now):
             log.append(line.to_json())
     failures = [(outcome.entry.url, outcome.reason) for outcome in outcomes if isinstance(outcome, Failed)]
+    if staged is not None:  # right before the release, so a batch taken over is not archived twice
+        _settle_warc(env, job_id, batch, staged)
     released = env.frontier.queue.release(
         job_id,
         batch,
@@ -164,8 +181,16 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     return result
 
 
+def _settle_warc(env: CrawlEnv, job_id: str, batch: Batch, staged: StagedWarc) -> None:
+    """Archive the batch's captures if it still holds its lease (a WARC failure is logged, not fatal)."""
+    try:
+        staged.settle(env.frontier.queue.holds_lease(job_id, batch.batch_id))
+    except (VcrawlError, OSError, ValueError) as exc:
+        logger.warning("job %s: WARC captures of batch %s not archived: %r", job_id, batch.batch_id, exc)
+
+
 def _fetch_entries(
-    env: CrawlEnv, runtime: JobRuntime, batch: Batch
+    env: CrawlEnv, runtime: JobRuntime, batch: Batch, staged: StagedWarc | None = None
 ) -> tuple[list[FetchOutcome], list[Entry], list[Entry]]:
     """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting)."""
     outcomes: list[FetchOutcome] = []
@@ -174,6 +199,8 @@ def _fetch_entries(
         host_slowness=partial(_host_slowness, env, runtime.job_id, outcomes),
         host_throttle=partial(_host_throttle, env, runtime.job_id, outcomes),
     )
+    if staged is not None:
+        ctx = replace(ctx, warc=staged.stage)
     sitemaps = SitemapSink(runtime, env.frontier, batch.batch_id)
     ctx = replace(ctx, sitemaps=sitemaps)
     known: dict[str, UrlHistory] = {}

@@ -66,7 +66,7 @@ from frontier import (
     robots_url,
 )
 from storage import Storage
-from storage.warc import WarcWriter
+from storage.warc import WarcStage, WarcWriter
 from vcrawl import names
 from vcrawl.errors import DownloadFailed, FetchFailed, VcrawlError
 from vcrawl.jobs import RevisitSpec
@@ -116,7 +116,8 @@ class FetchContext:
     robots_retry_s: float = 600.0  # an unreachable robots.txt is asked again after this
     alert: Callable[[str, Alert], bool] | None = None  # send once per cause per alert window
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets by auth name
-    warc: Callable[[], WarcWriter] | None = None  # this process's WARC writer of the job (``warc: true``)
+    # Where the job's captures go (``warc: true``): a fetch batch's stage (engine.warc_stage), or the writer.
+    warc: Callable[[], WarcStage | WarcWriter] | None = None
     cycle: Cycle | None = None  # scheduled jobs
     sitemaps: SitemapSink | None = None  # a job's: where the sitemaps it reads go
     job_id: str = ""  # for logs and alerts; "" for a single task
@@ -219,19 +220,17 @@ def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         counts[names.COUNTER_FETCHED] += 1
         counts[f"{names.PREFIX_STATUS}{result.status}"] += 1
         result = masked_result(result, item.rule, ctx.api_auth)
-        if ctx.warc is not None:
-            _archive(ctx, entry, result, counts)
-        return with_rate_limit(_sort_response(ctx, item, result, counts, crawl_delay_s), result, ctx.clock(),
-                               ctx.retry.max_retry_after_s)  # fmt: skip
-    if ctx.warc is not None:
-        _archive(ctx, entry, result, counts)
+        capture = _archive(ctx, item, result, counts) if ctx.warc is not None else None
+        return with_rate_limit(_with_capture(_sort_response(ctx, item, result, counts, crawl_delay_s), capture),
+                               result, ctx.clock(), ctx.retry.max_retry_after_s)  # fmt: skip
+    capture = _archive(ctx, item, result, counts) if ctx.warc is not None else None
     if sitemaps is not None:  # not a page: counted as a sitemap, not as a page fetched
         read = sitemaps.read(entry, result, counts, crawl_delay_s)
         if read is not None:
             return read
     counts[names.COUNTER_FETCHED] += 1
     counts[f"{names.PREFIX_STATUS}{result.status}"] += 1
-    return _sort_response(ctx, item, result, counts, crawl_delay_s)
+    return _with_capture(_sort_response(ctx, item, result, counts, crawl_delay_s), capture)
 
 
 def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
@@ -455,11 +454,32 @@ def _read_robots(ctx: FetchContext, url: str, counts: Counter[str]) -> RobotsRul
     return rules
 
 
-def _archive(ctx: FetchContext, entry: Entry, result: FetchResult, counts: Counter[str]) -> None:
-    """Write the exchange to this process's WARC file of the job (a store failure is counted, not fatal)."""
+def _archive(ctx: FetchContext, item: FetchItem, result: FetchResult, counts: Counter[str]) -> str | None:
+    """Write the exchange to this process's WARC file of the job (a store failure is counted, not fatal).
+
+    In a re-crawl cycle, a 304 or a 200 with the body of the URL's last archived capture is written
+    as a ``revisit`` record referring to that capture. Returns the new capture of a 200 written as a
+    ``response`` ("<timestamp> <digest>", for the URL's history), else None.
+    """
     assert ctx.warc is not None
+    entry, known = item.entry, item.known
+    refers_to = _revisit_of(ctx, known, result)
     try:
-        ctx.warc().write_exchange(
+        if refers_to is not None:
+            timestamp, digest = refers_to.split(" ", 1)
+            ctx.warc().write_revisit(
+                entry.url,
+                fetched_at=datetime.now(UTC),
+                status=result.status,
+                response_headers=result.headers,
+                refers_to_uri=entry.url,
+                refers_to_date=timestamp,
+                digest=digest,
+                not_modified=result.status == 304,
+            )
+            counts[names.COUNTER_WARC_RECORDS] += 1
+            return None
+        written = ctx.warc().write_exchange(
             entry.url,
             request_headers=result.request_headers,
             status=result.status,
@@ -473,6 +493,31 @@ def _archive(ctx: FetchContext, entry: Entry, result: FetchResult, counts: Count
     except (VcrawlError, OSError, ValueError) as exc:
         logger.warning("WARC write of %s failed: %r", entry.url, exc)
         counts[names.COUNTER_WARC_FAILED] += 1
+        return None
+    return f"{written.timestamp} {written.digest}" if result.status == 200 and ctx.cycle is not None else None
+
+
+def _revisit_of(ctx: FetchContext, known: UrlHistory | None, result: FetchResult) -> str | None:
+    """The capture an unchanged page's revisit record refers to (None: archive the response in full)."""
+    if ctx.cycle is None or known is None or not known.fetched or not known.capture:
+        return None
+    if result.status == 304:
+        return known.capture
+    if result.status == 200 and known.content_hash == content_hash(result.body):
+        return known.capture
+    return None
+
+
+def _with_capture(outcome: FetchOutcome, capture: str | None) -> FetchOutcome:
+    """The outcome with ``capture`` (a WARC response just written) in the URL's history it carries."""
+    if capture is None:
+        return outcome
+    if isinstance(outcome, Stored) and outcome.page.history:
+        history = replace(UrlHistory.decode(outcome.page.history), capture=capture)
+        return replace(outcome, page=replace(outcome.page, history=history.encode()))
+    if outcome.visit.revisit is not None:  # an unchanged page archived in full: later revisits refer to it
+        return replace(outcome, visit=replace(outcome.visit, revisit=replace(outcome.visit.revisit, capture=capture)))
+    return outcome
 
 
 def _join(base: str, location: str) -> str:

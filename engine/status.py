@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from engine.fetch_log import fetch_log_prefix
+from engine.outputs import OutputLedger
 from fetchers import proxy_stats
 from frontier import Frontier
+from storage import Storage
 from vcrawl import names
 
-__all__ = ["CYCLE_COUNTERS", "CycleSummary", "JobStatus", "job_status", "load_status"]
+__all__ = ["CYCLE_COUNTERS", "CycleSummary", "JobStatus", "job_outputs", "job_status", "load_status"]
 
 CYCLE_COUNTERS = (
     names.COUNTER_FETCHED,
@@ -98,11 +101,16 @@ class JobStatus:
     skipped_firings: int = 0
     cycle_counters: Mapping[str, int] = field(default_factory=dict)
     cycles: tuple[CycleSummary, ...] = ()
+    # The job's output files in storage (WARC files and their .cdxj, record and fetch log parts),
+    # and how many worker processes still hold output of it not shipped (0 soon after completion).
+    outputs: tuple[str, ...] = ()
+    outputs_pending: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: a failed job adds ``error``, a scheduled job its cycle keys and counters."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _OPTIONAL}
         data["seeds"] = list(self.seeds)
+        data["outputs"] = list(self.outputs)
         for name in ("failed", "filtered", "analysis_failed", "sitemap_problems", "statuses", "proxies"):
             data[name] = dict(data[name])
         if self.error is not None:
@@ -118,6 +126,7 @@ class JobStatus:
         """Read the JSON form back."""
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data and f.name not in _OPTIONAL}
         values["seeds"] = tuple(values.get("seeds", ()))
+        values["outputs"] = tuple(values.get("outputs", ()))
         if data.get("cycle") is not None:
             values.update(cycle=int(data["cycle"]), started_at=data.get("started_at"),
                           skipped_firings=int(data.get("skipped_firings") or 0),
@@ -129,8 +138,21 @@ class JobStatus:
 _OPTIONAL = frozenset({"error", "cycle", "started_at", "skipped_firings", "cycle_counters", "cycles"})
 
 
-def load_status(frontier: Frontier, job_id: str, now: float | None = None) -> JobStatus | None:
-    """Read a job's status from the frontier, or None if unknown."""
+def job_outputs(store: Storage, job_id: str) -> tuple[str, ...]:
+    """The job's output files in storage: WARC files with their indexes, record parts, fetch log parts."""
+    prefixes = (f"jobs/{job_id}/warc", f"jobs/{job_id}/records", fetch_log_prefix(job_id))
+    return tuple(location for prefix in prefixes for location in store.list_files(prefix))
+
+
+def load_status(
+    frontier: Frontier,
+    job_id: str,
+    now: float | None = None,
+    store: Storage | None = None,
+    ledger: OutputLedger | None = None,
+) -> JobStatus | None:
+    """Read a job's status from the frontier, or None if unknown; with ``store`` and ``ledger``, its
+    output files and the worker processes still holding output of it."""
     raw = frontier.jobs.raw_state(job_id)
     if not raw:
         return None
@@ -184,12 +206,16 @@ def load_status(frontier: Frontier, job_id: str, now: float | None = None) -> Jo
         skipped_firings=int(raw.get(names.META_SKIPPED_FIRINGS) or 0),
         cycle_counters=cycle_counters if cycle is not None else {},
         cycles=cycles,
+        outputs=job_outputs(store, job_id) if store is not None else (),
+        outputs_pending=len(ledger.pending(job_id)) if ledger is not None else 0,
     )
 
 
-def job_status(frontier: Frontier, job_id: str) -> dict[str, Any] | None:
+def job_status(
+    frontier: Frontier, job_id: str, store: Storage | None = None, ledger: OutputLedger | None = None
+) -> dict[str, Any] | None:
     """State and counters of a job as JSON-ready dict, or None if unknown."""
-    status = load_status(frontier, job_id)
+    status = load_status(frontier, job_id, store=store, ledger=ledger)
     return None if status is None else status.to_dict()
 
 

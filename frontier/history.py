@@ -3,7 +3,8 @@
 Per job, two keys:
 
 * ``hist``: one hash, URL -> a compact JSON list ``[depth, cycle_start_s, interval_s, etag,
-  last_modified_s, content_hash]``. A record ``[depth]`` alone is a URL found but not fetched
+  last_modified_s, content_hash]``, plus the URL's last WARC capture when the job archives to
+  WARC. A record ``[depth]`` alone is a URL found but not fetched
   yet (over the page limit, or left queued by a cancelled cycle).
 * ``due``: one sorted set, URL -> the time (s) it is due again: the start of the cycle that
   fetched it plus its interval. A new cycle takes every URL due by its start.
@@ -63,6 +64,9 @@ class UrlHistory:
     etag: str = ""
     last_modified_s: int = 0
     content_hash: str = ""
+    # The URL's last WARC ``response`` record, "<14-digit timestamp> <base32 SHA-1 payload digest>":
+    # what a revisit record of an unchanged page refers to ("" when none was archived).
+    capture: str = ""
 
     @property
     def fetched(self) -> bool:
@@ -106,9 +110,11 @@ class UrlHistory:
         headers: Mapping[str, str] | None = None,
         changed: bool = False,
         digest: str | None = None,
+        capture: str | None = None,
     ) -> UrlHistory:
         """This URL's record after a visit in the cycle started at ``cycle_started_s``: a new interval,
-        and the validators of a response (``status``/``headers``; None: no response).
+        and the validators of a response (``status``/``headers``; None: no response); ``capture`` is
+        the visit's WARC response record, if it wrote one.
 
         >>> known = UrlHistory(1, 100.0, 3600.0, '"a"', 0, "h1")
         >>> after = known.after_visit(cycle_started_s=200.0, revisit=RevisitSpec(), status=304,
@@ -131,6 +137,7 @@ class UrlHistory:
             etag=etag,
             last_modified_s=modified,
             content_hash=digest if digest is not None else (previous.content_hash if previous else ""),
+            capture=capture if capture is not None else self.capture,
         )
 
     def encode(self) -> str:
@@ -144,6 +151,8 @@ class UrlHistory:
         if not self.fetched:
             return f"[{self.depth}]"
         fields = [self.depth, self.fetched_cycle_s, self.interval_s, self.etag, self.last_modified_s, self.content_hash]
+        if self.capture:
+            fields.append(self.capture)
         return json.dumps(fields, separators=(",", ":"))
 
     @classmethod
@@ -152,8 +161,8 @@ class UrlHistory:
         data = json.loads(text)
         if len(data) == 1:
             return cls(int(data[0]))
-        depth, cycle_s, interval_s, etag, modified_s, digest = data
-        return cls(int(depth), cycle_s, interval_s, etag, int(modified_s), digest)
+        depth, cycle_s, interval_s, etag, modified_s, digest, *capture = data
+        return cls(int(depth), cycle_s, interval_s, etag, int(modified_s), digest, capture[0] if capture else "")
 
 
 def parse_http_date(value: str | None) -> int:

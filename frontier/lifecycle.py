@@ -143,6 +143,11 @@ class JobLifecycle:
         state, current = self._redis.hmget(redis_keys.job(job_id), [names.META_STATE, names.META_CYCLE])
         return text(state) == names.STATE_RUNNING and (not cycle or int(current or 0) == cycle)
 
+    def state_and_cycle(self, job_id: str) -> tuple[str | None, int]:
+        """The job's state (None: unknown) and current cycle (0: a one-off job), in one round trip."""
+        state, cycle = self._redis.hmget(redis_keys.job(job_id), [names.META_STATE, names.META_CYCLE])
+        return (text(state) if state is not None else None), int(cycle or 0)
+
     def running_jobs(self) -> list[str]:
         """Ids of the jobs the pumps should look at."""
         return sorted(text(job) for job in self._redis.smembers(redis_keys.JOBS_RUNNING))

@@ -101,6 +101,10 @@ class FrontierQueue:
         code = int(self._scripts.run("start_lease", keys, [batch_id, lease_ms]))
         return {0: "stale", 1: "go", 2: "stopped"}[code]
 
+    def holds_lease(self, job_id: str, batch_id: str) -> bool:
+        """True while the batch's lease is held: not reclaimed, not handed over to another worker, not released."""
+        return bool(self._redis.hexists(redis_keys.job_leases(job_id), batch_id))
+
     def release(self, job_id: str, batch: Batch, release: BatchRelease) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time (see ``BatchRelease``).
 

@@ -94,6 +94,11 @@ class RecordWriter:
             if self._size >= self._max_bytes or self._clock() - self._opened_at >= self._max_age_s:
                 self._ship()
 
+    @property
+    def pending(self) -> bool:
+        """True while a line is not shipped yet (read without the lock: a hint, never blocks)."""
+        return self._spool is not None
+
     def flush(self) -> None:
         """Ship the current part now (nothing if it is empty)."""
         with self._lock:

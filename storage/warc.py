@@ -31,7 +31,7 @@ import threading
 import zlib
 from bisect import bisect_left
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from http import HTTPStatus
 from importlib.metadata import version
@@ -49,11 +49,22 @@ from warcio.warcwriter import WARCWriter
 
 from storage.registry import Storage
 
-__all__ = ["REVISIT_MIME", "CdxEntry", "WarcWriter", "lookup", "read_response", "recover_spools"]
+__all__ = [
+    "REVISIT_MIME",
+    "SERVER_NOT_MODIFIED",
+    "CdxEntry",
+    "WarcStage",
+    "WarcWriter",
+    "lookup",
+    "read_response",
+    "recover_spools",
+]
 
 logger = logging.getLogger(__name__)
 
 REVISIT_MIME = "warc/revisit"  # the CDX mime of a revisit record, as pywb and cdxj-indexer write it
+# WARC/1.1 section 6.7: a revisit whose server answered 304 (the payload is that of the record referred to).
+SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 _CONFORMS_TO = "http://iipc.github.io/warc-specifications/specifications/warc-format/warc-1.1/"
 _CHUNK = 1024 * 1024
 _INDEX_PART = ".cdxj.part"  # a spool's index so far: '<file size after the capture> <CDXJ line>'
@@ -195,81 +206,11 @@ class _Spool:
         self.file.close()
 
 
-class WarcWriter:
-    """Writes captures of one worker process into rolling ``.warc.gz`` files; thread-safe.
+class _Captures:
+    """What every capture sink offers (a writer's file, a fetch batch's stage): the two kinds of capture."""
 
-    Files are ``{prefix}/{writer_id}-{seq:05d}.warc.gz`` (each with ``.cdxj`` next to it), so
-    writers with distinct ids never share a file; the default id is ``{hostname}-{pid}-{start
-    time in UTC, to the microsecond}-{4 random hex digits}``. A file is checked against
-    ``max_file_bytes`` after each capture, so it may pass the limit by one capture.
-
-    If copying a finished file into the store fails, the error propagates from the call that
-    shipped it (a capture call that rolled the file has still recorded its capture), and the file
-    stays in the spool directory, queued: every later write, `roll` and `close` ships the queue
-    first (raising, before writing anything, while the store still fails).
-
-    Make it in the worker process that uses it (after a fork), never before: a forked copy would
-    share the spool file and the writer id.
-    """
-
-    def __init__(
-        self,
-        store: Storage,
-        prefix: str,
-        *,
-        max_file_bytes: int = 1024**3,
-        spool_dir: str | None = None,
-        writer_id: str | None = None,
-        software: str = "vcrawl",
-    ) -> None:
-        """Check the arguments; no file is made before the first capture.
-
-        Raises:
-            ValueError: `max_file_bytes` is not positive, `prefix` is empty, or `writer_id` is not
-                letters, digits and ``._-``.
-            StorageRefused: the store refuses locations under `prefix`.
-        """
-        if max_file_bytes <= 0:
-            raise ValueError(f"max_file_bytes must be positive, got {max_file_bytes}")
-        self._prefix = prefix.rstrip("/")
-        if not self._prefix:
-            raise ValueError("the WARC prefix must not be empty")
-        self.writer_id = _default_writer_id() if writer_id is None else writer_id
-        if not _WRITER_ID.match(self.writer_id):
-            raise ValueError(f"writer_id must be 1-128 of [A-Za-z0-9._-], got {self.writer_id!r}")
-        store.resolve(self._location(1), self._location(1))  # refuse a bad prefix now, not at the first roll
-        if spool_dir is not None:
-            os.makedirs(spool_dir, exist_ok=True)
-        self._store = store
-        self._max_file_bytes = max_file_bytes
-        self._spool_dir = spool_dir
-        self._info = {
-            "software": f"{software} (warcio {version('warcio')})",
-            "format": "WARC File Format 1.1",
-            "conformsTo": _CONFORMS_TO,
-            "hostname": socket.gethostname(),
-        }
-        self._lock = threading.Lock()  # guards the spool, the queue and the sequence number
-        self._ship_lock = threading.Lock()  # one copy into the store at a time; writes go on meanwhile
-        self._spool: _Spool | None = None
-        self._queue: list[_Spool] = []
-        self._seq = 0
-        self._shipped: list[str] = []
-
-    def __repr__(self) -> str:
-        return f"WarcWriter({self._store!r}, {self._prefix!r}, writer_id={self.writer_id!r})"
-
-    def __enter__(self) -> WarcWriter:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
-
-    @property
-    def shipped(self) -> list[str]:
-        """Return the storage locations of the WARC files shipped so far, oldest first."""
-        with self._lock:
-            return list(self._shipped)
+    def _capture(self, url: str, timestamp: str, status: int, mime: str, write: _RecordWrite) -> CdxEntry:
+        raise NotImplementedError
 
     def write_exchange(
         self,
@@ -344,13 +285,15 @@ class WarcWriter:
         refers_to_uri: str,
         refers_to_date: datetime | str,
         digest: str,
+        not_modified: bool = False,
     ) -> CdxEntry:
-        """Archive a re-fetch whose payload is unchanged as a ``revisit`` record (identical-payload-digest).
+        """Archive a re-fetch whose payload is unchanged as a ``revisit`` record (identical-payload-digest,
+        or server-not-modified with `not_modified`: the server answered 304).
 
         The record holds the HTTP status and headers only; the payload, and so its length and
         encoding headers, are those of the capture it refers to. `refers_to_date` is a datetime,
         a 14-digit CDX timestamp or a WARC date; `digest` is base32 SHA-1 (``CdxEntry.digest``,
-        with or without ``sha1:``).
+        with or without ``sha1:``), that of the capture referred to.
 
         Raises:
             ValueError: a malformed date, digest, status or URL.
@@ -370,10 +313,130 @@ class WarcWriter:
                 http_headers=http,
                 warc_headers_dict={"WARC-Date": warc_date},
             )
+            if not_modified:
+                record.rec_headers.replace_header("WARC-Profile", SERVER_NOT_MODIFIED)
             offset, length = spool.write(record)
             return record, offset, length
 
         return self._capture(url, timestamp, status, REVISIT_MIME, write)
+
+
+class WarcWriter(_Captures):
+    """Writes captures of one worker process into rolling ``.warc.gz`` files; thread-safe.
+
+    Files are ``{prefix}/{writer_id}-{seq:05d}.warc.gz`` (each with ``.cdxj`` next to it), so
+    writers with distinct ids never share a file; the default id is ``{hostname}-{pid}-{start
+    time in UTC, to the microsecond}-{4 random hex digits}``. A file is checked against
+    ``max_file_bytes`` after each capture, so it may pass the limit by one capture.
+
+    If copying a finished file into the store fails, the error propagates from the call that
+    shipped it (a capture call that rolled the file has still recorded its capture), and the file
+    stays in the spool directory, queued: every later write, `roll` and `close` ships the queue
+    first (raising, before writing anything, while the store still fails).
+
+    Make it in the worker process that uses it (after a fork), never before: a forked copy would
+    share the spool file and the writer id.
+    """
+
+    def __init__(
+        self,
+        store: Storage,
+        prefix: str,
+        *,
+        max_file_bytes: int = 1024**3,
+        spool_dir: str | None = None,
+        writer_id: str | None = None,
+        software: str = "vcrawl",
+        on_open: Callable[[], None] | None = None,
+    ) -> None:
+        """Check the arguments; no file is made before the first capture.
+
+        ``on_open`` is called (under the writer's lock) when a file gets its first capture, before
+        the capture is written: e.g. to note that this process holds output not shipped yet.
+
+        Raises:
+            ValueError: `max_file_bytes` is not positive, `prefix` is empty, or `writer_id` is not
+                letters, digits and ``._-``.
+            StorageRefused: the store refuses locations under `prefix`.
+        """
+        if max_file_bytes <= 0:
+            raise ValueError(f"max_file_bytes must be positive, got {max_file_bytes}")
+        self._prefix = prefix.rstrip("/")
+        if not self._prefix:
+            raise ValueError("the WARC prefix must not be empty")
+        self.writer_id = _default_writer_id() if writer_id is None else writer_id
+        if not _WRITER_ID.match(self.writer_id):
+            raise ValueError(f"writer_id must be 1-128 of [A-Za-z0-9._-], got {self.writer_id!r}")
+        store.resolve(self._location(1), self._location(1))  # refuse a bad prefix now, not at the first roll
+        if spool_dir is not None:
+            os.makedirs(spool_dir, exist_ok=True)
+        self._store = store
+        self._max_file_bytes = max_file_bytes
+        self._spool_dir = spool_dir
+        self._on_open = on_open
+        self._info = {
+            "software": f"{software} (warcio {version('warcio')})",
+            "format": "WARC File Format 1.1",
+            "conformsTo": _CONFORMS_TO,
+            "hostname": socket.gethostname(),
+        }
+        self._lock = threading.Lock()  # guards the spool, the queue and the sequence number
+        self._ship_lock = threading.Lock()  # one copy into the store at a time; writes go on meanwhile
+        self._spool: _Spool | None = None
+        self._queue: list[_Spool] = []
+        self._seq = 0
+        self._shipped: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"WarcWriter({self._store!r}, {self._prefix!r}, writer_id={self.writer_id!r})"
+
+    def __enter__(self) -> WarcWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def pending(self) -> bool:
+        """True while a capture is not shipped yet (read without the lock: a hint, never blocks)."""
+        return self._spool is not None or bool(self._queue)
+
+    @property
+    def shipped(self) -> list[str]:
+        """Return the storage locations of the WARC files shipped so far, oldest first."""
+        with self._lock:
+            return list(self._shipped)
+
+    def stage(self) -> WarcStage:
+        """A stage for captures that may never count (a fetch batch's, until its release): see `commit`."""
+        return WarcStage()
+
+    def commit(self, stage: WarcStage) -> list[CdxEntry]:
+        """Append the captures held in `stage` to the current file, in order; return their entries.
+
+        Each capture is copied whole (its ``response`` and ``request`` members) and indexed at
+        its place in the file; the stage is left empty (discarded).
+        """
+        self._ship_queue()
+        entries, full = [], False
+        try:
+            with self._lock:
+                for start, end, staged in stage.captures():
+                    spool = self._current()
+                    offset = spool.size()
+                    spool.file.write(stage.read(start, end))
+                    entry = replace(staged, warc=spool.location, offset=offset + staged.offset - start)
+                    spool.note(entry)
+                    entries.append(entry)
+                    if spool.size() >= self._max_file_bytes:
+                        logger.debug("WARC %s reached %d bytes; rolling", spool.location, spool.size())
+                        self._finish_current()
+                        full = True
+        finally:
+            stage.discard()
+        if full:
+            self._ship_queue()
+        return entries
 
     def roll(self) -> None:
         """Finish the current file and ship it (if it holds a capture); the next capture starts a new file."""
@@ -418,6 +481,8 @@ class WarcWriter:
 
     def _current(self) -> _Spool:
         if self._spool is None:
+            if self._on_open is not None:
+                self._on_open()
             self._seq += 1
             spool = _Spool(self._location(self._seq), self._spool_dir)
             spool.write(spool.writer.create_warcinfo_record(spool.location.rsplit("/", 1)[-1], self._info))
@@ -473,6 +538,66 @@ class WarcWriter:
 
     def _location(self, seq: int) -> str:
         return f"{self._prefix}/{self.writer_id}-{seq:05d}.warc.gz"
+
+
+class WarcStage(_Captures):
+    """Captures held in a local temporary file until a `WarcWriter.commit` appends them, or `discard`.
+
+    For a fetch batch whose captures must count only if its release still holds the lease: a
+    batch taken over by another worker (this one was stopped past the node timeout) must not be
+    archived twice. Not thread-safe: one batch, one thread. Nothing of it survives the process:
+    a batch that never released is fetched again.
+    """
+
+    def __init__(self) -> None:
+        self._spool: _Spool | None = None
+        self._captures: list[tuple[int, int, CdxEntry]] = []  # (start, end) of each capture's members
+
+    def __len__(self) -> int:
+        return len(self._captures)
+
+    def captures(self) -> list[tuple[int, int, CdxEntry]]:
+        """Each capture's (start, end) in the stage and its entry (``offset`` in the stage's file)."""
+        return list(self._captures)
+
+    def read(self, start: int, end: int) -> bytes:
+        """The stage's bytes from `start` to `end`."""
+        assert self._spool is not None
+        self._spool.file.flush()
+        self._spool.file.seek(start)
+        data = self._spool.file.read(end - start)
+        self._spool.file.seek(0, os.SEEK_END)
+        return data
+
+    def discard(self) -> None:
+        """Drop every capture held (and the temporary file)."""
+        spool, self._spool = self._spool, None
+        self._captures = []
+        if spool is not None:
+            spool.discard()
+
+    def _capture(self, url: str, timestamp: str, status: int, mime: str, write: _RecordWrite) -> CdxEntry:
+        if self._spool is None:
+            self._spool = _Spool("staged", None)
+        start = self._spool.size()
+        try:
+            record, offset, length = write(self._spool)
+        except BaseException:
+            self._spool.file.seek(start)
+            self._spool.file.truncate()
+            raise
+        entry = CdxEntry(
+            url=url,
+            timestamp=timestamp,
+            status=status,
+            digest=_bare_digest(record.rec_headers.get_header("WARC-Payload-Digest")),
+            mime=mime,
+            warc="",
+            offset=offset,
+            length=length,
+        )
+        self._captures.append((start, self._spool.size(), entry))
+        return entry
 
 
 def recover_spools(store: Storage, spool_dir: str) -> list[str]:

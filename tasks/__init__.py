@@ -132,9 +132,15 @@ def start_job(job: JobSpec | Mapping[str, Any]) -> str:
     return _jobs.start(spec, deps.frontier(), deps.runtimes(), deps.fetchers())
 
 
-def job_status(job_id: str) -> dict[str, Any] | None:
-    """State and counters of a job (None if unknown): as ``vcrawl status JOB --json`` prints."""
-    return _status.job_status(deps.frontier(), job_id)
+def job_status(job_id: str, with_outputs: bool = True) -> dict[str, Any] | None:
+    """State and counters of a job (None if unknown): as ``vcrawl status JOB --json`` prints.
+
+    ``outputs`` lists its files in storage (left empty without ``with_outputs``: listing the
+    store costs requests, e.g. on HDFS); ``outputs_pending`` counts the worker processes that
+    still hold output of it not shipped (it drops to 0 within seconds of the job's completion).
+    """
+    store = deps.storage() if with_outputs else None
+    return _status.job_status(deps.frontier(), job_id, store, deps.output_ledger())
 
 
 def cancel_job(job_id: str) -> bool:
@@ -149,7 +155,10 @@ def pause_job(job_id: str) -> bool:
 
 def resume_job(job_id: str) -> str | None:
     """Dispatch a paused job again; returns its state (``running`` or ``completed``), None if not paused."""
-    return deps.frontier().jobs.resume(job_id)
+    state = deps.frontier().jobs.resume(job_id)
+    if state == "completed":  # nothing was left: the workers ship its output now (their poll would, in 2 s)
+        deps.output_ledger().announce(job_id, deps.frontier().jobs.cycle(job_id))
+    return state
 
 
 def reconfigure_job(job_id: str, changes: Mapping[str, Any]) -> JobSpec:
@@ -326,6 +335,8 @@ def _start_pump(sender: Any = None, **_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
         deps.pump(dispatch_batch).start()
+    # A job's WARC files and record parts ship when it completes (a prefork child starts its own).
+    deps.output_shipper().start()
     # A member (on the ring if a ring node): it beats, says which messages it holds, watches for
     # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
     name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
@@ -356,6 +367,7 @@ def _stop_pump(**_: Any) -> None:
     _primary_watch.stop()
     if (fence := _fence.pop("fence", None)) is not None:
         fence.stop()
+    deps.output_shipper().stop()
     _release_process_resources()
 
 
@@ -368,7 +380,8 @@ def _quit_browser(**_: Any) -> None:
 
 def _release_process_resources() -> None:
     # Each step on its own: a store that fails must not keep the browser alive or the WARC unshipped.
-    for step in (deps.fetchers().close, deps.flush_records, deps.close_warc):
+    # Last: clearing this process's notes of unshipped output, once it is shipped.
+    for step in (deps.fetchers().close, deps.flush_records, deps.close_warc, deps.output_shipper().ship_all):
         try:
             step()
         except Exception:

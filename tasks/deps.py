@@ -26,6 +26,7 @@ from engine.fetch_step import FetchContext
 from engine.holdings import Holdings
 from engine.jobs import RuntimeCache, cluster_limits, fetch_limits, robots_limits
 from engine.nodes import NodeWatcher, RingKeeper, registration_for
+from engine.outputs import OutputLedger, OutputShipper
 from engine.pump import FrontierPump
 from engine.single import SingleEnv
 from engine.trail import StatusTrail
@@ -75,7 +76,11 @@ __all__ = [
     "history",
     "host_gate",
     "identities",
+    "job_completed",
     "node_registry",
+    "note_output",
+    "output_ledger",
+    "output_shipper",
     "politeness",
     "proxy_health",
     "pump",
@@ -106,6 +111,8 @@ def reset(new_settings: Settings | None = None) -> None:
     """Forget every client; the next use builds them again (from ``new_settings`` if given)."""
     global _settings
     with _lock:
+        if (shipper := _made.get("output_shipper")) is not None:
+            shipper.stop(timeout_s=0)  # its writers are forgotten with the rest
         _made.clear()
         _settings = new_settings
 
@@ -255,7 +262,7 @@ def crawl_env() -> CrawlEnv:
             host_alert=(settings().alert_host_failure_rate, settings().alert_host_min_fetches),
             proxies=proxy_health(),
             fetch_log=fetch_log,
-            on_completed=start_batch_analyzers,
+            on_completed=job_completed,
         ),
     )
 
@@ -280,6 +287,7 @@ def records(job_id: str) -> RecordWriter:
             max_part_bytes=current.records_part_bytes,
             max_part_age_s=current.records_flush_s,
             spool_dir=spool_dir(current, "records"),
+            on_open=lambda _writer_id: note_output(job_id),
         ),
     )
 
@@ -298,6 +306,7 @@ def fetch_log(job_id: str) -> RecordWriter:
 
     def opened(writer_id: str) -> None:
         _best_effort(lambda: redis_client().hset(pending, writer_id, round(time.time(), 3)))
+        note_output(job_id)
 
     def shipped(writer_id: str) -> None:
         _best_effort(lambda: redis_client().hdel(pending, writer_id))
@@ -316,6 +325,15 @@ def fetch_log(job_id: str) -> RecordWriter:
             idle_s=FETCH_LOG_IDLE_S,
         ),
     )
+
+
+def job_completed(job_id: str, cycle: int) -> None:
+    """The job (or its cycle) just completed: every worker ships its output of it, then its batch analyzers go."""
+    try:
+        output_ledger().announce(job_id, cycle)
+    except redis.RedisError as exc:  # the shippers' poll finds the completion within seconds anyway
+        logger.warning("job %s: could not announce its completion to the output shippers: %r", job_id, exc)
+    start_batch_analyzers(job_id, cycle)
 
 
 def start_batch_analyzers(job_id: str, cycle: int) -> None:
@@ -370,6 +388,7 @@ def warc(job_id: str) -> WarcWriter:
             f"jobs/{job_id}/warc",
             max_file_bytes=current.warc_file_bytes,
             spool_dir=spool_dir(current, "warc"),
+            on_open=lambda: note_output(job_id),
         ),
     )
 
@@ -385,6 +404,54 @@ def flush_records() -> None:
     for kind in ("records", "fetch_log"):
         for writer in list(_made.get(kind, {}).values()):
             writer.flush()
+
+
+def output_ledger() -> OutputLedger:
+    """Which worker processes hold a job's output not shipped yet (a process is dead after the node timeout)."""
+    return _once("output_ledger", lambda: OutputLedger(redis_client(), settings().node_timeout_s))
+
+
+class _ProcessOutputs:
+    """This process's WARC, record and fetch log writers, by job (``engine.outputs.LocalOutputs``)."""
+
+    _KINDS = ("warc", "records", "fetch_log")
+
+    def jobs(self) -> list[str]:
+        return sorted({job_id for kind in self._KINDS for job_id in list(_made.get(kind, {}))})
+
+    def has_pending(self, job_id: str) -> bool:
+        return any(writer.pending for writer in self._writers(job_id))
+
+    def ship(self, job_id: str) -> None:
+        # Every writer gets its turn even when one fails; the first failure is raised after.
+        failure: Exception | None = None
+        for writer in self._writers(job_id):
+            try:
+                writer.roll() if isinstance(writer, WarcWriter) else writer.flush()
+            except Exception as exc:
+                logger.warning("job %s: shipping %r failed (kept for the next try): %r", job_id, writer, exc)
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _writers(self, job_id: str) -> list[Any]:
+        return [writer for kind in self._KINDS if (writer := _made.get(kind, {}).get(job_id)) is not None]
+
+
+def output_shipper() -> OutputShipper:
+    """This process's output shipper (not started): ships a job's output when the job completes."""
+    return _once(
+        "output_shipper", lambda: OutputShipper(output_ledger(), _ProcessOutputs(), frontier().jobs.state_and_cycle)
+    )
+
+
+def note_output(job_id: str) -> None:
+    """A writer of ``job_id`` in this process opened a file: note it in the ledger, and make sure this
+    process's shipper runs (a prefork child has its own writers, so its own shipper)."""
+    try:
+        output_shipper().start().note(job_id)
+    except redis.RedisError as exc:  # the shipper's next round notes it again
+        logger.warning("job %s: could not note this process's open output in Redis: %r", job_id, exc)
 
 
 def pump(dispatch: Callable[[str, Batch, Any], None]) -> FrontierPump:

@@ -212,6 +212,21 @@ def job_log_writers(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:logw"
 
 
+def job_output_writers(job_id: str) -> str:
+    """Hash: writer (worker process) -> the cycle it noted: it holds output of the job not shipped yet."""
+    return f"{PREFIX}:job:{{{job_id}}}:outw"
+
+
+def output_writer_alive(writer: str) -> str:
+    """String that exists while the worker process ``writer`` lives (its output shipper beats)."""
+    return f"{PREFIX}:outputs:alive:{writer}"
+
+
+def outputs_channel() -> str:
+    """Pub/sub channel: ``{"job", "cycle"}`` of every job or cycle that completed (engine.outputs)."""
+    return f"{PREFIX}:outputs:completed"
+
+
 def job_analyses(job_id: str) -> str:
     """Sorted set: a job's batch analysis runs by start time."""
     return f"{PREFIX}:job:{{{job_id}}}:runs"

@@ -21,6 +21,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 from warcio.warcwriter import WARCWriter
 
+from engine.warc_stage import StagedWarc
 from storage import Storage
 from storage.warc import REVISIT_MIME, CdxEntry, WarcWriter, lookup, read_response
 from vcrawl.errors import StorageFailed
@@ -432,6 +433,7 @@ def test_index_line_round_trips_and_escapes_spaces() -> None:
 
 _KILLED_WARC_WRITER = """
 import sys, time
+from engine.warc_stage import StagedWarc
 from storage import Storage
 from storage.warc import WarcWriter
 from tests.integration.test_warc import page, url_of
@@ -474,3 +476,45 @@ def test_captures_of_a_sigkilled_writer_are_recovered_from_its_spool(spool: Path
     with (data / "jobs/j/warc/dead-00001.warc.gz").open("rb") as archive:
         assert sum(1 for _ in ArchiveIterator(archive)) == 1 + 2 * 12  # warcinfo + response/request pairs
     assert list(spool.iterdir()) == [] and recover_spools(store, str(spool)) == []
+
+
+def test_staged_captures_are_appended_whole_and_indexed_where_they_land(
+    store: RecordingStorage, spool: Path, data: Path
+) -> None:
+    writer = WarcWriter(store, "warc/job-1", max_file_bytes=SMALL, spool_dir=str(spool), writer_id="w1")
+    direct = writer.write_exchange(url_of(0), **page(0))
+    staged = StagedWarc(lambda: writer, "batch 1")
+    for i in range(1, 13):  # past the 20 KiB limit: the commit rolls the file too
+        staged.stage().write_exchange(url_of(i), **page(i))
+    dropped = StagedWarc(lambda: writer, "batch 2")
+    dropped.stage().write_exchange(url_of(99), **page(99))
+
+    assert staged.settle(holds_lease=True) == 12 and dropped.settle(holds_lease=False) == 0
+    writer.close()
+
+    files = warc_files(data)
+    assert len(files) >= 2
+    for path in files:
+        checked = warcio("check", str(path))
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    entries = sorted(index_entries(data), key=lambda entry: entry.url)
+    assert sorted(entry.url for entry in entries) == sorted(url_of(i) for i in range(13))
+    assert direct in entries
+    for entry in entries:
+        i = int(entry.url.rsplit("=", 1)[1])
+        assert read_response(store, entry)[2] == page(i)["body"]  # its index names where it landed
+
+
+def test_a_discarded_stage_leaves_no_temporary_file(store: RecordingStorage, spool: Path, tmp_path: Path) -> None:
+    writer = WarcWriter(store, "warc/job-1", spool_dir=str(spool), writer_id="w1")
+    staged = StagedWarc(lambda: writer, "batch 1")
+    stage = staged.stage()
+    stage.write_exchange(url_of(1), **page(1))
+    path = Path(stage._spool.path)  # the stage's temporary file, to see it go
+    assert path.exists()
+
+    staged.discard()
+
+    assert not path.exists() and len(stage) == 0
+    writer.close()
+    assert writer.shipped == []
