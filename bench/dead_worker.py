@@ -23,6 +23,7 @@ different moment of the job in each run:
   pump          the worker whose frontier pump dispatched the newest fetch batch SIGKILLed (every worker
                 pumps; the fetch message's ``origin`` header names the publishing process), a
                 replacement of its role started at once.
+  none          nothing (not run by default): the job's time on this machine now, for comparison.
 
 A run counts as "not completed" when the job is not ``completed`` ``--give-up-s`` seconds after the
 disturbance. Per run it prints one JSON line (seconds from the disturbance to completion, in all,
@@ -60,7 +61,8 @@ import node_cluster as nc  # noqa: E402  (job file, scoring, the tasks façade o
 from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE, queue_lists  # noqa: E402
 from cli.local_redis import LocalRedis  # noqa: E402
 
-SCENARIOS = ("kill-restart", "download", "analysis", "redis", "pump")
+SCENARIOS = ("kill-restart", "download", "analysis", "redis", "pump", "none")
+DEFAULT_SCENARIOS = SCENARIOS[:-1]
 CELERY = REPO / ".venv" / "bin" / "celery"
 UNIVERSE = ["--special-frac", "0", "--crawl-delay-frac", "0"]  # no Retry-After or Crawl-delay tail
 DELAY_S, PER_HOST = 0.05, 2  # the acceptance check's job_file delay=0.05 per_host=2
@@ -277,6 +279,8 @@ class Run:
         elif self.scenario == "redis":
             cluster.restart_redis()
             self.notes.append("Redis restarted, every worker alive")
+        elif self.scenario == "none":
+            self.notes.append("undisturbed: the time is counted from the moment a disturbance would come")
         elif self.scenario == "pump":
             victim = _bounded(cluster.newest_dispatcher, 10.0, 0.02)
             if victim is None:
@@ -348,7 +352,7 @@ def summary(rows: list[dict[str, Any]], scenario: str) -> str:
 def main() -> int:
     """Start the universe, run each scenario ``--runs`` times (interleaved), print rows and a summary."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
+    parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(DEFAULT_SCENARIOS))
     parser.add_argument("--runs", type=int, default=2, help="runs of each scenario")
     parser.add_argument("--seed", type=int, default=1, help="seed of the disturbance moments")
     parser.add_argument("--give-up-s", type=float, default=420.0, help="a run not completed this long after the "
