@@ -1,21 +1,26 @@
-"""The host ring at work: nodes beat, watchers hand a dead node's batches over, and the listing.
+"""The membership at work: workers beat, watchers hand a dead member's work over, and the listing.
 
-Every worker runs a ``RingKeeper`` thread next to its frontier pump. On a ring node it beats
-(``NodeRegistry.beat``) every ``beat_s``; on every worker it watches: a node silent for longer
-than the node timeout (plus a grace that lets every process's view of the ring catch up) is
-claimed down by exactly one watcher, which
+Every worker is a member: it runs a ``RingKeeper`` thread next to its frontier pump that beats
+(``NodeRegistry.beat``) every ``beat_s`` and, with each beat, says which broker messages it holds
+(``Holdings.report``). A ring node beats with its weight and owns hosts; a plain worker beats with
+weight 0 and owns none. Every worker also watches: a member silent for longer than the node
+timeout (plus a grace that lets every process's view of the ring catch up) is claimed down by
+exactly one watcher, which
 
-1. takes back every leased batch of every running job whose host the dead node owned, so the
-   URLs go to the hosts' new owners now, not when the leases run out (``FrontierQueue.hand_over``:
-   no attempt counted, each host waits its interval or Crawl-delay from now);
-2. moves the messages left on the dead node's own queue to the shared download queue, where any
+1. takes back every leased batch of every running job whose host the dead node owned, and every
+   batch whose fetch message the dead member held, so the URLs go out again now, not when the
+   leases run out (``FrontierQueue.hand_over``: no attempt counted, each host waits its interval
+   or Crawl-delay from now);
+2. puts the messages the dead member held unacknowledged back on their queues (a fetch finds its
+   lease gone and fetches nothing; an analysis or an admission runs again, which is harmless);
+3. moves the messages left on a dead ring node's own queue to the shared download queue, where any
    worker passes each on to its host's owner now (``pass_on_to``); their leases are gone, so the
    owner finds them stale (``start_lease``) or, if the dead node had fetched and released the
    batch but died before its analysis was sent, sends that analysis;
-3. sends an alert.
+4. counts it (``vcrawl nodes``) and sends one alert.
 
-The dead node's unacknowledged messages come back to its queue after the broker's visibility
-timeout; every watcher keeps moving them on while the node is listed down.
+Between deaths, the sweep (``Holdings.sweep``) puts back every unacknowledged message no live
+member holds: an acknowledgement lost in a Redis restart, a delivery on a connection that dropped.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from engine.alerts import Alert
+from engine.holdings import HeldMessage, Holdings, held_fetch_batches
 from engine.jobs import RuntimeCache
 from frontier import Batch, Frontier
 from frontier.nodes import Membership, NodeInfo, NodeRegistration, NodeRegistry, RingView
@@ -40,6 +46,7 @@ __all__ = [
     "MAX_HOPS",
     "NODE_QUEUE_PREFIX",
     "HandoverReport",
+    "HeldWork",
     "NodeWatcher",
     "RingKeeper",
     "node_queue",
@@ -83,13 +90,25 @@ def pass_on_to(batch: Batch, arrived_on: str | None, owner_queue: str | None) ->
 
 @dataclass(frozen=True)
 class HandoverReport:
-    """What one dead node's handover did."""
+    """What one dead member's handover did."""
 
     node: str
     batches: int
     urls: int
     messages_moved: int
     jobs: int
+    messages_restored: int = 0
+
+
+@dataclass(frozen=True)
+class HeldWork:
+    """What a dead member held: its unacknowledged messages and the fetch batches among them."""
+
+    messages: tuple[HeldMessage, ...] = ()
+
+    @property
+    def fetch_batches(self) -> dict[str, list[str]]:
+        return held_fetch_batches(self.messages)
 
 
 class NodeWatcher:
@@ -102,18 +121,20 @@ class NodeWatcher:
         runtimes: RuntimeCache,
         drain_queue: Callable[[str], int],
         alert: Callable[[str, Alert], Any] | None = None,
+        holdings: Holdings | None = None,
     ) -> None:
         self._frontier = frontier
         self._registry = registry
         self._runtimes = runtimes
         self._drain_queue = drain_queue  # a node's queue -> messages moved to the shared one
         self._alert = alert
+        self._holdings = holdings  # None: nobody says what they hold (a dead member's messages wait)
 
     def check(self, membership: Membership | None = None) -> list[HandoverReport]:
         """Hand over the work of every node silent past its timeout and the grace."""
         membership = membership or self._registry.membership()
         for node in membership.nodes:
-            if node.down_at_ms is not None and not node.alive:
+            if node.down_at_ms is not None and not node.alive and node.weight > 0:
                 moved = self._drain_queue(node.queue)  # its unacknowledged messages, come back
                 if moved:
                     logger.info("ring node %s is down: %d of its messages moved to the shared queue", node.name, moved)
@@ -131,53 +152,75 @@ class NodeWatcher:
         return reports
 
     def _hand_over(self, node: NodeInfo, before: HostRing, membership: Membership) -> HandoverReport:
+        held = HeldWork(tuple(self._holdings.held_by(node.name))) if self._holdings is not None else HeldWork()
+        held_batches = held.fetch_batches
         batches = urls = jobs = 0
         for job_id in self._frontier.jobs.running_jobs():
             leased = self._frontier.queue.leased_hosts(job_id)
             owners = before.owners(set(leased.values()))
-            mine = [batch_id for batch_id, host in leased.items() if owners.get(host) == node.name]
+            mine = {batch_id for batch_id, host in leased.items() if owners.get(host) == node.name}
+            # A batch whose fetch the dead member held: a member that only froze must find its lease gone.
+            mine |= {batch_id for batch_id in held_batches.get(job_id, ()) if batch_id in leased}
             if not mine:
                 continue
-            try:
-                runtime = self._runtimes.get(job_id, self._frontier.jobs.cycle(job_id))
-                interval_ms = runtime.spec.politeness.min_interval_s * 1000
-            except VcrawlError:
-                interval_ms = 0.0  # the host still waits its Crawl-delay, if it has one
-            urls += self._frontier.queue.hand_over(job_id, mine, interval_ms)
+            urls += self._frontier.queue.hand_over(job_id, sorted(mine), self._interval_ms(job_id))
             batches += len(mine)
             jobs += 1
-        moved = self._drain_queue(node.queue)
+        # After the hand-over: a fetch message put back finds its lease gone and fetches nothing.
+        restored = self._holdings.restore([message.tag for message in held.messages]) if self._holdings else 0
+        moved = self._drain_queue(node.queue) if node.weight > 0 else 0
+        left = node.last_beat_ms == 0
+        report = HandoverReport(node.name, batches, urls, moved, jobs, restored)
+        if left and node.weight == 0:
+            # A plain worker that stopped cleanly: nothing to report, nothing to keep.
+            self._registry.forget(node.name)
+            if self._holdings is not None:
+                self._holdings.forget(node.name)
+            return report
+        self._registry.note_down(node.name, {"batches": batches, "urls": urls, "moved": moved, "restored": restored})
         silent_s = (membership.now_ms - (node.last_beat_ms or 0)) / 1000 if node.last_beat_ms else None
-        report = HandoverReport(node.name, batches, urls, moved, jobs)
-        self._registry.note_down(node.name, {"batches": batches, "urls": urls, "moved": moved})
+        kind = "ring node" if node.weight > 0 else "worker"
         silent = "?" if silent_s is None else f"{silent_s:.0f}"
-        logger.warning("ring node %s is down (silent %s s): %d batches (%d URLs) of %d jobs handed over, "
-                       "%d messages moved from %s to the shared queue", node.name, silent, batches, urls, jobs,
-                       moved, node.queue)  # fmt: skip
+        logger.warning("%s %s is down (silent %s s): %d batches (%d URLs) of %d jobs handed over, %d held "
+                       "message(s) put back, %d moved from %s to the shared queue", kind, node.name, silent,
+                       batches, urls, jobs, restored, moved, node.queue)  # fmt: skip
         if self._alert is not None:
-            left = node.last_beat_ms == 0
+            gone = (
+                ("left the ring." if node.weight > 0 else "left.")
+                if left
+                else f"sent no heartbeat for {silent_s or 0:.0f} s."
+            )
+            what = (f"Its hosts moved to the other nodes: {batches} batches ({urls} URLs) handed over"
+                    if node.weight > 0 else f"{batches} batches ({urls} URLs) handed over")  # fmt: skip
             self._alert(
                 f"node:{node.name}:down",
                 Alert(
-                    subject=f"ring node {node.name} {'left' if left else 'down'}",
-                    text=f"Ring node {node.name} (weight {node.weight}) "
-                    + ("left the ring." if left else f"sent no heartbeat for {silent_s or 0:.0f} s. ")
-                    + f"Its hosts moved to the other nodes: {batches} batches ({urls} URLs) handed over.",
+                    subject=f"{kind} {node.name} {'left' if left else 'down'}",
+                    text=f"{kind.capitalize()} {node.name} (weight {node.weight}) "
+                    + f"{gone} {what}, {restored} message(s) it held put back on their queues.",
                     details={
                         "node": node.name,
                         "weight": node.weight,
                         "batches": batches,
                         "urls": urls,
                         "messages_moved": moved,
-                        "alive_nodes": len(before.members) - 1,
+                        "messages_restored": restored,
+                        "alive_nodes": len(before.members) - (1 if node.weight > 0 else 0),
                     },
                 ),
             )
         return report
 
+    def _interval_ms(self, job_id: str) -> float:
+        try:
+            runtime = self._runtimes.get(job_id, self._frontier.jobs.cycle(job_id))
+            return runtime.spec.politeness.min_interval_s * 1000
+        except VcrawlError:
+            return 0.0  # the host still waits its Crawl-delay, if it has one
+
 
 class RingKeeper:
-    """A worker's ring thread: beat (a ring node), watch (every worker)."""
+    """A worker's membership thread: beat and say what it holds, watch for dead members, sweep."""
 
     def __init__(
         self,
@@ -187,11 +230,13 @@ class RingKeeper:
         beat_s: float,
         view: RingView | None = None,
         counters: Callable[[], Mapping[str, int]] | None = None,
+        holdings: Holdings | None = None,
     ) -> None:
+        self._holdings = holdings
         self._registry = registry
         self._counters = counters  # this process's connection and DNS counters, sent with each beat
         self._watcher = watcher
-        self._registration = registration  # None: this worker watches but is not on the ring
+        self._registration = registration  # None: this process watches but is no member (no worker name)
         self._beat_s = beat_s
         self._view = view
         self._stop = threading.Event()
@@ -213,7 +258,7 @@ class RingKeeper:
         return self
 
     def stop(self, leave: bool = True, timeout_s: float = 5.0) -> None:
-        """Stop; a ring node leaves the ring (its hosts and batches move at once)."""
+        """Stop; the member leaves (a ring node's hosts and batches move at once)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
@@ -239,7 +284,10 @@ class RingKeeper:
         self._pages = (now, pages)
         counters = dict(self._counters()) if self._counters is not None else {}
         registration = replace(self._registration, pages_per_s=round(self._rate, 2), **counters)
-        self._registry.beat(registration)
+        beat_ms = self._registry.beat(registration)
+        if self._holdings is not None:
+            # Taken after the beat: whatever it was given before then, it lists now if it still holds it.
+            self._holdings.report(name, beat_ms)
 
     def _run(self) -> None:
         next_beat = 0.0
@@ -248,9 +296,12 @@ class RingKeeper:
                 if time.monotonic() >= next_beat:
                     self.beat_once()
                     next_beat = time.monotonic() + self._beat_s
-                self._watcher.check()
+                membership = self._registry.membership()
+                self._watcher.check(membership)
+                if self._holdings is not None:
+                    self._holdings.sweep(membership)
             except Exception:  # Redis restarting: beat again when it is back
-                logger.warning("ring: heartbeat or watch failed", exc_info=True)
+                logger.warning("ring: heartbeat, watch or sweep failed", exc_info=True)
             self._stop.wait(min(_WATCH_EVERY_S, self._beat_s))
 
 
@@ -259,10 +310,18 @@ def registration_for(name: str, weight: int) -> NodeRegistration:
     return NodeRegistration(name, weight, node_queue(name), socket.gethostname(), os.getpid(), time.time())
 
 
-def nodes_listing(membership: Membership, frontier: Frontier, with_hosts: bool = True) -> dict[str, Any]:
-    """What ``vcrawl nodes --json`` and the API show: every node, and the hosts each owns now.
+def nodes_listing(
+    membership: Membership,
+    frontier: Frontier,
+    with_hosts: bool = True,
+    held: Mapping[str, int] | None = None,
+    taken_over: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """What ``vcrawl nodes --json`` and the API show: every member, and the hosts each ring node owns now.
 
     Hosts are those of the running jobs; their owners come from the same ring the pumps route by.
+    ``held``: member -> broker messages it holds unacknowledged; ``taken_over``: a down member ->
+    what was handed over when it was declared down.
     """
     hosts: set[str] = set()
     for job_id in frontier.jobs.running_jobs():
@@ -294,6 +353,9 @@ def nodes_listing(membership: Membership, frontier: Frontier, with_hosts: bool =
             "queue": node.queue,
             "machine": node.registration.machine,
             "pid": node.registration.pid,
+            "role": "ring" if node.weight > 0 else "worker",
+            "held_messages": int((held or {}).get(node.name, 0)),
+            "taken_over": dict((taken_over or {}).get(node.name, {})) if node.down_at_ms is not None else None,
         }
         if with_hosts:
             row["hosts"] = mine
@@ -301,6 +363,7 @@ def nodes_listing(membership: Membership, frontier: Frontier, with_hosts: bool =
     return {
         "nodes": rows,
         "alive": sum(1 for node in membership.nodes if node.alive),
+        "down": sum(1 for node in membership.nodes if not node.alive and node.last_beat_ms != 0),
         "hosts": len(hosts),
         "unowned_hosts": len(hosts) - len(owners),
         "node_timeout_s": membership.timeout_ms / 1000,

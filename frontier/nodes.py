@@ -166,6 +166,10 @@ class NodeRegistry:
         raw = self._redis.hget(redis_keys.NODES_DOWN, name)
         return json.loads(raw) if raw else {}
 
+    def down_records(self) -> dict[str, dict[str, Any]]:
+        """Every down member's record: when, and what was handed over."""
+        return {text(name): json.loads(raw) for name, raw in self._redis.hgetall(redis_keys.NODES_DOWN).items()}
+
     def count_pages(self, name: str, pages: int) -> None:
         """Count pages a node's fetch batches stored (its pages/s in ``vcrawl nodes``)."""
         if pages:
@@ -181,7 +185,7 @@ class NodeRegistry:
         if node is None or node.alive:
             return False
         pipe = self._redis.pipeline(transaction=True)
-        for key in (redis_keys.NODES, redis_keys.NODES_DOWN, redis_keys.NODE_PAGES):
+        for key in (redis_keys.NODES, redis_keys.NODES_DOWN, redis_keys.NODE_PAGES, redis_keys.HOLDERS):
             pipe.hdel(key, name)
         pipe.zrem(redis_keys.NODE_BEATS, name)
         pipe.execute()

@@ -27,7 +27,7 @@ from engine import daily as _daily
 from engine import jobs as _jobs
 from engine import status as _status
 from engine.api_pages import check_secrets
-from engine.nodes import node_queue, nodes_listing
+from engine.nodes import RingKeeper, node_queue, nodes_listing
 from engine.trail import STATES, TERMINAL_STATES
 from storage import Storage
 from storage import records as _records
@@ -48,6 +48,7 @@ from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
+from tasks.holdings import BrokerHoldings
 from tasks.primary_watch import primary_watch
 from tasks.redelivery import requeue_unacked as _requeue_unacked
 from tasks.redis_check import check_redis_persistence
@@ -252,8 +253,11 @@ def ping_workers(names: list[str]) -> set[str]:
 
 
 def ring_nodes(with_hosts: bool = True) -> dict[str, Any]:
-    """The host ring's nodes (alive or down), the hosts each owns now, their pages/s."""
-    return nodes_listing(deps.node_registry().membership(), deps.frontier(), with_hosts)
+    """The members (ring nodes and plain workers, alive or down), the hosts each ring node owns now, their
+    pages/s, the broker messages each holds and what was taken over from the down ones."""
+    registry = deps.node_registry()
+    return nodes_listing(registry.membership(), deps.frontier(), with_hosts, held=BrokerHoldings(app).held_counts(),
+                         taken_over=registry.down_records())  # fmt: skip
 
 
 def forget_node(name: str) -> bool:
@@ -297,6 +301,7 @@ def _check_configuration(**_: Any) -> None:
 
 
 _node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
+_keeper: dict[str, RingKeeper] = {}  # this worker's membership thread, once it runs
 _watchdog = run_watchdog()
 _primary_watch = primary_watch(app)
 _fence: dict[str, SentinelFence] = {}  # this worker's, once it is ready (behind Sentinel only)
@@ -317,12 +322,20 @@ def _fresh_clients_after_fork(**_: Any) -> None:
 
 
 @worker_ready.connect
-def _start_pump(**_: Any) -> None:
+def _start_pump(sender: Any = None, **_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
         deps.pump(dispatch_batch).start()
-    # On the ring (a ring node), and watching it for nodes that went silent (every worker).
-    deps.ring_keeper(_node.get("name")).start()
+    # A member (on the ring if a ring node): it beats, says which messages it holds, watches for
+    # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
+    name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
+    holdings = BrokerHoldings(app, consumer=sender)
+    if name:
+        try:
+            holdings.reclaim_own(name)
+        except Exception:
+            logging.getLogger("vcrawl").exception("could not put back what the previous %s held", name)
+    _keeper["keeper"] = deps.ring_keeper(name, holdings).start()
     _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
     _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
     if (fence := make_fence(deps.settings())) is not None:  # Redis behind Sentinel
@@ -337,7 +350,8 @@ def _start_pump(**_: Any) -> None:
 def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
         deps.pump(dispatch_batch).stop()
-    deps.ring_keeper(_node.get("name")).stop(leave=True)
+    if (keeper := _keeper.pop("keeper", None)) is not None:
+        keeper.stop(leave=True)
     _watchdog.stop()
     _primary_watch.stop()
     if (fence := _fence.pop("fence", None)) is not None:

@@ -23,6 +23,7 @@ from engine.alerts import Alert, Alerter
 from engine.batch import CrawlEnv
 from engine.fetch_log import fetch_log_prefix
 from engine.fetch_step import FetchContext
+from engine.holdings import Holdings
 from engine.jobs import RuntimeCache, cluster_limits, fetch_limits, robots_limits
 from engine.nodes import NodeWatcher, RingKeeper, registration_for
 from engine.pump import FrontierPump
@@ -411,20 +412,22 @@ def ring_queue(host: str) -> str | None:
     return ring_view().current().queue_of(host)
 
 
-def ring_keeper(node_name: str | None) -> RingKeeper:
-    """This worker's ring thread (not started): it beats as ``node_name`` if this worker is a ring
-    node (``VCRAWL_NODE_WEIGHT`` / ``VCRAWL_RING``), and watches for dead nodes either way."""
+def ring_keeper(node_name: str | None, holdings: Holdings | None = None) -> RingKeeper:
+    """This worker's membership thread (not started): it beats as ``node_name`` (a ring node with
+    ``VCRAWL_NODE_WEIGHT`` / ``VCRAWL_RING``, else a plain worker of weight 0), says what it holds,
+    watches for dead members and sweeps orphaned messages (with ``holdings``)."""
 
     def build() -> RingKeeper:
         current = settings()
         # A dead node's messages (and those its unacknowledged ones come back as, after the visibility
         # timeout) go to the shared queue; whoever takes one passes it on to its host's owner now.
         watcher = NodeWatcher(frontier(), node_registry(), runtimes(),
-                              lambda name: move_queue(redis_client(), name, DOWNLOAD_QUEUE), alert=alert)  # fmt: skip
-        weight = current.ring_weight
-        registration = registration_for(node_name, weight) if (node_name and weight > 0) else None
+                              lambda name: move_queue(redis_client(), name, DOWNLOAD_QUEUE), alert=alert,
+                              holdings=holdings)  # fmt: skip
+        registration = registration_for(node_name, max(0, current.ring_weight)) if node_name else None
         beat_s = min(2.0, current.node_timeout_s / 5)
-        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view(), counters=_process_counters)
+        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view(), counters=_process_counters,
+                          holdings=holdings)  # fmt: skip
 
     return _once("ring_keeper", build)
 

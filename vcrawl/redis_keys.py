@@ -194,6 +194,12 @@ NODES_DOWN = f"{PREFIX}:{{nodes}}:down"
 NODE_PAGES = f"{PREFIX}:{{nodes}}:pages"
 """Hash: node name -> pages its fetch batches stored (for pages/s)."""
 
+HOLDERS = f"{PREFIX}:{{nodes}}:holders"
+"""Hash: member name -> JSON of the delivery tags it holds unacknowledged, and when it said so (Redis clock)."""
+
+HOLDINGS_SWEEP_LOCK = f"{PREFIX}:{{nodes}}:sweep-lock"
+"""String: held by the one worker that puts back messages nobody holds now."""
+
 
 def node_handover(name: str, last_beat_ms: int) -> str:
     """String: the claim of the one watcher that hands a dead node's work over (one per death)."""

@@ -22,7 +22,7 @@ from engine.status import job_status
 from frontier import Frontier
 from frontier.statistics import stats_day
 from tests.cluster import cluster_env, start_job, start_worker, stop_worker
-from tests.faults.test_faults import VISIBILITY_TIMEOUT_S, fault_settings, serve_pages, wait_done
+from tests.faults.test_faults import TAKEOVER_S, fault_settings, serve_pages, wait_done
 from tests.site import TestSite
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
@@ -103,7 +103,7 @@ def test_daily_stats_survive_redis_restarts(
             time.sleep(0.02)
         redis_aof.restart()  # mid-job
         back_at = time.monotonic()
-        running_status = wait_done(redis_aof.frontier, running, VISIBILITY_TIMEOUT_S + 60)
+        running_status = wait_done(redis_aof.frontier, running, TAKEOVER_S + 60)
         fault_report(fault="Redis stopped (SIGTERM) mid-job and after, restarted on the same port (AOF)",
                      completed_s_after_restart=round(time.monotonic() - back_at, 1))  # fmt: skip
         redis_aof.restart()  # with nothing running: every day key must come back from the AOF

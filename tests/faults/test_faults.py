@@ -36,15 +36,18 @@ from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
-VISIBILITY_TIMEOUT_S = 5.0
+# A killed worker's messages go back when it is declared down: the node timeout (shipped 30 s), the
+# hand-over grace (2 s) and a watcher's next look. The visibility timeout stays at its shipped hour.
+TAKEOVER_S = Settings().node_timeout_s + 5
 Note = Callable[..., None]  # the fault_report fixture (tests/faults/conftest.py)
 
 
 def fault_settings(server: LocalRedis, data: Path) -> Settings:
-    """Short timeouts, so a killed worker's messages come back within seconds."""
+    """Short fetch timeouts and backoffs (the sites here answer at once or never); the shipped node
+    timeout and visibility timeout: a killed worker's messages come back when it is declared down."""
     return Settings(redis_url=server.url, data=str(data), total_timeout_s=2.0, read_timeout_s=1.5,
-                    connect_timeout_s=0.5, max_retry_after_s=1.0, fetch_backoff_s=0.2, fetch_backoff_max_s=1.0,
-                    visibility_timeout_s=VISIBILITY_TIMEOUT_S)  # fmt: skip
+                    connect_timeout_s=0.5, max_retry_after_s=1.0, fetch_backoff_s=0.2,
+                    fetch_backoff_max_s=1.0)  # fmt: skip
 
 
 def page(*links: str) -> str:
@@ -104,7 +107,7 @@ def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path,
                 kills += 1
                 victims.append(start_worker(env, f"victim-{round_}", tmp_path / f"victim-{round_}.log"))
             killed_at = time.monotonic()
-            status = wait_done(lambda: frontier, job_id, VISIBILITY_TIMEOUT_S * 4 + 40)
+            status = wait_done(lambda: frontier, job_id, TAKEOVER_S + 40)
             fault_report(fault="download worker SIGKILLed 3 times mid-job", kills=kills,
                          completed_s_after_last_kill=round(time.monotonic() - killed_at, 1))  # fmt: skip
         finally:
@@ -141,7 +144,7 @@ def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(tmp_path:
             time.sleep(1.0)
             server = LocalRedis(tmp_path / "redis", port=port).start()  # same port, the AOF replayed
             back_at = time.monotonic()
-            status = wait_done(lambda: Frontier(redis.Redis.from_url(server.url)), job_id, VISIBILITY_TIMEOUT_S + 60)
+            status = wait_done(lambda: Frontier(redis.Redis.from_url(server.url)), job_id, TAKEOVER_S + 60)
             fault_report(fault="Redis stopped (SIGTERM) mid-job, restarted 1 s later on the same port (AOF)",
                          completed_s_after_restart=round(time.monotonic() - back_at, 1))  # fmt: skip
             assert worker.poll() is None  # the worker reconnected by itself
@@ -235,7 +238,7 @@ def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fa
             interrupted = lines(started_log)[-1]
             analysts.append(start_worker(env, "analyst-1", tmp_path / "analyst-1.log", queues="analysis"))
             frontier = Frontier(redis.Redis.from_url(server.url))
-            status = wait_done(lambda: frontier, job_id, VISIBILITY_TIMEOUT_S * 4 + 40)
+            status = wait_done(lambda: frontier, job_id, TAKEOVER_S + 40)
         finally:
             stop_worker(fetcher)
             for analyst in analysts:

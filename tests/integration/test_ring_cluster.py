@@ -143,6 +143,8 @@ def test_a_mixed_cluster_completes_with_job_batches_on_the_ring_node_only(
             for process in workers.values():
                 stop_worker(process)
 
-    assert [(row["name"].split("@")[0], row["weight"]) for row in listing["nodes"]] == [("ring", 100)]
+    # Both are members (the plain worker with weight 0, owning no host); only the ring node is on the ring.
+    members = [(row["name"].split("@")[0], row["weight"], row["role"]) for row in listing["nodes"]]
+    assert members == [("plain", 0, "worker"), ("ring", 100, "ring")]
     assert status["state"] == "completed" and status["pages_stored"] == 12 * (PAGES + 1), status
     assert {seen.client for site in sites for seen in site.seen} == {"ring"}

@@ -1,0 +1,117 @@
+"""Who holds which broker message, in plain data: the sweep's rule and what a dead member held.
+
+The Redis and kombu side is ``tasks.holdings.BrokerHoldings``; ``engine.nodes`` uses it through
+the ``Holdings`` protocol below.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.batch import FETCH_ID_PREFIX
+from frontier.nodes import Membership
+
+__all__ = ["GRACE_S", "SKEW_S", "HeldMessage", "Holder", "Holdings", "held_fetch_batches", "orphans"]
+
+GRACE_S = 5.0  # a message younger than this is never swept: its worker may not have said it holds it yet
+SKEW_S = 2.0  # clocks of machines differ (kombu stamps deliveries with the worker's clock)
+
+
+@dataclass(frozen=True)
+class Holder:
+    """What one member said it holds, and when (ms, Redis clock)."""
+
+    name: str
+    at_ms: int
+    tags: frozenset[str]
+    pid: int = 0
+    machine: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"at": self.at_ms, "pid": self.pid, "machine": self.machine, "tags": sorted(self.tags)},
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, name: str, raw: str | bytes) -> Holder:
+        data = json.loads(raw)
+        return cls(name, int(data.get("at", 0)), frozenset(data.get("tags", ())), int(data.get("pid", 0)),
+                   str(data.get("machine", "")))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HeldMessage:
+    """One unacknowledged message: its delivery tag, task id and queue (routing key)."""
+
+    tag: str
+    task_id: str
+    queue: str
+
+
+def orphans(
+    delivered: Mapping[str, float],
+    holders: Mapping[str, Holder],
+    membership: Membership,
+    grace_s: float = GRACE_S,
+    skew_s: float = SKEW_S,
+) -> list[str]:
+    """The unacknowledged messages (tag -> delivery time, epoch seconds) nobody holds: to put back.
+
+    A message is an orphan when it is older than ``grace_s``, every live member wrote its holdings
+    after it was delivered (less ``skew_s``), and no member that is not declared down claims it (a
+    silent member's messages wait for its declaration, which hands them over at once).
+
+    >>> from frontier.nodes import NodeInfo, NodeRegistration
+    >>> alive = NodeInfo(NodeRegistration("a", 0, "q"), True, 100_000)
+    >>> m = Membership(100_000, 30_000, (alive,))
+    >>> held = {"a": Holder("a", 99_000, frozenset({"t1"}))}
+    >>> orphans({"t1": 80.0, "t2": 80.0, "t3": 98.0}, held, m)
+    ['t2']
+    """
+    now_s = membership.now_ms / 1000
+    cutoff = now_s - grace_s
+    for node in membership.nodes:
+        if node.alive:
+            holder = holders.get(node.name)
+            if holder is None:
+                return []  # a live member that never said what it holds: it may hold anything
+            cutoff = min(cutoff, holder.at_ms / 1000 - skew_s)
+    claimed: set[str] = set()
+    for name, holder in holders.items():
+        node = membership.node(name)
+        if node is None or node.down_at_ms is None:
+            claimed |= holder.tags
+    return sorted(tag for tag, at in delivered.items() if at < cutoff and tag not in claimed)
+
+
+def held_fetch_batches(messages: Iterable[HeldMessage]) -> dict[str, list[str]]:
+    """Job id -> batch ids of the fetch messages among ``messages`` (their task ids name them).
+
+    >>> held_fetch_batches([HeldMessage("t", "vcrawl-fetch:j1:7.ab", "download"), HeldMessage("u", "x", "analysis")])
+    {'j1': ['7.ab']}
+    """
+    batches: dict[str, list[str]] = {}
+    for message in messages:
+        if message.task_id.startswith(FETCH_ID_PREFIX):
+            job_id, _, batch_id = message.task_id[len(FETCH_ID_PREFIX) :].rpartition(":")
+            if job_id and batch_id:
+                batches.setdefault(job_id, []).append(batch_id)
+    return batches
+
+
+class Holdings(Protocol):
+    """What the membership thread needs of the broker's holdings (``tasks.holdings.BrokerHoldings``)."""
+
+    def report(self, name: str, at_ms: int) -> None: ...
+
+    def held_by(self, name: str) -> list[HeldMessage]: ...
+
+    def restore(self, tags: Collection[str]) -> int: ...
+
+    def sweep(self, membership: Membership) -> int: ...
+
+    def forget(self, name: str) -> None: ...
