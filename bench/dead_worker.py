@@ -222,7 +222,7 @@ class Run:
                 self._disturb(cluster)
             else:
                 self.notes.append(f"job {early} before the disturbance")
-            t1, status = self._follow(cluster, job_id, tk)
+            t1, status, stall_s = self._follow(cluster, job_id, tk)
             time.sleep(1.5)  # the universe flushes its access log every second
             score = nc.evaluate(state, offset, None)
             done = status.get("state") == "completed"
@@ -232,7 +232,8 @@ class Run:
                 "state": status.get("state"), "completed": done,
                 "after_disturbance_s": round(t1 - tk, 1) if done else None,
                 "total_s": round(t1 - t0, 1) if done else None, "give_up_s": self.args.give_up_s,
-                "pending": status.get("pending"), "in_flight_batches": status.get("in_flight_batches"),
+                "longest_stall_s": round(stall_s, 1), "pending": status.get("pending"),
+                "in_flight_batches": status.get("in_flight_batches"),
                 "recall": score["recall"], "fetched_twice": score["duplicate_page_fetches"],
                 "robots_violations": score["robots_violations"], "requests": score["requests"],
                 "loadavg": [round(x, 2) for x in os.getloadavg()], "notes": self.notes,
@@ -293,23 +294,41 @@ class Run:
                 f"SIGKILL {victim.name} (its pump dispatched the newest fetch batch), {victim.name}r started"
             )
 
-    def _follow(self, cluster: Cluster, job_id: str, tk: float) -> tuple[float, dict[str, Any]]:
-        """Poll the job until it is no longer running or ``--give-up-s`` after ``tk``: (time, status)."""
+    def _follow(self, cluster: Cluster, job_id: str, tk: float) -> tuple[float, dict[str, Any], float]:
+        """Poll the job until it is no longer running or ``--give-up-s`` after ``tk``.
+
+        Returns (time, status, longest stall): a stall is a stretch after ``tk`` in which no page was
+        stored and no analysis finished. On a loaded machine the time to completion is mostly the
+        rest of the job; the stall is what the disturbance itself held up.
+        """
+        progress: tuple[Any, ...] | None = None
+        last_change, stall_s = tk, 0.0
+        status: dict[str, Any] | None = None
         while time.monotonic() - tk < self.args.give_up_s:
-            state = _job_state(cluster, job_id)
-            if state not in (None, "running"):
-                break
+            status = _job_status(cluster, job_id)
+            now = time.monotonic()
+            if status is not None:
+                seen = (status.get("pages_stored"), status.get("analysed"))
+                if seen != progress:
+                    stall_s = max(stall_s, now - last_change)
+                    progress, last_change = seen, now
+                if status.get("state") != "running":
+                    break
             time.sleep(0.5)
         t1 = time.monotonic()
-        try:
-            return t1, cluster.tasks.job_status(job_id) or {}
-        except Exception as exc:  # a bench reports what it saw, also a Redis that did not come back
-            return t1, {"state": f"unknown ({exc.__class__.__name__})"}
+        return t1, status or {"state": "unknown (no status)"}, max(stall_s, t1 - last_change)
 
 
 def _job_state(cluster: Cluster, job_id: str) -> str | None:
     try:
         return cluster.tasks.job_state(job_id)
+    except Exception:  # Redis restarting: ask again on the next poll
+        return None
+
+
+def _job_status(cluster: Cluster, job_id: str) -> dict[str, Any] | None:
+    try:
+        return cluster.tasks.job_status(job_id)
     except Exception:  # Redis restarting: ask again on the next poll
         return None
 
@@ -342,10 +361,12 @@ def summary(rows: list[dict[str, Any]], scenario: str) -> str:
     recall = min(row["recall"] for row in mine)
     twice = max(row["fetched_twice"] for row in mine)
     robots = sum(row["robots_violations"] for row in mine)
+    stalls = [row["longest_stall_s"] for row in mine if row.get("longest_stall_s") is not None]
+    stall = f"; longest stall max {max(stalls)} s" if stalls else ""
     return (
         f"{scenario}: {len(mine)} runs, completed after the disturbance: {spread}; over {SLOW_S:g} s: {slow}"
         f" (not within {give_up:g} s: {failed}); recall min {recall}, fetched twice max {twice}, "
-        f"robots violations {robots}"
+        f"robots violations {robots}{stall}"
     )
 
 
