@@ -30,7 +30,9 @@ logger = logging.getLogger(__name__)
 class LocalRedis:
     """Start ``redis-server`` in a fresh directory; stop it (by PID) on exit.
 
-    AOF is on with ``appendfsync everysec`` so a restart loses at most a second.
+    AOF is on with ``appendfsync everysec`` so a restart loses at most a second. ``bind``: the
+    addresses it listens on; besides loopback only a test's own network (tests/netns.py), with
+    protected mode off so that clients there are let in. ``url`` stays on loopback.
     """
 
     def __init__(
@@ -40,6 +42,7 @@ class LocalRedis:
         port: int = 0,
         pass_fds: Sequence[int] = (),
         stop_timeout_s: float = 5.0,
+        bind: Sequence[str] = ("127.0.0.1",),
     ) -> None:
         self._owns_dir = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="vcrawl-redis-"))
@@ -49,6 +52,8 @@ class LocalRedis:
         self._stop_timeout_s = stop_timeout_s
         self._pass_fds = tuple(pass_fds)  # e.g. a lock the server holds for as long as it runs
         self._process: subprocess.Popen[bytes] | None = None
+        # More than loopback (a test's network namespace): protected mode would refuse those clients.
+        self._bind = tuple(bind)
 
     @property
     def url(self) -> str:
@@ -73,7 +78,8 @@ class LocalRedis:
 
     def _try_start(self, binary: str) -> bool:
         command = [
-            binary, "--port", str(self.port), "--bind", "127.0.0.1", "--protected-mode", "yes",
+            binary, "--port", str(self.port), "--bind", *self._bind,
+            "--protected-mode", "yes" if self._bind == ("127.0.0.1",) else "no",
             "--dir", str(self.directory), "--save", "", "--appendonly", "yes",
             "--appendfsync", "everysec", "--daemonize", "no", "--loglevel", "warning",
         ]  # fmt: skip

@@ -118,7 +118,9 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
         if handed_on is not None:  # released, but its worker died before it sent the analysis
             logger.warning("job %s: batch %s was fetched before; its analysis goes again", job_id, batch.batch_id)
             return handed_on
-        logger.warning("job %s: batch %s came after its lease ran out; skipped", job_id, batch.batch_id)
+        # Expected after every hand-over (a dead worker's messages put back): not worth a warning.
+        logger.info("job %s: batch %s came after its lease was handed back or ran out; skipped", job_id,
+                    batch.batch_id)  # fmt: skip
         return nothing.to_dict()  # its URLs went back to the queue
     if started == "stopped":  # cancelled while the batch waited in the queue: give it back
         handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)

@@ -19,7 +19,7 @@ exactly one watcher, which
    batch but died before its analysis was sent, sends that analysis;
 4. counts it (``vcrawl nodes``) and sends one alert.
 
-Between deaths, the sweep (``Holdings.sweep``) puts back every unacknowledged message no live
+Between deaths, the sweep (``NodeWatcher.sweep``) puts back every unacknowledged message no live
 member holds: an acknowledgement lost in a Redis restart, a delivery on a connection that dropped.
 """
 
@@ -150,6 +150,36 @@ class NodeWatcher:
             if self._registry.claim_down(node):
                 reports.append(self._hand_over(node, before, membership))
         return reports
+
+    def sweep(self, membership: Membership) -> int:
+        """Put back every unacknowledged message no live member holds; return how many went back.
+
+        The leases of the fetch batches among them are handed back first: a worker that took one
+        just before it froze (its last word did not list it yet) finds its lease gone if it thaws.
+        """
+        if self._holdings is None:
+            return 0
+        lost = HeldWork(tuple(self._holdings.orphans(membership)))
+        if not lost.messages:
+            return 0
+        urls = self._hand_back(lost.fetch_batches)
+        restored = self._holdings.restore([message.tag for message in lost.messages])
+        if restored:
+            queues = sorted({message.queue for message in lost.messages if message.queue})
+            logger.warning("%d unacknowledged message(s) no live worker holds put back on %s (%d URLs of "
+                           "their fetch batches handed back)", restored, ", ".join(queues) or "their queues",
+                           urls)  # fmt: skip
+        return restored
+
+    def _hand_back(self, batches: Mapping[str, list[str]]) -> int:
+        """Hand back the leases of ``batches`` (job -> batch ids) that are still leased; return the URLs."""
+        urls = 0
+        for job_id, batch_ids in batches.items():
+            leased = self._frontier.queue.leased_hosts(job_id)
+            mine = sorted(batch_id for batch_id in batch_ids if batch_id in leased)
+            if mine:
+                urls += self._frontier.queue.hand_over(job_id, mine, self._interval_ms(job_id))
+        return urls
 
     def _hand_over(self, node: NodeInfo, before: HostRing, membership: Membership) -> HandoverReport:
         held = HeldWork(tuple(self._holdings.held_by(node.name))) if self._holdings is not None else HeldWork()
@@ -298,8 +328,7 @@ class RingKeeper:
                     next_beat = time.monotonic() + self._beat_s
                 membership = self._registry.membership()
                 self._watcher.check(membership)
-                if self._holdings is not None:
-                    self._holdings.sweep(membership)
+                self._watcher.sweep(membership)
             except Exception:  # Redis restarting: beat again when it is back
                 logger.warning("ring: heartbeat, watch or sweep failed", exc_info=True)
             self._stop.wait(min(_WATCH_EVERY_S, self._beat_s))

@@ -47,7 +47,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _LOG_WAIT_POLL_S = 1.0
-WATCH_EVERY_S = 10.0  # how often some worker looks for stalled runs
+WATCH_EVERY_S = 5.0  # how often some worker looks for stalled runs
 REDUCE_DUE_S = 15.0  # the reduce follows the last map within a second; this long without it: resend
 _UNACKED = "unacked"  # kombu's Redis transport: delivery tag -> message, until acknowledged
 

@@ -146,26 +146,18 @@ class BrokerHoldings:
                     restored += 1
         return restored
 
-    def sweep(self, membership: Membership, lock_s: float = 5.0) -> int:
-        """Put back every message nobody holds (one worker at a time); return how many went back."""
+    def orphans(self, membership: Membership, lock_s: float = 5.0) -> list[HeldMessage]:
+        """The unacknowledged messages nobody holds, for one worker at a time (else [])."""
         client = self._client()
         if not client.set(redis_keys.HOLDINGS_SWEEP_LOCK, "1", nx=True, px=int(lock_s * 1000)):
-            return 0  # another worker swept a moment ago
+            return []  # another worker swept a moment ago
         cutoff = membership.now_ms / 1000 - GRACE_S
         old = client.zrangebyscore(self.unacked_index_key, "-inf", cutoff, start=0, num=_MAX_MESSAGES,
                                    withscores=True)  # fmt: skip
         if not old:
-            return 0
+            return []
         delivered = {_text(tag): float(score) for tag, score in old}
-        lost = orphans(delivered, self.holders(), membership)
-        if not lost:
-            return 0
-        queues = sorted({message.queue for message in self.messages(lost)})
-        restored = self.restore(lost)
-        if restored:
-            logger.warning("holdings: %d unacknowledged message(s) no live worker holds put back on %s",
-                           restored, ", ".join(queues) or "their queues")  # fmt: skip
-        return restored
+        return self.messages(orphans(delivered, self.holders(), membership))
 
     def reclaim_own(self, name: str) -> int:
         """At start: put back what a dead worker of the same name on this machine still held."""

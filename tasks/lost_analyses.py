@@ -30,7 +30,7 @@ __all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "ids_pres
 
 logger = logging.getLogger(__name__)
 
-FIRST_LOOK_S = 15.0  # a batch released this long ago with no analysis message anywhere: lost
+FIRST_LOOK_S = 10.0  # a batch released this long ago with no analysis message anywhere: lost
 LONGEST_LOOK_S = 300.0  # a batch whose analysis waits its turn is looked at again less and less often
 _UNACKED = "unacked"  # kombu's Redis transport: delivery tag -> message, until acknowledged
 # A message's own id in its headers (kombu writes JSON with ", " and ": "), not a child's parent_id.
@@ -62,7 +62,7 @@ def analysis_ids_present(client: Any) -> set[str]:
     return ids_present(client, queue_lists(ANALYSIS_QUEUE), _ID_PATTERN)
 
 
-def watch_analyses(now: float | None = None, lock_s: float = 10.0) -> int:
+def watch_analyses(now: float | None = None, lock_s: float = 5.0) -> int:
     """One look at every running job's released batches (one worker at a time); return how many
     analyses were sent again."""
     client = deps.redis_client()

@@ -31,7 +31,7 @@ __all__ = ["FIRST_LOOK_S", "fetch_ids_present", "watch_fetches"]
 
 logger = logging.getLogger(__name__)
 
-FIRST_LOOK_S = 15.0  # a lease seen this long with no fetch message anywhere: lost
+FIRST_LOOK_S = 10.0  # a lease seen this long with no fetch message anywhere: lost
 _ID_PATTERN = re.compile(r'"id": "(vcrawl-fetch:[^"]+)"')
 
 
@@ -43,7 +43,7 @@ def fetch_ids_present(client: Any) -> set[str]:
     return ids_present(client, lists + sorted(node_queues), _ID_PATTERN)
 
 
-def watch_fetches(now: float | None = None, lock_s: float = 10.0) -> int:
+def watch_fetches(now: float | None = None, lock_s: float = 5.0) -> int:
     """One look at every running job's leases (one worker at a time); return how many batches whose
     message was lost were handed back."""
     client = deps.redis_client()

@@ -31,6 +31,7 @@ FAILOVER_RETRY_S = 60.0
 """How long a command waits out a failover: Sentinel's default down-after is 30 s, plus the election."""
 
 _SENTINEL_TIMEOUT_S = 2.0  # an answer from a Sentinel; a dead one is skipped for the next
+_COMMAND_TIMEOUT_S = 10.0  # no command of vcrawl's waits longer (its longest BLPOP is the pump's, a second or two)
 
 
 class _PrimaryFollowingConnection(SentinelManagedConnection):
@@ -90,7 +91,11 @@ def make_redis_client(settings: Settings) -> redis.Redis:
     if not is_sentinel(settings.redis_url):
         extra = {"password": password} if password else {}
         # rediss:// makes redis-py's SSLConnection; the options verify it (CA, hostname, client cert).
-        return redis.Redis.from_url(settings.redis_url, decode_responses=True, **extra, **tls.server_options())
+        # Bounded: a command on a connection to an unreachable Redis (a partition) fails in seconds, so the
+        # threads of a worker cut off notice it and reconnect once it heals. Options in the URL win.
+        timeouts = {"socket_timeout": _COMMAND_TIMEOUT_S, "socket_connect_timeout": _COMMAND_TIMEOUT_S}
+        return redis.Redis.from_url(settings.redis_url, decode_responses=True, **timeouts, **extra,
+                                    **tls.server_options())  # fmt: skip
     found = parse_sentinels(settings.redis_url)
     sentinel = Sentinel(list(found.sentinels), sentinel_kwargs=sentinel_options(settings, tls))
     server_tls = tls.server_options() if tls.servers else {}
@@ -101,6 +106,7 @@ def make_redis_client(settings: Settings) -> redis.Redis:
         decode_responses=True,
         connection_class=_PrimaryFollowingSSLConnection if tls.servers else _PrimaryFollowingConnection,
         socket_connect_timeout=_SENTINEL_TIMEOUT_S,
+        socket_timeout=_COMMAND_TIMEOUT_S,
         retry=_failover_retry(),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
         **server_tls,

@@ -118,7 +118,8 @@ class LocalWorkerProcess:
     """``celery -A tasks worker`` (threads pool) as a subprocess, in the shape of a worker container.
 
     Its node name is ``<name>@<id>``, which is what ``CeleryTestWorker.hostname()`` builds, so
-    control commands addressed to the node reach this worker.
+    control commands addressed to the node reach this worker. ``run_in``: a command the worker is
+    run under, which must exec it (``ip netns exec NS``: a network namespace, tests/netns.py).
     """
 
     def __init__(
@@ -130,6 +131,7 @@ class LocalWorkerProcess:
         concurrency: int = 2,
         loglevel: str = "INFO",
         start_timeout_s: float = 30.0,
+        run_in: Sequence[str] = (),
     ) -> None:
         self.env = env
         self.log = log
@@ -140,6 +142,7 @@ class LocalWorkerProcess:
         self._concurrency = concurrency
         self._loglevel = loglevel
         self._start_timeout_s = start_timeout_s
+        self._run_in = tuple(run_in)
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LocalWorkerProcess:
@@ -149,7 +152,7 @@ class LocalWorkerProcess:
             AssertionError: it did not answer within the start timeout (its log says why).
         """
         command = [
-            sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", ",".join(self._queues),
+            *self._run_in, sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", ",".join(self._queues),
             "-P", "threads", "-c", str(self._concurrency), "-n", self.name,
             "--without-mingle", "--without-gossip", "-l", self._loglevel,
         ]  # fmt: skip

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -49,13 +50,14 @@ def start_worker(
     concurrency: int = 2,
     loglevel: str = "INFO",
     queues: str = "download,download.dynamic,analysis",
+    run_in: Sequence[str] = (),
 ) -> subprocess.Popen[bytes]:
     """Start ``celery -A tasks worker`` on ``queues`` (threads pool); wait until it answers a ping.
 
     The same worker process as the ``celery_setup`` fixture's nodes (tests/celery_setup.py), for
-    tests that hold the process itself.
+    tests that hold the process itself; ``run_in`` as there (e.g. a network namespace).
     """
-    worker = LocalWorkerProcess(env, log, name, queues.split(","), concurrency, loglevel)
+    worker = LocalWorkerProcess(env, log, name, queues.split(","), concurrency, loglevel, run_in=run_in)
     return worker.start().process  # type: ignore[return-value]
 
 

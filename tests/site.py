@@ -82,6 +82,7 @@ class Seen:
     at: float
     client_port: int = 0
     client: Any = None  # what ``TestSite.identify`` said about the client (e.g. its process)
+    client_host: str = ""  # the client's address (a network namespace's own, tests/netns.py)
 
 
 class TestSite:
@@ -92,6 +93,7 @@ class TestSite:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self._routes: dict[str, Callable[[], Response]] = {}
         self._versioned: dict[str, VersionedPage] = {}
+        self._per_request: dict[str, Callable[[Seen], Response]] = {}
         self._lock = threading.Lock()
         self.seen: list[Seen] = []
         self.identify: Callable[[int], Any] | None = None  # client port -> who the client is
@@ -101,11 +103,16 @@ class TestSite:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
-                site._record(self.path, dict(self.headers.items()), self.client_address[1])
+                seen = site._record(
+                    self.path, dict(self.headers.items()), self.client_address[1], self.client_address[0]
+                )
                 versioned = site._versioned.get(self.path)
                 route = site._routes.get(self.path)
+                per_request = site._per_request.get(self.path)
                 if versioned is not None:
                     response = versioned.respond(self.headers)
+                elif per_request is not None:
+                    response = per_request(seen)
                 else:
                     response = route() if route else Response(b"not found", 404)
                 self._send(response)
@@ -174,6 +181,11 @@ class TestSite:
         self._routes[path] = lambda: response
         return self.url(path)
 
+    def add_answer(self, path: str, answer: Callable[[Seen], Response]) -> str:
+        """Serve at ``path`` what ``answer`` gives for each request (e.g. by who sent it)."""
+        self._per_request[path] = answer
+        return self.url(path)
+
     def add_sequence(self, path: str, responses: Sequence[Response]) -> str:
         """Serve ``responses`` in turn; the last one repeats."""
         remaining: Iterator[Response] = iter(responses)
@@ -202,11 +214,13 @@ class TestSite:
         with self._lock:
             return [seen for seen in self.seen if seen.path == path]
 
-    def _record(self, path: str, headers: dict[str, str], client_port: int = 0) -> None:
+    def _record(self, path: str, headers: dict[str, str], client_port: int = 0, client_host: str = "") -> Seen:
         # While the request is served its connection is open: the client's socket can be found.
         client = self.identify(client_port) if self.identify is not None else None
+        seen = Seen(path, headers, time.monotonic(), client_port, client, client_host)
         with self._lock:
-            self.seen.append(Seen(path, headers, time.monotonic(), client_port, client))
+            self.seen.append(seen)
+        return seen
 
     def __enter__(self) -> TestSite:
         self._thread.start()

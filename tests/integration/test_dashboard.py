@@ -178,7 +178,9 @@ def test_the_dashboard_lists_the_ring_nodes(dashboard_url: str, token: str, brow
         cells = {row.get_attribute("data-node"): [c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows}
         assert cells["web-a@box"][:5] == ["web-a@box", "150", "up", "100.0%", "0"]
         assert cells["web-b@box"][:3] == ["web-b@box", "50", "left"]
-        assert "1 of 2 alive" in text_of(browser, "#nodes-caption")
+        # The session's worker is a member too (a plain worker, weight 0): one more, alive.
+        assert "2 of 3 alive" in text_of(browser, "#nodes-caption")
+        assert cells["pytest@localhost"][:3] == ["pytest@localhost", "0", "up"]
     finally:
         registry.beat(alive, leaving=True)
         for name in ("web-a@box", "web-b@box"):
