@@ -242,6 +242,7 @@ class Run:
         finally:
             cluster.stop()
             shutil.rmtree(data, ignore_errors=True)
+            shutil.rmtree(logs / "redis" / "appendonlydir", ignore_errors=True)  # 30 MB a run; redis.log stays
 
     def _wait(self, cluster: Cluster, job_id: str, until: float) -> str | None:
         """Sleep until ``until``; the job's state if it ended before (nothing left to disturb)."""
