@@ -54,6 +54,12 @@ if [ "${1:-}" = analysis ]; then
   exec .venv/bin/python bench/batch_analysis.py "$@"
 fi
 
+# `bench/run.sh dead-worker [options]`: seconds from a killed worker or a restarted Redis to the job's completion.
+if [ "${1:-}" = dead-worker ]; then
+  shift
+  exec .venv/bin/python bench/dead_worker.py "$@"
+fi
+
 if [ "${1:-}" = compare ]; then
   shift
   exec .venv/bin/python bench/compare.py "$@"
