@@ -7,6 +7,7 @@ give; ``JobStatus.from_dict`` reads it back (the CLI's summary, the dashboard's 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -19,6 +20,9 @@ from fetchers import proxy_stats
 from frontier import Frontier
 from storage import Storage
 from vcrawl import names
+from vcrawl.errors import VcrawlError
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["CYCLE_COUNTERS", "CycleSummary", "JobStatus", "job_outputs", "job_status", "load_status"]
 
@@ -141,7 +145,11 @@ _OPTIONAL = frozenset({"error", "cycle", "started_at", "skipped_firings", "cycle
 def job_outputs(store: Storage, job_id: str) -> tuple[str, ...]:
     """The job's output files in storage: WARC files with their indexes, record parts, fetch log parts."""
     prefixes = (f"jobs/{job_id}/warc", f"jobs/{job_id}/records", fetch_log_prefix(job_id))
-    return tuple(location for prefix in prefixes for location in store.list_files(prefix))
+    try:
+        return tuple(location for prefix in prefixes for location in store.list_files(prefix))
+    except (OSError, VcrawlError) as exc:  # a store out of reach must not hide the job's state
+        logger.warning("job %s: could not list its outputs: %s", job_id, exc)
+        return ()
 
 
 def load_status(

@@ -139,7 +139,12 @@ def job_status(job_id: str, with_outputs: bool = True) -> dict[str, Any] | None:
     store costs requests, e.g. on HDFS); ``outputs_pending`` counts the worker processes that
     still hold output of it not shipped (it drops to 0 within seconds of the job's completion).
     """
-    store = deps.storage() if with_outputs else None
+    store = None
+    if with_outputs:
+        try:
+            store = deps.storage()
+        except ConfigError:  # this process cannot reach the store: the job's status still shows
+            store = None
     return _status.job_status(deps.frontier(), job_id, store, deps.output_ledger())
 
 

@@ -108,13 +108,18 @@ def socket_owner(local_port: int, pids: list[int]) -> int | None:
             fields = line.split()
             if int(fields[1].rsplit(":", 1)[1], 16) == local_port:
                 inodes.add(fields[9])
+    wanted = {f"socket:[{inode}]" for inode in inodes}
     for pid in pids:
         try:
-            links = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+            fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
             continue
-        if any(f"socket:[{inode}]" in links for inode in inodes):
-            return pid
+        for fd in fds:
+            try:  # a file closed since the listing (the process works on): not the socket wanted
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                    return pid
+            except OSError:
+                continue
     return None
 
 
