@@ -452,24 +452,7 @@ class WarcWriter(_Captures):
         self._ship_queue()
         with self._lock:
             spool = self._current()
-            mark = spool.size()
-            try:
-                record, offset, length = write(spool)
-            except BaseException:
-                # Cut the half-written member off, so the file stays a valid WARC.
-                spool.file.seek(mark)
-                spool.file.truncate()
-                raise
-            entry = CdxEntry(
-                url=url,
-                timestamp=timestamp,
-                status=status,
-                digest=_bare_digest(record.rec_headers.get_header("WARC-Payload-Digest")),
-                mime=mime,
-                warc=spool.location,
-                offset=offset,
-                length=length,
-            )
+            entry = _write_capture(spool, spool.location, url, timestamp, status, mime, write)
             spool.note(entry)
             full = spool.size() >= self._max_file_bytes
             if full:
@@ -580,24 +563,33 @@ class WarcStage(_Captures):
         if self._spool is None:
             self._spool = _Spool("staged", None)
         start = self._spool.size()
-        try:
-            record, offset, length = write(self._spool)
-        except BaseException:
-            self._spool.file.seek(start)
-            self._spool.file.truncate()
-            raise
-        entry = CdxEntry(
-            url=url,
-            timestamp=timestamp,
-            status=status,
-            digest=_bare_digest(record.rec_headers.get_header("WARC-Payload-Digest")),
-            mime=mime,
-            warc="",
-            offset=offset,
-            length=length,
-        )
+        entry = _write_capture(self._spool, "", url, timestamp, status, mime, write)
         self._captures.append((start, self._spool.size(), entry))
         return entry
+
+
+def _write_capture(
+    spool: _Spool, location: str, url: str, timestamp: str, status: int, mime: str, write: _RecordWrite
+) -> CdxEntry:
+    """Write one capture at the end of ``spool``; return its index line (``location``: the file it names)."""
+    mark = spool.size()
+    try:
+        record, offset, length = write(spool)
+    except BaseException:
+        # Cut the half-written member off, so the file stays a valid WARC.
+        spool.file.seek(mark)
+        spool.file.truncate()
+        raise
+    return CdxEntry(
+        url=url,
+        timestamp=timestamp,
+        status=status,
+        digest=_bare_digest(record.rec_headers.get_header("WARC-Payload-Digest")),
+        mime=mime,
+        warc=location,
+        offset=offset,
+        length=length,
+    )
 
 
 def recover_spools(store: Storage, spool_dir: str) -> list[str]:
