@@ -6,6 +6,9 @@ they disallow, fetches with an identity (User-Agent, Referer, proxy) drawn from 
 a 200 body, and returns one frozen outcome (``engine.outcomes``). It never waits: politeness
 (when the host may be asked next) belongs to the caller, the frontier for jobs and the host gate
 for single tasks, both counted from what the outcome says.
+
+One module past ~500 lines on purpose: the step is one sequence (robots, request, outcome, storage,
+archive) whose parts share the request's context; the outcomes and the deadline already live apart.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ SURT, so ``lookup`` takes the URL as it was written (the crawler writes canonica
 
 One module past ~500 lines on purpose: writer, spool recovery, index and reader share one file
 format (record framing, offsets, the CDXJ line); split, each would have to know the others' layout.
+
+One module past ~500 lines on purpose: the writer, its spool, the per-batch stage and spool
+recovery share one record and index format (``_write_capture``, ``CdxEntry``); split, each part
+would reach into the others' private spool.
 """
 
 from __future__ import annotations

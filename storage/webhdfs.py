@@ -8,6 +8,9 @@ HTTP to it and follows its ``307`` redirects to the DataNodes. Host names are co
 One module past ~500 lines on purpose: the backend, its path confinement and the mapping of
 WebHDFS errors to vcrawl's errors are one room (the only place ``hdfs`` is imported), and each
 part is read only with the others.
+
+One module past ~500 lines on purpose: one client of one wire protocol (WebHDFS), with its error
+mapping and retries, read together.
 """
 
 from __future__ import annotations

@@ -2,6 +2,10 @@
 
 Nothing here connects at import time. A pool child gets fresh clients after fork
 (``worker_process_init`` calls ``reset``), so no socket is shared between processes.
+
+One module past ~500 lines on purpose: it is the composition root, one short factory per
+component; split, every factory would import the others' modules and the wiring would be harder
+to see in one place.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from celery.worker import state as worker_state
 
 from engine.holdings import GRACE_S, HeldMessage, Holder, orphans
 from frontier.nodes import Membership
+from frontier.scripts import text
 from tasks import deps
 from vcrawl import redis_keys
 
@@ -46,10 +47,6 @@ __all__ = ["BrokerHoldings"]
 logger = logging.getLogger(__name__)
 
 _MAX_MESSAGES = 100_000  # bounds one sweep; a broker holds a few per worker thread
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class BrokerHoldings:
@@ -72,12 +69,12 @@ class BrokerHoldings:
         qos = getattr(getattr(task_consumer, "channel", None), "qos", None)
         if qos is not None:
             dirty = set(getattr(qos, "_dirty", ()))
-            tags |= {_text(tag) for tag in list(getattr(qos, "_delivered", {})) if tag not in dirty}
+            tags |= {text(tag) for tag in list(getattr(qos, "_delivered", {})) if tag not in dirty}
         requests = [*worker_state.requests.values(), *worker_state.active_requests, *worker_state.reserved_requests]
         for request in requests:
             tag = getattr(getattr(request, "message", None), "delivery_tag", None)
             if tag is not None:
-                tags.add(_text(tag))
+                tags.add(text(tag))
         return tags
 
     def report(self, name: str, at_ms: int) -> None:
@@ -92,7 +89,7 @@ class BrokerHoldings:
         found = {}
         for name, value in raw.items():
             try:
-                found[_text(name)] = Holder.from_json(_text(name), value)
+                found[text(name)] = Holder.from_json(text(name), value)
             except (ValueError, TypeError):
                 continue  # written by a version this one cannot read: it claims nothing here
         return found
@@ -100,7 +97,7 @@ class BrokerHoldings:
     def held_counts(self) -> dict[str, int]:
         """Member name -> messages it holds that are still unacknowledged (for ``vcrawl nodes``)."""
         client = self._client()
-        pending = {_text(tag) for tag in client.hkeys(self.unacked_key)}
+        pending = {text(tag) for tag in client.hkeys(self.unacked_key)}
         return {name: len(holder.tags & pending) for name, holder in self.holders().items()}
 
     def held_by(self, name: str) -> list[HeldMessage]:
@@ -156,7 +153,7 @@ class BrokerHoldings:
                                    withscores=True)  # fmt: skip
         if not old:
             return []
-        delivered = {_text(tag): float(score) for tag, score in old}
+        delivered = {text(tag): float(score) for tag, score in old}
         return self.messages(orphans(delivered, self.holders(), membership))
 
     def reclaim_own(self, name: str) -> int:

@@ -27,6 +27,7 @@ from typing import Any
 from celery import Celery
 
 from engine.periodic import Periodic
+from frontier.scripts import text
 from tasks import deps
 from tasks.holdings import BrokerHoldings
 from vcrawl import redis_keys
@@ -47,14 +48,10 @@ def requeue_taken_before(app: Celery, cutoff_s: float, keep: Collection[str] = (
         channel = connection.default_channel
         client = channel.client
         tags = client.zrangebyscore(channel.unacked_index_key, "-inf", cutoff_s, start=0, num=_MAX_MESSAGES)
-        tags = [tag for tag in tags if _text(tag) not in keep]
+        tags = [tag for tag in tags if text(tag) not in keep]
         for tag in tags:
             channel.qos.restore_by_tag(tag, client)
     return len(tags)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def claimed_by_members(app: Celery) -> set[str]:

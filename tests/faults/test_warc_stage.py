@@ -6,6 +6,10 @@ Real processes: a redis-server of its own, two ring nodes (``celery -A tasks wor
 down, takes its batch over and fetches ``/slow`` again; then the stopped node gets SIGCONT, ends
 its batch and finds its lease gone. The job's WARC files must hold one response per page, its
 records one record per page.
+
+The node timeout is shortened so the takeover comes in seconds; the same promise at the shipped
+30 s (a plain worker frozen 38 s, one WARC response and one record per page after SIGCONT) is
+``tests/faults/test_frozen.py``.
 """
 
 from __future__ import annotations
