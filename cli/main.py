@@ -1,5 +1,5 @@
 """The ``vcrawl`` command line: ``demo``, ``crawl``, ``submit``, ``status``, ``cancel``, ``export``,
-``schedule``, ``flower``, and the operator commands of ``cli.ops`` (``serve``, ``pause``,
+``schedule``, ``flower``, ``logs``, and the operator commands of ``cli.ops`` (``serve``, ``pause``,
 ``resume``, ``config``).
 
 ``tasks`` is imported inside the commands: it reads the configuration when imported, and a
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from cli.analyze import add_analysis_commands
+from cli.logs import add_logs_commands
 from cli.nodes import add_nodes_command
 from cli.ops import add_ops_commands
 from cli.progress import OUTPUTS_WAIT_S, follow, report, summary_of, wait_for_outputs
@@ -100,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     add_nodes_command(commands)  # nodes
     add_analysis_commands(commands)  # analyze, reanalyze, analyzers
     add_stats_command(commands)  # stats
+    add_logs_commands(commands)  # logs, log-level
 
     schedule = commands.add_parser("schedule", help="recurring jobs run by Celery beat (stored in Redis)")
     actions = schedule.add_subparsers(required=True, metavar="ACTION")

@@ -21,6 +21,7 @@ from engine.analysis_step import Analysis, analyze_one
 from engine.api_pages import api_links, api_records, read_api_page
 from engine.batch import CrawlEnv
 from engine.jobs import JobRuntime, admit_links
+from engine.log_context import log_context
 from frontier import UrlHistory
 from vcrawl import names
 from vcrawl.errors import InvalidTask, MissingPage, PermanentError, RetryableError
@@ -134,7 +135,8 @@ def run_analyze_batch(
     for page in batch.pages:
         if page.url in state.page_links:
             continue
-        result = _analyze_page(env, runtime, page, counters)
+        with log_context(job=batch.job, url=page.url):
+            result = _analyze_page(env, runtime, page, counters)
         if not result.finished:
             failing[page.url] = (page, result.error)
             continue

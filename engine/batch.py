@@ -23,6 +23,7 @@ from engine.fetch_log import log_lines
 from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, stops_batch
 from engine.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, RuntimeCache, lease_ms
+from engine.log_context import log_context
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, SitemapRead, Stored
 from engine.sitemaps import SitemapSink, unchanged_by_hint
 from engine.warc_stage import StagedWarc
@@ -112,6 +113,11 @@ def fetch_context(env: CrawlEnv, runtime: JobRuntime) -> FetchContext:
 
 def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     """Fetch a leased batch, store its pages, release the lease; return what analysis needs."""
+    with log_context(job=job_id):  # every line logged for the batch names its job
+        return _run_fetch_batch(env, job_id, batch)
+
+
+def _run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
     runtime = env.runtimes.get(job_id, batch.cycle)
     nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
     started = env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime))

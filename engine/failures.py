@@ -9,6 +9,7 @@ from typing import Any
 import redis
 
 from engine.alerts import Alert, Alerter
+from engine.log_context import log_context
 from engine.trail import StatusTrail
 from vcrawl import redis_keys
 from vcrawl.errors import RobotsDisallowed, VcrawlError
@@ -40,7 +41,9 @@ def record_stage_failure(
             logger.info("robots.txt disallows %s: %s", trail_id, error)
             return trail_id
         trail.download_failed(trail_id, reason, error, getattr(exc, "http_status", None), task_name)
-        logger.info("download failed %s: %s", trail_id, error)
+        url = args[0].get("url") if isinstance(args[0], dict) else None
+        with log_context(url=str(url) if url else None):  # a final failure: worth an operator's look
+            logger.warning("download failed %s (%s): %s", trail_id, url or "?", error)
         return trail_id
     if task_name == "vcrawl.analyze" and len(args) >= 2 and isinstance(args[1], dict):
         trail_id = str(args[1].get("trail_id"))

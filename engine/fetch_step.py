@@ -32,6 +32,7 @@ from engine.host_trouble import (
     pool_exhausted,
     throttles,
 )
+from engine.log_context import log_context
 from engine.outcomes import (
     Failed,
     FetchOutcome,
@@ -147,7 +148,8 @@ def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
     Raises:
         StorageFailed: the body could not be stored (the caller retries the whole step).
     """
-    outcome = _fetch_one(ctx, item)
+    with log_context(job=ctx.job_id or None, url=item.entry.url):  # lines logged below say which URL
+        outcome = _fetch_one(ctx, item)
     if not item.entry.sitemap:
         return outcome
     if isinstance(outcome, Failed | RobotsBlocked):  # a sitemap not read is a sitemap problem, not a failed URL
@@ -365,6 +367,9 @@ def _retry_or_fail(
         if slow_host:  # over its failure budget: the host is slowed even when the URL gives up
             host_wait_s = max(host_wait_s, min(ctx.retry.backoff_max_s, ctx.retry.backoff_s * 2**entry.attempt))
         failed = _failed(ctx, item, reason, http_status, "", counts, crawl_delay_s=crawl_delay_s)
+        # Retries spent on a transient error (refused, timeout, 5xx): worth an operator's look, unlike a 404.
+        logger.warning("job %s: %s failed for good after %d attempts: %s", ctx.job_id or "-", entry.url,
+                       entry.attempt + 1, reason)  # fmt: skip
         return replace(failed, host_wait_s=host_wait_s, gave_up=True)
     counts[names.COUNTER_RETRIES] += 1
     visit = Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts)
@@ -442,7 +447,10 @@ def _read_robots(ctx: FetchContext, url: str, counts: Counter[str]) -> RobotsRul
         return None
     ctx.robots.put(origin(url), rules)
     counts[names.COUNTER_ROBOTS_FETCHED] += 1
-    if rules.kind == "disallow_all" and ctx.alert is not None:  # unreachable or 5xx: the host's URLs wait (RFC 9309)
+    if rules.kind == "disallow_all":  # unreachable or 5xx: the host's URLs wait (RFC 9309)
+        logger.warning("job %s: robots.txt of %s unreachable (status %s): its URLs wait, asked again in %g s",
+                       ctx.job_id or "-", origin(url), status, ctx.robots_retry_s)  # fmt: skip
+    if rules.kind == "disallow_all" and ctx.alert is not None:
         where = f"job {ctx.job_id}" if ctx.job_id else "single tasks"
         ctx.alert(
             f"{ctx.job_id or 'single'}:robots:{origin(url)}",

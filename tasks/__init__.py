@@ -25,6 +25,7 @@ from celery.signals import (
 from analyzers import load_plugins
 from engine import daily as _daily
 from engine import jobs as _jobs
+from engine import log_stream as _log_stream
 from engine import status as _status
 from engine.api_pages import check_secrets
 from engine.nodes import RingKeeper, node_queue, nodes_listing
@@ -32,6 +33,7 @@ from engine.trail import STATES, TERMINAL_STATES
 from storage import Storage
 from storage import records as _records
 from tasks import deps
+from tasks import log_setup as _log_setup  # noqa: F401 - connects the logging signals
 from tasks import queues as _queues
 from tasks.analysis_facade import (
     analysis_run,
@@ -91,9 +93,12 @@ __all__ = [
     "job_stats",
     "job_status",
     "list_jobs",
+    "log_levels",
     "pause_job",
     "ping_workers",
     "queue_lengths",
+    "read_logs",
+    "read_new_logs",
     "reanalyze_job",
     "reconfigure_job",
     "record_failure",
@@ -102,6 +107,7 @@ __all__ = [
     "resume_job",
     "ring_nodes",
     "schedule_store",
+    "set_log_level",
     "settings",
     "start_analysis",
     "start_batch_analysis",
@@ -248,6 +254,44 @@ def job_stats(job_id: str, minutes: int, now: float) -> list[tuple[int, dict[str
 def job_daily(job_id: str, days: int, now: float | None = None, host: str | None = None) -> dict[str, Any] | None:
     """A job's last ``days`` UTC days (None if unknown), as ``vcrawl stats JOB --by day --json`` prints them."""
     return _daily.job_daily(deps.frontier(), job_id, days, time.time() if now is None else now, host)
+
+
+def read_logs(job: str | None = None, node: str | None = None, level: str = "DEBUG",
+              limit: int = 100) -> list[tuple[str, dict[str, str]]]:  # fmt: skip
+    """The cluster log stream's last ``limit`` lines of ``job`` / ``node`` from ``level`` on, oldest first,
+    as (stream id, fields: t, level, logger, msg, node, job, task, url).
+
+    Raises:
+        ValueError: ``level`` is not a level name.
+    """
+    query = _log_stream.LogQuery(job, node, _log_stream.level_of(level))
+    return _log_stream.read_entries(deps.redis_client(), query, limit)
+
+
+def read_new_logs(after: str, job: str | None = None, node: str | None = None, level: str = "DEBUG",
+                  block_ms: int = 1000) -> tuple[list[tuple[str, dict[str, str]]], str]:  # fmt: skip
+    """The log stream's lines after id ``after`` (``$``: from now), waiting up to ``block_ms``; and the next id."""
+    query = _log_stream.LogQuery(job, node, _log_stream.level_of(level))
+    return _log_stream.read_new_entries(deps.redis_client(), query, after, block_ms)
+
+
+def set_log_level(logger: str, level: str | None) -> None:
+    """Ship ``logger``'s lines (``root``: every logger's) to the log stream from ``level`` on; None: the default.
+
+    Every worker applies it within ``VCRAWL_LOG_LEVELS_POLL_S``.
+
+    Raises:
+        ValueError: ``level`` is not a level name.
+    """
+    _log_stream.set_stream_level(deps.redis_client(), logger, level)
+
+
+def log_levels() -> dict[str, str]:
+    """The log stream's levels set by logger (``root``: the default, else ``VCRAWL_LOG_STREAM_LEVEL``)."""
+    levels = {name: str(logging.getLevelName(level)) for name, level in _log_stream.stream_levels(
+        deps.redis_client()).items()}  # fmt: skip
+    levels.setdefault(_log_stream.DEFAULT_LOGGER, deps.settings().log_stream_level)
+    return levels
 
 
 def queue_lengths() -> dict[str, int]:

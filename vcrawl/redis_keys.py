@@ -280,3 +280,13 @@ def lost_analyses_watch() -> str:
 def analyses_watch() -> str:
     """String: held by the one worker whose watchdog looks at the runs now."""
     return f"{PREFIX}:analyses:watch"
+
+
+def log_stream() -> str:
+    """Stream: the cluster's log lines (``engine.log_stream``), capped near ``VCRAWL_LOG_MAXLEN`` entries."""
+    return f"{PREFIX}:logs"
+
+
+def log_levels() -> str:
+    """Hash: logger name -> the level from which its lines go to the log stream (``vcrawl log-level``)."""
+    return f"{PREFIX}:logs:levels"

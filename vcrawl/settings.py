@@ -15,7 +15,15 @@ from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
 
-__all__ = ["DEFAULT_REFERERS", "DEFAULT_USER_AGENTS", "Settings", "celery_redis_url", "child_environment"]
+__all__ = [
+    "DEFAULT_REFERERS",
+    "DEFAULT_USER_AGENTS",
+    "LOG_FORMATS",
+    "LOG_LEVELS",
+    "Settings",
+    "celery_redis_url",
+    "child_environment",
+]
 
 # Current desktop and mobile browsers (late 2026); sites treat unknown agents worse.
 DEFAULT_USER_AGENTS: tuple[str, ...] = (
@@ -39,6 +47,8 @@ DEFAULT_REFERERS: tuple[str, ...] = (
 )
 
 _PREFIX = "VCRAWL_"
+LOG_FORMATS = ("text", "json")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_NODE_WEIGHT = 100  # virtual nodes of a ring node: ~10 % spread of its share
 
 
@@ -136,6 +146,15 @@ class Settings:
     # Secrets of api pages by auth name: VCRAWL_API_AUTH_<NAME>, one variable each (docs/api-mode.md).
     # A job names one (``auth: NAME``); its value never travels in a message.
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
+    # Logs (docs/logs.md): the format of a process's own log lines, and the cluster log stream in
+    # Redis: its default level (per logger, changed live with ``vcrawl log-level``), its length,
+    # the lines a process holds while Redis is slow or away (more are dropped, and counted).
+    log_format: str = "text"
+    log_stream: bool = True
+    log_stream_level: str = "WARNING"
+    log_maxlen: int = 100_000
+    log_queue_size: int = 10_000
+    log_levels_poll_s: float = 2.0
     # Not a variable: the fields ``from_env`` found set, for the few defaults that depend on it
     # (no VCRAWL_REDIS_URL: ``vcrawl crawl`` runs a private Redis). Not compared: where a value
     # came from does not change the settings.
@@ -206,6 +225,18 @@ class Settings:
                 f"VCRAWL_DNS_NEGATIVE_TTL_S={self.dns_negative_ttl_s:g} must not exceed "
                 f"VCRAWL_DNS_TTL_S={self.dns_ttl_s:g}"
             )
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"VCRAWL_LOG_FORMAT must be one of {'/'.join(LOG_FORMATS)}, got {self.log_format!r}")
+        if self.log_stream_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"VCRAWL_LOG_STREAM_LEVEL must be one of {'/'.join(LOG_LEVELS)}, got {self.log_stream_level!r}"
+            )
+        if self.log_maxlen < 100:
+            raise ConfigError(f"VCRAWL_LOG_MAXLEN must be at least 100, got {self.log_maxlen}")
+        if self.log_queue_size < 1:
+            raise ConfigError(f"VCRAWL_LOG_QUEUE_SIZE must be at least 1, got {self.log_queue_size}")
+        if not 0.1 <= self.log_levels_poll_s <= 60:
+            raise ConfigError(f"VCRAWL_LOG_LEVELS_POLL_S must be in [0.1, 60], got {self.log_levels_poll_s:g}")
         if self.beat_lock_timeout_s < 5:  # beat renews its lock every tick (at most 3 s apart)
             raise ConfigError(f"VCRAWL_BEAT_LOCK_TIMEOUT_S must be at least 5, got {self.beat_lock_timeout_s:g}")
         # A task (with its longest retry wait) outliving the visibility timeout runs twice.
@@ -363,7 +394,11 @@ def _check_network(name: str, value: str) -> None:
 
 
 # Fields whose variables read differently from other fields of their type.
-_FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {"allowed_networks": _parse_networks}
+_FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "allowed_networks": _parse_networks,
+    "log_format": lambda name, raw: raw.lower(),
+    "log_stream_level": lambda name, raw: raw.upper(),
+}
 
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "str": _parse_str,
