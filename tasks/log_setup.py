@@ -11,6 +11,7 @@ for the lines logged while a task runs; the engine adds the job and URL where it
 from __future__ import annotations
 
 import logging
+from logging.handlers import WatchedFileHandler
 from typing import Any
 
 from celery.signals import (
@@ -30,6 +31,8 @@ from vcrawl.settings import Settings
 
 __all__ = ["install", "shipper"]
 
+# The handlers Celery's set-up makes (a stream, or a file with ``--logfile``), by exact type.
+_CELERY_HANDLERS = (logging.StreamHandler, WatchedFileHandler)
 _installed: dict[str, Any] = {}  # this process's context filter and shipper, once installed
 
 
@@ -56,7 +59,7 @@ def install(target: logging.Logger, local_level: int, settings: Settings) -> Non
         )
         stream.addFilter(context)
     for handler in target.handlers:
-        if handler is stream:
+        if type(handler) not in _CELERY_HANDLERS:  # only Celery's own: not the stream, not a test's capture
             continue
         if local_level:
             handler.setLevel(local_level)
