@@ -49,6 +49,10 @@ def _query(name: str, default: int) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": {"type": "integer", "default": default}}
 
 
+def _text(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": False, "schema": {"type": "string"}}
+
+
 def openapi_document() -> dict[str, Any]:
     """The API's description."""
     job = [_JOB_ID]
@@ -103,6 +107,12 @@ def openapi_document() -> dict[str, Any]:
                 "get": _op(
                     "The job's batch analysis and replay runs, newest first: state, chunks mapped, result location",
                     params=[_JOB_ID, _query("limit", 20)],
+                )
+            },
+            "/api/jobs/{job}/logs": {
+                "get": _op(
+                    "The job's last lines in the cluster log stream, oldest first, from a level on, of a node",
+                    params=[_JOB_ID, _query("limit", 100), _text("level"), _text("node")],
                 )
             },
             "/api/queues": {"get": _op("Messages waiting in the download and analysis queues", errors=("401",))},

@@ -30,6 +30,7 @@ __all__ = ["JobApi", "make_server"]
 logger = logging.getLogger(__name__)
 
 _MAX_BODY = 1024 * 1024
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _JOB = r"(?P<job>[A-Za-z0-9][A-Za-z0-9._:%-]{0,200})"
 
 
@@ -52,6 +53,8 @@ class JobApi:
     nodes: Callable[[bool], dict[str, Any]] = lambda with_hosts: {"nodes": []}
     daily: Callable[[str, int, float, str | None], dict[str, Any] | None] = lambda job, days, now, host: None
     analyses: Callable[[str, int], list[dict[str, Any]]] = lambda job, limit: []
+    # The cluster log stream's last lines of a job: (job, node, level, limit) -> [(stream id, fields)].
+    logs: Callable[[str, str | None, str, int], list[tuple[str, dict[str, str]]]] = lambda job, node, level, limit: []
     # A job's status for the job list, which shows no output files (None: job_status).
     job_summary: Callable[[str], dict[str, Any] | None] | None = None
     clock: Callable[[], float] = time.time
@@ -69,6 +72,7 @@ class JobApi:
             ("GET", rf"/api/jobs/{_JOB}/stats", self._stats),
             ("GET", rf"/api/jobs/{_JOB}/daily", self._daily),
             ("GET", rf"/api/jobs/{_JOB}/analyses", self._analyses),
+            ("GET", rf"/api/jobs/{_JOB}/logs", self._logs),
             ("GET", r"/api/queues", self._queues),
             ("GET", r"/api/nodes", self._nodes),
         ]
@@ -193,6 +197,15 @@ class JobApi:
     def _analyses(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
         return _json(200, {"job": job, "runs": self.analyses(job, _int_param(query, "limit", 20, 1, 500))})
+
+    def _logs(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        self._status(job)
+        level = query.get("level", ["DEBUG"])[-1].upper()
+        if level not in _LOG_LEVELS:
+            raise _Refused(400, f"level must be one of {', '.join(_LOG_LEVELS)}, got {level!r}")
+        node = query.get("node", [""])[-1] or None
+        entries = self.logs(job, node, level, _int_param(query, "limit", 100, 1, 1000))
+        return _json(200, {"job": job, "lines": [{"id": entry_id, **fields} for entry_id, fields in entries]})
 
     def _queues(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
         return _json(200, {"queues": self.queues()})

@@ -85,6 +85,7 @@ class StreamShipper(logging.Handler):
         self.shipped = 0
         self._lowered: dict[str, int] = {}  # logger -> its own level before the stream lowered it
         self._pid: int | None = None
+        self._in_flight = 0  # lines taken from the queue and not yet sent (or dropped)
         self._queue: queue.Queue[dict[str, str]] = queue.Queue(queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -131,7 +132,7 @@ class StreamShipper(logging.Handler):
     def flush(self, timeout_s: float = 1.0) -> None:
         """Wait up to ``timeout_s`` for the queued lines to be sent (at shutdown)."""
         deadline = time.monotonic() + timeout_s
-        while self._thread is not None and self._pid == os.getpid() and not self._queue.empty():
+        while self._thread is not None and self._pid == os.getpid() and (self._in_flight or not self._queue.empty()):
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.02)
@@ -162,9 +163,10 @@ class StreamShipper(logging.Handler):
 
     def _run(self) -> None:
         client: redis.Redis | None = None
-        next_poll, backoff_s, lost = 0.0, 0.0, 0
+        next_poll, backoff_s, reported = 0.0, 0.0, self.dropped
         while not self._stop.is_set():
             batch = self._take(wait_s=0.5)
+            self._in_flight = len(batch)
             now = time.monotonic()
             try:
                 client = client or self._client_factory()
@@ -172,19 +174,19 @@ class StreamShipper(logging.Handler):
                     next_poll = now + self.poll_s
                     self._apply_levels(stream_levels(client))
                 if batch:
-                    if lost:  # Redis is back: say what it missed, before what comes next
-                        batch.insert(0, self._lost_line(lost))
-                    self._send(client, batch)
-                    self.shipped += len(batch) - (1 if lost else 0)
-                    lost = 0
+                    missed = self.dropped - reported  # Redis is back: say what it missed, before what comes next
+                    self._send(client, [self._lost_line(missed), *batch] if missed else batch)
+                    self.shipped += len(batch)
+                    reported += missed
                 backoff_s = 0.0
             except Exception as exc:  # Redis away or failing: drop, count, keep logging locally
-                lost += len(batch)
                 self.dropped += len(batch)
                 if backoff_s == 0.0:
                     logger.warning("log stream: Redis unreachable, dropping lines until it is back: %r", exc)
                 backoff_s = min(_BACKOFF_MAX_S, max(0.5, backoff_s * 2))
+                self._in_flight = 0
                 self._stop.wait(backoff_s)
+            self._in_flight = 0
 
     def _take(self, wait_s: float) -> list[dict[str, str]]:
         try:
@@ -207,7 +209,7 @@ class StreamShipper(logging.Handler):
     def _lost_line(self, count: int) -> dict[str, str]:
         node = next((str(getattr(f, "node", "")) for f in self.filters if getattr(f, "node", None)), "")
         return {"t": f"{self._clock():.3f}", "level": "WARNING", "logger": logger.name, "node": node,
-                "msg": f"{count} log lines of this process were dropped while Redis was unreachable"}  # fmt: skip
+                "msg": f"{count} log lines of this process were dropped (Redis unreachable or slow)"}  # fmt: skip
 
     def _apply_levels(self, levels: Mapping[str, int]) -> None:
         """Take the stream levels read from Redis; lower a logger's own level where the stream wants more."""

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
@@ -25,6 +26,7 @@ import redis
 import tasks
 from engine.log_stream import StreamShipper
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
+from tests.integration.conftest import api_server
 from vcrawl.settings import Settings
 
 _CELERY_TEXT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+: (DEBUG|INFO|WARNING|ERROR|CRITICAL)/")
@@ -97,6 +99,12 @@ def test_a_warning_in_a_task_is_read_back_with_vcrawl_logs(log_worker: dict[str,
     assert "logs-test@" in line  # the worker's node name
     entries = [json.loads(row) for row in _vcrawl(env, "logs", "--job", job, "--json").splitlines()]
     assert entries and all(entry["job"] == job and entry["task"] for entry in entries)
+    with api_server("secret") as base:  # the job API's view of the same lines
+        request = urllib.request.Request(f"{base}/api/jobs/{job}/logs?level=warning",
+                                         headers={"Authorization": "Bearer secret"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            lines = json.load(answer)["lines"]
+    assert any(f":{port}" in line["url"] and line["level"] == "WARNING" and line["id"] for line in lines)
 
 
 def test_a_level_changed_live_takes_effect_without_a_restart(log_worker: dict[str, Any]) -> None:
