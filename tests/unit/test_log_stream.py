@@ -1,0 +1,122 @@
+"""Cluster logs without sockets: stream levels per logger, the queries of `vcrawl logs`, JSON lines, context."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import pytest
+
+from engine.log_context import ContextFilter, JsonFormatter, current_context, log_context, set_task
+from engine.log_stream import LogQuery, StreamShipper, level_of
+from vcrawl.errors import ConfigError
+from vcrawl.settings import Settings
+
+
+def _never_connects() -> object:
+    raise OSError("no Redis in unit tests")
+
+
+def _shipper(queue_size: int = 100) -> StreamShipper:
+    return StreamShipper(_never_connects, maxlen=1000, queue_size=queue_size, default_level=logging.WARNING,
+                         poll_s=60)  # type: ignore[arg-type]  # fmt: skip
+
+
+def test_a_loggers_stream_level_is_its_own_or_its_nearest_parents() -> None:
+    shipper = _shipper()
+    shipper.levels = {"engine": logging.INFO, "engine.fetch_step": logging.ERROR, "root": logging.ERROR}
+    assert shipper.stream_level("engine.batch") == logging.INFO
+    assert shipper.stream_level("engine.fetch_step") == logging.ERROR
+    assert shipper.stream_level("engine") == logging.INFO
+    assert shipper.stream_level("celery.worker") == logging.ERROR  # root: the default set live
+    shipper.levels = {}
+    assert shipper.stream_level("celery.worker") == logging.WARNING  # VCRAWL_LOG_STREAM_LEVEL
+
+
+def test_lowering_a_stream_level_lowers_the_logger_and_restores_it_after() -> None:
+    name = f"tests.unit.logs.{uuid.uuid4().hex[:8]}"
+    logging.getLogger(name).setLevel(logging.WARNING)
+    shipper = _shipper()
+
+    shipper._apply_levels({name: logging.INFO})
+    assert logging.getLogger(name).level == logging.INFO  # INFO lines are made, for the stream
+
+    shipper._apply_levels({name: logging.ERROR})  # above what the process logs anyway: nothing to lower
+    assert logging.getLogger(name).level == logging.WARNING
+    shipper._apply_levels({name: logging.DEBUG})
+    shipper._apply_levels({})
+    assert logging.getLogger(name).level == logging.WARNING
+
+
+def test_emit_never_raises_and_counts_what_it_drops() -> None:
+    shipper = _shipper(queue_size=1)
+    source = logging.getLogger(f"tests.unit.logs.{uuid.uuid4().hex[:8]}")
+    source.propagate = False
+    source.addHandler(shipper)
+    try:
+        for index in range(50):
+            source.warning("line %d", index)
+        source.info("below the stream's level: not even queued")
+    finally:
+        source.removeHandler(shipper)
+        shipper.close()
+    assert shipper.dropped >= 48 and shipper.shipped == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        (LogQuery(), True),
+        (LogQuery(job="j1"), True),
+        (LogQuery(job="j2"), False),
+        (LogQuery(node="w1@box"), True),
+        (LogQuery(node="box"), True),
+        (LogQuery(node="w1"), True),
+        (LogQuery(node="w2"), False),
+        (LogQuery(level=logging.WARNING), True),
+        (LogQuery(level=logging.ERROR), False),
+    ],
+)
+def test_a_query_picks_lines_by_job_node_and_level(query: LogQuery, expected: bool) -> None:
+    entry = {"t": "1.0", "level": "WARNING", "logger": "engine", "msg": "x", "node": "w1@box", "job": "j1"}
+    assert query.matches(entry) is expected
+
+
+def test_level_names_are_checked() -> None:
+    assert level_of("info") == logging.INFO
+    with pytest.raises(ValueError, match="log level must be one of"):
+        level_of("LOUD")
+
+
+def test_json_lines_carry_the_context_where_there_is_one() -> None:
+    handler = logging.Handler()
+    handler.addFilter(ContextFilter("w1@box"))
+    handler.setFormatter(JsonFormatter())
+    lines: list[str] = []
+    handler.emit = lambda record: lines.append(handler.format(record))  # type: ignore[method-assign]
+    source = logging.getLogger(f"tests.unit.logs.{uuid.uuid4().hex[:8]}")
+    source.propagate = False
+    source.addHandler(handler)
+    set_task("task-1")
+    try:
+        with log_context(job="j1", url="http://a.test:8080/x"):
+            source.warning("inside %s", "the fetch")
+        source.warning("outside")
+    finally:
+        set_task(None)
+    inside, outside = (json.loads(line) for line in lines)
+    assert inside == {"time": inside["time"], "level": "WARNING", "logger": source.name, "node": "w1@box",
+                      "message": "inside the fetch", "job": "j1", "task_id": "task-1",
+                      "url": "http://a.test:8080/x"}  # fmt: skip
+    assert outside["task_id"] == "task-1" and "job" not in outside and "url" not in outside
+    assert current_context() == {"job": None, "task_id": None, "url": None}
+
+
+def test_log_settings_are_validated() -> None:
+    settings = Settings.from_env({"VCRAWL_LOG_FORMAT": "JSON", "VCRAWL_LOG_STREAM_LEVEL": "info"})
+    assert (settings.log_format, settings.log_stream_level, settings.log_maxlen) == ("json", "INFO", 100_000)
+    for name, value in (("VCRAWL_LOG_FORMAT", "xml"), ("VCRAWL_LOG_STREAM_LEVEL", "LOUD"),
+                        ("VCRAWL_LOG_MAXLEN", "10"), ("VCRAWL_LOG_LEVELS_POLL_S", "0")):  # fmt: skip
+        with pytest.raises(ConfigError, match=name):
+            Settings.from_env({name: value})
