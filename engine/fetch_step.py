@@ -367,9 +367,10 @@ def _retry_or_fail(
         if slow_host:  # over its failure budget: the host is slowed even when the URL gives up
             host_wait_s = max(host_wait_s, min(ctx.retry.backoff_max_s, ctx.retry.backoff_s * 2**entry.attempt))
         failed = _failed(ctx, item, reason, http_status, "", counts, crawl_delay_s=crawl_delay_s)
-        # Retries spent on a transient error (refused, timeout, 5xx): worth an operator's look, unlike a 404.
-        logger.warning("job %s: %s failed for good after %d attempts: %s", ctx.job_id or "-", entry.url,
-                       entry.attempt + 1, reason)  # fmt: skip
+        if ctx.job_id:  # a job's URL spent its retries (refused, timeout, 5xx): worth a look, unlike a 404
+            # (a single task's final failure is logged where its trail records it: engine.failures)
+            logger.warning("job %s: %s failed for good after %d attempts: %s", ctx.job_id, entry.url,
+                           entry.attempt + 1, reason)  # fmt: skip
         return replace(failed, host_wait_s=host_wait_s, gave_up=True)
     counts[names.COUNTER_RETRIES] += 1
     visit = Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts)

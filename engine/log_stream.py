@@ -173,8 +173,8 @@ class StreamShipper(logging.Handler):
                 if now >= next_poll:
                     next_poll = now + self.poll_s
                     self._apply_levels(stream_levels(client))
-                if batch:
-                    missed = self.dropped - reported  # Redis is back: say what it missed, before what comes next
+                missed = self.dropped - reported  # Redis is back: say what it missed, before what comes next
+                if batch or missed:
                     self._send(client, [self._lost_line(missed), *batch] if missed else batch)
                     self.shipped += len(batch)
                     reported += missed
