@@ -28,6 +28,7 @@ __all__ = [
     "load_job_file",
     "masked_url",
     "new_job_id",
+    "parse_job_yaml",
 ]
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
@@ -241,6 +242,45 @@ def load_job_file(path: str | Path) -> JobSpec:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise InvalidTask("file", f"{path} is not valid {kind}: {exc}") from None
     return JobSpec.from_dict(data)
+
+
+def parse_job_yaml(text: str, where: str) -> Any:
+    """The data of one YAML document (a job, or live changes), refusing a key given twice.
+
+    PyYAML keeps the last of two equal keys without a word; a job put together from the
+    dashboard's fields and its YAML box would lose one of them silently.
+
+    Raises:
+        InvalidTask: ``where`` for text that is not YAML; the key's path for a key given twice.
+    """
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_repeated_keys(node, "")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise InvalidTask(where, f"not valid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _refuse_repeated_keys(node: yaml.Node, path: str) -> None:
+    if isinstance(node, yaml.MappingNode):
+        lines: dict[str, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else None
+            child = f"{path}.{name}" if path else str(name)
+            if name is not None and name != "<<":  # a merge key may repeat
+                if name in lines:
+                    first, again = lines[name], key.start_mark.line + 1
+                    raise InvalidTask(child, f"given twice (lines {first} and {again}): give it once")
+                lines[name] = key.start_mark.line + 1
+            _refuse_repeated_keys(value, child)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_repeated_keys(item, f"{path}[{index}]")
 
 
 def _scope(value: Any) -> ScopeSpec:
