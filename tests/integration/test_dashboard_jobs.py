@@ -112,6 +112,7 @@ def test_a_job_started_from_the_form_is_listed_and_runs(
         assert spec.scope.hosts == ("127.0.0.1",) and spec.scope.deny == (r"/p3\d$",)
         assert spec.politeness.min_interval_s == 0.3 and [r.pattern for r in spec.rules] == ["/p"]
     finally:
+        dashboard.ARTIFACTS.mkdir(exist_ok=True)
         browser.save_screenshot(str(dashboard.ARTIFACTS / "dashboard-new-job.png"))
         if job:
             tasks.cancel_job(job)
@@ -145,8 +146,11 @@ def test_a_bad_field_is_shown_at_its_input_and_no_job_starts(
 
     fill(browser, "nj-yaml", "max_pages: 5\n")
     fill(browser, "nj-max-pages", "10")  # the same key in a field and in the YAML box
+    fill(browser, "nj-interval", "-1")
     submit_new_job(browser)
     assert error_at(browser, "new-job", "max_pages").startswith("max_pages: given twice")
+    dashboard.ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(dashboard.ARTIFACTS / "dashboard-job-errors.png"))
     assert tasks.list_jobs(1000) == before
 
 
@@ -184,6 +188,7 @@ def test_a_running_jobs_live_settings_are_changed_from_the_page(
         until(browser, lambda d: any(s.headers.get("User-Agent") == "dash-bot/1.0" for s in list(site.seen)),
               "a request with the new User-Agent")  # fmt: skip
     finally:
+        dashboard.ARTIFACTS.mkdir(exist_ok=True)
         browser.save_screenshot(str(dashboard.ARTIFACTS / "dashboard-live.png"))
         tasks.cancel_job(job)
 
