@@ -60,3 +60,14 @@ def test_a_yaml_job_names_its_problem(text: str, field: str, problem: str) -> No
     with pytest.raises(InvalidTask) as caught:
         parse_job_yaml(text, "yaml")
     assert caught.value.field == field and problem in caught.value.problem
+
+
+def test_a_yaml_job_cannot_expand_to_billions_of_values() -> None:
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + n)}: &{chr(98 + n)} [{', '.join(['*' + chr(97 + n)] * 10)}]\n" for n in range(8)
+    )  # 10**9 values once expanded, 90 nodes as written
+    with pytest.raises(InvalidTask) as caught:
+        parse_job_yaml(laughs, "yaml")
+    assert caught.value.field == "yaml" and "more than 100000 values" in caught.value.problem
+    common = "base: &base {page_type: static}\nrules:\n  - {<<: *base, pattern: a}\n  - {<<: *base, pattern: b}\n"
+    assert parse_job_yaml(common, "yaml")["rules"][1] == {"page_type": "static", "pattern": "b"}
