@@ -29,7 +29,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from api.openapi import openapi_document
 from vcrawl.errors import InvalidTask
-from vcrawl.jobs import masked_url, parse_job_yaml
+from vcrawl.job_yaml import parse_job_yaml
+from vcrawl.jobs import masked_url
 
 __all__ = ["JobApi", "make_server"]
 

@@ -6,7 +6,8 @@ import pytest
 
 from api.server import cross_site_refusal
 from vcrawl.errors import InvalidTask
-from vcrawl.jobs import JobSpec, parse_job_yaml
+from vcrawl.job_yaml import parse_job_yaml
+from vcrawl.jobs import JobSpec
 
 HOST = "127.0.0.1:8080"
 
