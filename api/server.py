@@ -32,7 +32,7 @@ from vcrawl.errors import InvalidTask
 from vcrawl.job_yaml import parse_job_yaml
 from vcrawl.jobs import masked_url
 
-__all__ = ["JobApi", "make_server"]
+__all__ = ["JobApi", "cross_site_refusal", "make_server"]
 
 logger = logging.getLogger(__name__)
 
@@ -244,8 +244,9 @@ def _summary(status: dict[str, Any]) -> dict[str, Any]:
 def cross_site_refusal(method: str, headers: Mapping[str, str], loopback_only: bool) -> str | None:
     """Why an ``/api/`` request must be refused as cross-site, or None (``headers`` with lower-case names).
 
-    Browsers send ``Sec-Fetch-Site`` and ``Origin`` with every POST and PATCH and no page can forge
-    them; tools like curl send neither and are let through (they need the token, if there is one).
+    Browsers send ``Origin`` with every POST and PATCH (and ``Sec-Fetch-Site`` to HTTPS and loopback
+    servers), and no page can set either; tools like curl send neither and are let through (with the
+    token, if there is one).
 
     >>> cross_site_refusal("POST", {"host": "127.0.0.1:8080", "origin": "http://127.0.0.1:8080"}, True) is None
     True
