@@ -11,6 +11,7 @@ them through the ``tasks`` facade. Below this floor: fetchers, analyzers, fronti
 - ``engine.api_pages``: ``page_type: api`` around both steps: its headers and secret, rate limits, records.
 - ``engine.jobs``: job runtime, admission, status; ``engine.trail``: a single task's status trail;
   ``engine.pump``: the frontier pump; ``engine.cycles``: scheduled cycles; ``engine.alerts``: alerts.
+- ``engine.log_context`` / ``engine.log_stream``: what a log line is about, and the cluster log stream.
 """
 
 from __future__ import annotations

@@ -32,9 +32,11 @@ from vcrawl.settings import LOG_LEVELS
 
 __all__ = [
     "DEFAULT_LOGGER",
+    "JOB_STREAM_TTL_S",
     "LogQuery",
     "StreamShipper",
     "format_entry",
+    "job_stream_maxlen",
     "level_of",
     "read_entries",
     "read_new_entries",
@@ -45,10 +47,20 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_LOGGER = "root"  # the levels hash's field for every logger not named in it
+JOB_STREAM_TTL_S = 7 * 86400  # a job's own stream goes a week after its last line
 _BATCH = 500  # lines per XADD pipeline
 _MESSAGE_CHARS = 8000  # longer messages (and tracebacks) are cut: the stream is for reading, not for dumps
 _BACKOFF_MAX_S = 5.0
 _FIELDS = {"job": "job", "task_id": "task", "url": "url"}  # record attribute -> stream field
+
+
+def job_stream_maxlen(maxlen: int) -> int:
+    """A job's own stream keeps a tenth of the cluster's (at least 100 lines).
+
+    >>> job_stream_maxlen(100_000), job_stream_maxlen(500)
+    (10000, 100)
+    """
+    return max(100, maxlen // 10)
 
 
 def level_of(name: str) -> int:
@@ -74,11 +86,13 @@ class StreamShipper(logging.Handler):
         queue_size: int,
         default_level: int,
         poll_s: float,
+        job_ttl_s: float = JOB_STREAM_TTL_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
         self._client_factory = client
         self.maxlen, self.queue_size, self.default_level, self.poll_s = maxlen, queue_size, default_level, poll_s
+        self.job_maxlen, self.job_ttl_s = job_stream_maxlen(maxlen), job_ttl_s
         self._clock = clock
         self.levels: Mapping[str, int] = {}  # logger -> stream level, from Redis (replaced whole by the thread)
         self.dropped = 0  # lines lost: queue full or Redis away (per process)
@@ -201,9 +215,18 @@ class StreamShipper(logging.Handler):
         return batch
 
     def _send(self, client: redis.Redis, batch: list[dict[str, str]]) -> None:
+        # A job's lines also go to the job's own stream: `vcrawl logs --job` and the dashboard read
+        # those few, not the whole cluster's stream.
         pipe = client.pipeline(transaction=False)
+        jobs = set()
         for entry in batch:
             pipe.xadd(redis_keys.log_stream(), entry, maxlen=self.maxlen, approximate=True)  # type: ignore[arg-type]
+            if job := entry.get("job"):
+                jobs.add(job)
+                pipe.xadd(redis_keys.job_log_stream(job), entry, maxlen=self.job_maxlen,  # type: ignore[arg-type]
+                          approximate=True)  # fmt: skip
+        for job in jobs:
+            pipe.expire(redis_keys.job_log_stream(job), int(self.job_ttl_s))
         pipe.execute()
 
     def _lost_line(self, count: int) -> dict[str, str]:
@@ -300,11 +323,14 @@ class LogQuery:
 def read_entries(
     client: redis.Redis, query: LogQuery, limit: int, scan_max: int = 200_000
 ) -> list[tuple[str, dict[str, str]]]:
-    """The last ``limit`` matching lines, oldest first, as (stream id, fields); at most ``scan_max`` looked at."""
+    """The last ``limit`` matching lines, oldest first, as (stream id, fields); at most ``scan_max`` looked at.
+
+    A job's lines come from the job's own stream (``job_stream_maxlen`` of them at most).
+    """
     found: list[tuple[str, dict[str, str]]] = []
-    end, scanned, page = "+", 0, 1000
+    end, scanned, page, key = "+", 0, 1000, _stream_of(query)
     while len(found) < limit and scanned < scan_max:
-        entries: Any = client.xrevrange(redis_keys.log_stream(), max=end, min="-", count=page)
+        entries: Any = client.xrevrange(key, max=end, min="-", count=page)
         if not entries:
             break
         for entry_id, fields in entries:
@@ -326,10 +352,11 @@ def read_new_entries(
 
     Returns the matching ones and the id to read after next time.
     """
+    key = _stream_of(query)
     if after == "$":
-        last: Any = client.xrevrange(redis_keys.log_stream(), count=1)
+        last: Any = client.xrevrange(key, count=1)
         after = last[0][0] if last else "0-0"
-    reply: Any = client.xread({redis_keys.log_stream(): after}, count=1000, block=block_ms)
+    reply: Any = client.xread({key: after}, count=1000, block=block_ms)
     entries: Iterable[tuple[str, dict[str, str]]] = reply[0][1] if reply else []
     found = []
     for entry_id, fields in entries:
@@ -337,6 +364,10 @@ def read_new_entries(
         if query.matches(fields):
             found.append((entry_id, fields))
     return found, after
+
+
+def _stream_of(query: LogQuery) -> str:
+    return redis_keys.log_stream() if query.job is None else redis_keys.job_log_stream(query.job)
 
 
 def format_entry(fields: Mapping[str, str]) -> str:

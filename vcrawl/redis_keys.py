@@ -290,3 +290,8 @@ def log_stream() -> str:
 def log_levels() -> str:
     """Hash: logger name -> the level from which its lines go to the log stream (``vcrawl log-level``)."""
     return f"{PREFIX}:logs:levels"
+
+
+def job_log_stream(job_id: str) -> str:
+    """Stream: the log stream's lines about one job (``vcrawl logs --job``), capped and expiring on their own."""
+    return f"{PREFIX}:logs:job:{{{job_id}}}"

@@ -24,7 +24,8 @@ import pytest
 import redis
 
 import tasks
-from engine.log_stream import StreamShipper
+from engine.log_context import ContextFilter, log_context
+from engine.log_stream import JOB_STREAM_TTL_S, StreamShipper
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
 from tests.integration.conftest import api_server
 from vcrawl.settings import Settings
@@ -165,26 +166,27 @@ def _logger_with(name: str, *handlers: logging.Handler) -> logging.Logger:
     return target
 
 
-def test_the_stream_is_bounded_by_maxlen(vcrawl_settings: Settings) -> None:
+def test_the_stream_and_a_jobs_stream_are_bounded(vcrawl_settings: Settings) -> None:
     client = _spare_db(vcrawl_settings.redis_url)
-    client.delete("vcrawl:logs")
-    shipper = _shipper(lambda: _spare_db(vcrawl_settings.redis_url))
+    client.delete("vcrawl:logs", "vcrawl:logs:job:{bounded}")
+    shipper = _shipper(lambda: _spare_db(vcrawl_settings.redis_url), maxlen=200)
+    shipper.addFilter(ContextFilter("t@box"))
     target = _logger_with("tests.logs.bounded", shipper)
     try:
-        for index in range(3000):
-            target.warning("line %d", index)
+        with log_context(job="bounded"):
+            for index in range(3000):
+                target.warning("line %d", index)
         shipper.flush(timeout_s=10)
-        deadline = time.monotonic() + 10
-        while shipper.shipped < 3000 and time.monotonic() < deadline:
-            time.sleep(0.05)
         assert shipper.shipped == 3000 and shipper.dropped == 0
         # MAXLEN ~ trims whole stream nodes (100 entries each by default): about the cap, never the lot.
-        assert 100 <= client.xlen("vcrawl:logs") <= 300
-        last = client.xrevrange("vcrawl:logs", count=1)[0][1]
-        assert last["msg"] == "line 2999"
+        assert 200 <= client.xlen("vcrawl:logs") <= 400
+        assert 100 <= client.xlen("vcrawl:logs:job:{bounded}") <= 300  # a job's own: a tenth, at least 100
+        assert 0 < client.ttl("vcrawl:logs:job:{bounded}") <= JOB_STREAM_TTL_S
+        last = client.xrevrange("vcrawl:logs:job:{bounded}", count=1)[0][1]
+        assert last["msg"] == "line 2999" and last["job"] == "bounded" and last["node"] == "t@box"
     finally:
         shipper.close()
-        client.delete("vcrawl:logs")
+        client.delete("vcrawl:logs", "vcrawl:logs:job:{bounded}")
 
 
 def test_redis_down_drops_lines_and_local_logging_goes_on() -> None:
