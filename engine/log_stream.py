@@ -20,6 +20,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -104,6 +105,16 @@ class StreamShipper(logging.Handler):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        # A fork (a prefork pool child) copies this handler, not its thread, and maybe a lock held
+        # by another thread: the child starts afresh.
+        after_fork = weakref.WeakMethod(self._forget_parent)
+        os.register_at_fork(after_in_child=lambda: (method := after_fork()) is not None and method())
+
+    def _forget_parent(self) -> None:
+        self._start_lock = threading.Lock()
+        self._queue = queue.Queue(self.queue_size)
+        self._stop = threading.Event()
+        self._thread, self._pid, self._in_flight = None, None, 0
 
     # The caller's side: never blocks, never raises.
 
@@ -135,9 +146,6 @@ class StreamShipper(logging.Handler):
             return self
         with self._start_lock:
             if self._pid != os.getpid() or self._thread is None:
-                if self._pid is not None and self._pid != os.getpid():  # forked: the parent's queue and thread
-                    self._queue = queue.Queue(self.queue_size)
-                    self._stop = threading.Event()
                 self._pid = os.getpid()
                 self._thread = threading.Thread(target=self._run, name="vcrawl-log-shipper", daemon=True)
                 self._thread.start()
