@@ -39,7 +39,7 @@ from frontier import (
     origin,
 )
 from vcrawl import redis_keys
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import ROBOTS_SITEMAPS, JobSpec, LimitsSpec
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -158,8 +158,21 @@ def build_runtime(
         cycle_started_s=cycle_started_s,
         limits=limits,
         api_auth=dict(settings.api_auth),
-        filters=filter_chain(spec.filters),
+        filters=_worker_filters(spec),
     )
+
+
+def _worker_filters(spec: JobSpec) -> FilterChain:
+    """The job's filter chain in this worker; a filter the submitter had and this worker lacks is
+    the worker's configuration error (the job fails and says which), not the job's.
+
+    Raises:
+        ConfigError: naming the job's filter this worker cannot make.
+    """
+    try:
+        return filter_chain(spec.filters)
+    except InvalidTask as exc:
+        raise ConfigError(f"job {spec.id}: {exc} (install the filter's plug-in on every worker)") from None
 
 
 def job_bloom(spec: JobSpec, client: Any) -> BloomFilter:

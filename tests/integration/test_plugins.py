@@ -9,7 +9,7 @@ import vcrawl_test_plugin
 
 import tasks
 from frontier import canonical_url
-from tests.integration.conftest import run_job
+from tests.integration.conftest import run_job, wait_for_end
 from tests.site import TestSite
 from vcrawl.errors import InvalidTask
 
@@ -56,6 +56,15 @@ def test_a_plugin_fetcher_serves_the_pages_of_its_page_type(site: TestSite) -> N
     assert status["state"] == "completed" and status["pages_stored"] == 4
     fetched_by = {seen.path: seen.headers.get("X-Fetched-By") for seen in site.seen if seen.path != "/robots.txt"}
     assert fetched_by == {"/": None, "/plain.html": None, "/tagged/a.html": "tagged", "/tagged/b.html": "tagged"}
+
+
+def test_a_single_task_of_a_plugin_page_type_is_fetched_by_its_fetcher(site: TestSite) -> None:
+    url = site.add_page("/single.html", page("/next.html"))
+
+    record = wait_for_end(tasks.crawl.delay({"url": url, "page_type": "tagged"}).id)
+
+    assert record["state"] == "analyzed"
+    assert [seen.headers.get("X-Fetched-By") for seen in site.seen if seen.path == "/single.html"] == ["tagged"]
 
 
 REFUSED: list[tuple[str, dict[str, Any], str, str]] = [
