@@ -692,6 +692,17 @@ _JOB_MUTATIONS: list[tuple[str, Callable[[dict[str, Any], Any], None], st.Search
     ),
     ("allowed_networks[0]", _set("allowed_networks"), st.sampled_from(["nope", "10.0.0.0/33", "::g/64"]).map(list)),
     ("proxies[0]", _set("proxies"), st.sampled_from(["ftp://127.0.0.1", "127.0.0.1:3128", "http://"]).map(list)),
+    # A filter is named, never imported: a path or blank name is refused by the schema, before any registry.
+    (
+        "filters[0].name",
+        _set("filters"),
+        st.sampled_from(["os:system", "a/b", "", " x", 3, None]).map(lambda n: [{"name": n}]),
+    ),
+    (
+        "filters[0].params",
+        _set("filters"),
+        st.sampled_from([[], "max=2", 3]).map(lambda p: [{"name": "x", "params": p}]),
+    ),
 ]
 
 
