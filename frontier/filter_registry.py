@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from frontier.filters import AdmissionContext, UrlFilter
 from vcrawl.errors import InvalidTask
-from vcrawl.jobs import FilterSpec
+from vcrawl.job_filters import FilterSpec
 from vcrawl.plugins import load_group
 
 __all__ = [

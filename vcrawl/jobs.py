@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 import yaml
 
 from vcrawl.errors import InvalidTask
+from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.payloads import DownloadTask, Rule
 
 __all__ = [
     "DedupSpec",
-    "FilterSpec",
     "JobSpec",
     "LimitsSpec",
     "PolitenessSpec",
@@ -33,7 +33,6 @@ __all__ = [
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 _ROBOTS_TOKEN = re.compile(r"^[A-Za-z_-]{1,64}\Z")
-_FILTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 def new_job_id(clock: Any = time.time) -> str:
@@ -119,14 +118,6 @@ class RevisitSpec:
     shrink: float = 0.2
 
 
-@dataclass(frozen=True)
-class FilterSpec:
-    """A job's own admission filter: a name from the ``vcrawl.filters`` registry and its params (JSON values)."""
-
-    name: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-
 ROBOTS_SITEMAPS = "robots"
 """A job's default ``sitemaps``: the sitemaps robots.txt names (docs/sitemaps.md)."""
 
@@ -186,7 +177,7 @@ class JobSpec:
             revisit=_revisit(data.get("revisit")),
             batch_analyzers=_str_list(data.get("batch_analyzers", []), "batch_analyzers"),
             sitemaps=_sitemaps(data.get("sitemaps", ROBOTS_SITEMAPS)),
-            filters=_filters(data.get("filters")),
+            filters=parse_filters(data.get("filters")),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             try:
@@ -360,25 +351,6 @@ def _sitemaps(value: Any) -> bool | str | tuple[str, ...]:
     for index, url in enumerate(urls):
         _check_seed(url, f"sitemaps[{index}]")
     return urls
-
-
-def _filters(value: Any) -> tuple[FilterSpec, ...]:
-    """The shape of ``filters``; the registry checks the names and params (``engine.jobs.check_job``)."""
-    specs = []
-    for index, item in enumerate(_list(value, "filters")):
-        where = f"filters[{index}]"
-        data = _mapping(item, where)
-        _known(data, {"name", "params"}, f"{where}.")
-        name = data.get("name")
-        if not isinstance(name, str) or not _FILTER_NAME.match(name):
-            raise InvalidTask(f"{where}.name", f"must be a filter name (letters, digits, . _ -), got {name!r}")
-        params = _mapping(data.get("params") if data.get("params") is not None else {}, f"{where}.params")
-        try:
-            params = json.loads(json.dumps(dict(params)))  # JSON values only: the spec is stored as JSON
-        except (TypeError, ValueError) as exc:
-            raise InvalidTask(f"{where}.params", f"must hold JSON values only: {exc}") from None
-        specs.append(FilterSpec(name, params))
-    return tuple(specs)
 
 
 def _networks(value: Any) -> tuple[str, ...]:

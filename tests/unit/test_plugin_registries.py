@@ -14,7 +14,8 @@ from frontier.filter_registry import BUILTIN_FILTERS, FilterChain, FilterRegistr
 from frontier.filter_registry import ENTRY_POINT_GROUP as FILTERS_GROUP
 from frontier.filters import AdmissionContext, Scope, reject_reason
 from vcrawl.errors import ConfigError, InvalidTask, UnknownComponent
-from vcrawl.jobs import FilterSpec, JobSpec
+from vcrawl.job_filters import FilterSpec
+from vcrawl.jobs import JobSpec
 
 PLUGIN_FILTER = EntryPoint("max-query-params", "vcrawl_test_plugin:max_query_params", FILTERS_GROUP)
 
