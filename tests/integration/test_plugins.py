@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import vcrawl_test_plugin
 
 import tasks
+from cli.local_redis import LocalRedis
 from frontier import canonical_url
+from tests.cluster import REPO, cluster_env
 from tests.integration.conftest import run_job, wait_for_end
 from tests.site import TestSite
 from vcrawl.errors import InvalidTask
+from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -92,3 +99,30 @@ def test_a_single_task_of_an_unknown_page_type_is_refused_at_delay() -> None:
     with pytest.raises(InvalidTask) as refused:
         tasks.crawl.delay({"url": "http://127.0.0.1:9/", "page_type": "no-such"})
     assert refused.value.field == "page_type" and "tagged" in refused.value.problem
+
+
+@pytest.mark.parametrize(
+    ("group", "name", "words"),
+    [
+        ("vcrawl.filters", "scope", "built-in filter 'scope'"),
+        ("vcrawl.fetchers", "static", "built-in fetcher 'static'"),
+    ],
+)
+def test_a_worker_with_a_plugin_taking_a_builtin_name_refuses_to_start(
+    tmp_path: Path, group: str, name: str, words: str
+) -> None:
+    site = tmp_path / "site"  # a package installed by its .dist-info on PYTHONPATH, as tests/plugin_site_clash
+    (site / "shadow-0.1.dist-info").mkdir(parents=True)
+    (site / "shadow-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: shadow\nVersion: 0.1\n")
+    (site / "shadow-0.1.dist-info" / "entry_points.txt").write_text(f"[{group}]\n{name} = shadow:factory\n")
+    (site / "shadow.py").write_text("def factory(arg):\n    raise AssertionError('never loaded')\n")
+    with LocalRedis(tmp_path / "redis") as server:
+        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+        env["PYTHONPATH"] = f"{site}{os.pathsep}{env['PYTHONPATH']}"
+        done = subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download", "-P", "threads",
+             "--without-mingle", "--without-gossip"],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode != 0
+    assert words in done.stderr and "shadow" in done.stderr
