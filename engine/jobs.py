@@ -21,23 +21,25 @@ from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, 
 from frontier import (
     MAX_ROBOTS_BYTES,
     Admission,
+    AdmissionContext,
     AdmitRequest,
     Batch,
     BatchRelease,
     BloomFilter,
     Candidate,
     Entry,
+    FilterChain,
     Frontier,
     RecentUrls,
     Scope,
     UrlHistory,
     canonical_url,
+    filter_chain,
     host_key,
     origin,
-    reject_reason,
 )
 from vcrawl import redis_keys
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import ROBOTS_SITEMAPS, JobSpec, LimitsSpec
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -57,6 +59,7 @@ __all__ = [
 ]
 
 Link = tuple[str, int, int, int]  # (url, depth, redirects_left, sitemap level: 0 for a page)
+SourcedLink = tuple[str, int, int, int, str]  # a Link and the page (or redirect) it was found on
 
 _ADMIT_CHUNK = 1000  # URLs per admission script call: each call blocks Redis ~10 us per URL
 
@@ -81,6 +84,7 @@ class JobRuntime:
     limits: LimitsSpec = field(default_factory=LimitsSpec)  # the job's limits, unset ones from the cluster
     recent: RecentUrls = field(default_factory=RecentUrls)  # URLs this process saw admitted or refused as seen
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets (VCRAWL_API_AUTH_*)
+    filters: FilterChain | None = None  # the built-in filters, then the job's own; None: the built-ins
 
     @property
     def job_id(self) -> str:
@@ -97,8 +101,10 @@ def check_job(spec: JobSpec, fetchers: FetcherRegistry) -> None:
     """Check what a JobSpec cannot check alone: registries and selectors.
 
     Raises:
-        InvalidTask: naming the rule's key, e.g. ``rules[0].analyzer``.
+        InvalidTask: naming the rule's key, e.g. ``rules[0].analyzer``, or the filter's
+            (``filters[0].name``, ``filters[0].params.max``).
     """
+    filter_chain(spec.filters)
     for index, rule in enumerate(spec.rules):
         check_rule(rule, fetchers, f"rules[{index}]")
     known = batch_analyzer_names()
@@ -153,7 +159,21 @@ def build_runtime(
         cycle_started_s=cycle_started_s,
         limits=limits,
         api_auth=dict(settings.api_auth),
+        filters=_worker_filters(spec),
     )
+
+
+def _worker_filters(spec: JobSpec) -> FilterChain:
+    """The job's filter chain in this worker; a filter the submitter had and this worker lacks is
+    the worker's configuration error (the job fails and says which), not the job's.
+
+    Raises:
+        ConfigError: naming the job's filter this worker cannot make.
+    """
+    try:
+        return filter_chain(spec.filters)
+    except InvalidTask as exc:
+        raise ConfigError(f"job {spec.id}: {exc} (install the filter's plug-in on every worker)") from None
 
 
 def job_bloom(spec: JobSpec, client: Any) -> BloomFilter:
@@ -273,7 +293,7 @@ def lease_ms(runtime: JobRuntime) -> float:
 def admit_links(
     runtime: JobRuntime,
     frontier: Frontier,
-    links: Iterable[tuple[str, int, int] | Link],
+    links: Iterable[tuple[str, int, int] | Link | SourcedLink],
     *,
     done: int,
     token: str,
@@ -283,10 +303,11 @@ def admit_links(
     history: Mapping[str, UrlHistory] | None = None,
     analysed_batch: str | None = None,
 ) -> Admission:
-    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left[, sitemap level])`` links;
-    finish ``done`` URLs.
+    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left[, sitemap level[, source
+    url]])`` links; finish ``done`` URLs.
 
-    Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call).
+    Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call): the
+    built-in filters first, then the job's own (``frontier.filter_registry``).
     Seeds are not held to the ``allow`` patterns (they are where the crawl starts). The call
     that finishes the ``done`` URLs carries the token ``<token>:final``, whatever the number
     of chunks, so ``abandon_analysis`` can tell whether it already happened. In a scheduled
@@ -300,6 +321,7 @@ def admit_links(
     # One-off jobs: a URL this process already saw in the Bloom filter is a duplicate, known
     # without a round trip. (Scheduled jobs count links to known URLs by their history instead.)
     recent = runtime.recent if history_mode == 0 else None
+    chain = runtime.filters if runtime.filters is not None else filter_chain(())
     candidates: list[Candidate] = []
     local: set[str] = set()
     for url, depth, redirects_left, *kind in links:
@@ -308,8 +330,10 @@ def admit_links(
         except ValueError:
             counters["filtered:malformed"] += 1
             continue
-        sitemap = kind[0] if kind else 0
-        reason = reject_reason(canonical, depth, sitemap_scope if sitemap else scope)
+        sitemap, source = (kind[0] if kind else 0), (str(kind[1]) if len(kind) > 1 else "")
+        context = AdmissionContext(runtime.job_id, depth, sitemap_scope if sitemap else scope, source, seeds,
+                                   bool(sitemap))  # fmt: skip
+        reason = chain.reject_reason(canonical, context)
         if reason is not None:
             counters[f"filtered:{reason}"] += 1
             continue

@@ -30,6 +30,7 @@ from engine import status as _status
 from engine.api_pages import check_secrets
 from engine.nodes import RingKeeper, node_queue, nodes_listing
 from engine.trail import STATES, TERMINAL_STATES
+from frontier import load_filters
 from storage import Storage
 from storage import records as _records
 from tasks import deps
@@ -358,6 +359,8 @@ def _check_configuration(**_: Any) -> None:
     try:
         check_settings()
         load_plugins()
+        load_filters()  # vcrawl.filters: a name taken twice stops the worker here
+        deps.fetchers()  # vcrawl.fetchers: the same
         check_redis_persistence(deps.redis_client())  # warns loudly; a worker still starts
     except ConfigError as exc:
         logging.getLogger("vcrawl").critical("vcrawl cannot start: %s", exc)

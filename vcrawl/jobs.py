@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from vcrawl.errors import InvalidTask
+from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.payloads import DownloadTask, Rule
 
 __all__ = [
@@ -144,6 +145,7 @@ class JobSpec:
     # "robots": each seed origin's robots.txt Sitemap lines (no request beyond robots.txt); True: those,
     # else the origin's /sitemap.xml; a tuple: read these; False: none.
     sitemaps: bool | str | tuple[str, ...] = ROBOTS_SITEMAPS
+    filters: tuple[FilterSpec, ...] = ()  # run after the built-in scope filters, in this order
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -175,6 +177,7 @@ class JobSpec:
             revisit=_revisit(data.get("revisit")),
             batch_analyzers=_str_list(data.get("batch_analyzers", []), "batch_analyzers"),
             sitemaps=_sitemaps(data.get("sitemaps", ROBOTS_SITEMAPS)),
+            filters=parse_filters(data.get("filters")),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             try:
@@ -201,6 +204,8 @@ class JobSpec:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["rules"] = [rule.to_dict() for rule in self.rules]
+        if not self.filters:  # a spec without filters keeps its shape: older workers read it
+            del data["filters"]
         return data
 
     def to_json(self) -> str:
