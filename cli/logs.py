@@ -65,7 +65,9 @@ def _cmd_logs(args: argparse.Namespace) -> int:
         _print(fields, args.json)
     if not args.follow:
         return 0
-    after = entries[-1][0] if entries else "$"
+    # Nothing shown yet: a job's own stream is short, read it from its start so no line that came
+    # meanwhile is missed; the cluster's stream from now on.
+    after = entries[-1][0] if entries else ("0-0" if args.job else "$")
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     try:
         # Each read blocks at most a second: Ctrl-C and --timeout are noticed at once.

@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -26,6 +28,7 @@ import redis
 import tasks
 from engine.log_context import ContextFilter, log_context
 from engine.log_stream import JOB_STREAM_TTL_S, StreamShipper
+from tasks.redis_clients import make_redis_client
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
 from tests.integration.conftest import api_server
 from vcrawl.settings import Settings
@@ -209,3 +212,43 @@ def test_redis_down_drops_lines_and_local_logging_goes_on() -> None:
         assert shipper.dropped >= 1900 and shipper.shipped == 0  # the queue holds 100: the rest are counted drops
     finally:
         shipper.close()
+
+
+def test_follow_prints_new_lines_and_stops_cleanly_on_ctrl_c(vcrawl_settings: Settings) -> None:
+    job = f"follow-{uuid.uuid4().hex[:8]}"
+    follower = subprocess.Popen([sys.executable, "-m", "cli", "logs", "--job", job, "--follow"],
+                                env=cluster_env(vcrawl_settings), cwd=REPO, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(iter(follower.stdout.readline, "")), daemon=True)
+    reader.start()
+    shipper = _shipper(lambda: make_redis_client(vcrawl_settings), maxlen=100_000)
+    shipper.addFilter(ContextFilter("f@box"))
+    source = _logger_with("tests.logs.follow", shipper)
+
+    def ship(message: str) -> None:
+        with log_context(job=job, url="http://127.0.0.1:9/followed"):
+            source.warning(message)
+        shipper.flush(timeout_s=5)
+
+    def wait_printed(message: str) -> None:
+        deadline = time.monotonic() + 20
+        while not any(message in line for line in printed):
+            assert time.monotonic() < deadline and follower.poll() is None, f"{message!r} not printed: {printed}"
+            time.sleep(0.1)
+
+    try:
+        ship("the first line")
+        wait_printed("the first line")  # the command runs: what comes now, only following shows
+        ship("a line that came later")
+        wait_printed("a line that came later")
+        follower.send_signal(signal.SIGINT)
+        follower.wait(10)
+        err = follower.stderr.read()
+    finally:
+        shipper.close()
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait(5)
+    assert follower.returncode == 130 and "Traceback" not in err
+    assert "url=http://127.0.0.1:9/followed" in printed[-1] and "f@box" in printed[-1]
