@@ -140,6 +140,7 @@ def build_runtime(
             spec.user_agents if spec.user_agents is not None else settings.user_agents,
             spec.referers if spec.referers is not None else settings.referers,
             spec.proxies if spec.proxies is not None else settings.proxies,
+            harvested=spec.proxies is None,  # a job's own proxy list is all it uses
         ),
         politeness=politeness,
         retry=RetryPolicy(

@@ -525,7 +525,9 @@ def alert(cause: str, message: Alert) -> bool:
 def identities() -> IdentityPool:
     """Return the User-Agent / Referer / proxy pool."""
     current = settings()
-    return _once("identities", lambda: IdentityPool(current.user_agents, current.referers, current.proxies))
+    return _once(
+        "identities", lambda: IdentityPool(current.user_agents, current.referers, current.proxies, harvested=True)
+    )
 
 
 def proxy_health() -> ProxyHealth:
