@@ -131,7 +131,7 @@ def check_proxy(fetcher: Fetcher, check: ProxyCheck, proxy: str, own: frozenset[
     try:
         result = fetcher.fetch(request)
     except (FetchFailed, DownloadFailed) as exc:
-        reason = "too_slow" if exc.reason in ("total_timeout", "read_timeout", "too_slow") else exc.reason
+        reason = "too_slow" if exc.reason in ("total_timeout", "timeout", "too_slow") else exc.reason
         return Verdict(proxy, reason)
     latency_s = round(result.elapsed_s, 4)
     answer = _answer(result)
