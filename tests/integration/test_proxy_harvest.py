@@ -151,6 +151,10 @@ def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
     lists.good[0].stop()
     again = run_beat_task(harvest_settings(vcrawl_settings, lists, pool_max=2))
     assert set(again["pool"]) == {fast_too, slower} and again["dropped"] == [fast] and again["joined"] == [slower]
+    shown = subprocess.run([sys.executable, "-m", "cli", "proxies", "--json"], env=cluster_env(vcrawl_settings),
+                           cwd=REPO, capture_output=True, timeout=60, check=True)  # fmt: skip
+    listing = json.loads(shown.stdout)
+    assert [entry["proxy"] for entry in listing["harvested"]] == again["pool"] and listing["cooling"] == {}
 
 
 def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_check_url_changes_nothing(
@@ -163,6 +167,9 @@ def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_chec
     broken = harvest_here(replace(settings, proxy_check_url=lists.site.url("/no-check")), pool)
     assert broken["status"] == "check_unusable" and "http_404" in broken["problem"]
     assert {entry.proxy for entry in read_pool(pool)} == set(report["pool"])  # left as it was
+    # Harvested proxies are not the operator's trusted VCRAWL_PROXIES: on a private network they need it allowed.
+    narrow = harvest_here(replace(settings, allowed_networks=("127.0.0.1/32",)), pool)
+    assert narrow["pool"] == [] and narrow["rejected"] == {"blocked_address": 6}, narrow
 
 
 @pytest.mark.usefixtures("worker")
