@@ -526,7 +526,10 @@ def identities() -> IdentityPool:
     """Return the User-Agent / Referer / proxy pool."""
     current = settings()
     return _once(
-        "identities", lambda: IdentityPool(current.user_agents, current.referers, current.proxies, harvested=True)
+        "identities",
+        lambda: IdentityPool(
+            current.user_agents, current.referers, current.proxies, harvested=bool(current.proxy_sources)
+        ),
     )
 
 

@@ -237,6 +237,9 @@ class Settings:
                               "proxy is checked against it before it joins the pool")  # fmt: skip
         if self.proxy_max_latency_s <= 0:
             raise ConfigError(f"VCRAWL_PROXY_MAX_LATENCY_S must be above 0, got {self.proxy_max_latency_s:g}")
+        if self.proxy_pool_max < 1 or self.proxy_candidates_max < 1:
+            raise ConfigError(f"VCRAWL_PROXY_POOL_MAX and VCRAWL_PROXY_CANDIDATES_MAX must be at least 1, got "
+                              f"{self.proxy_pool_max} and {self.proxy_candidates_max}")  # fmt: skip
         if not 1 <= self.proxy_check_concurrency <= 256:
             raise ConfigError(f"VCRAWL_PROXY_CHECK_CONCURRENCY must be in [1, 256], got {self.proxy_check_concurrency}")
         if self.proxy_harvest_every_s < 1:

@@ -15,15 +15,19 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 from cli.local_redis import LocalRedis
+from cli.main import main
 from engine.proxy_harvest import harvest_with_settings
+from engine.status import job_status
 from fetchers.proxy_pool import read_pool
-from tests.cluster import REPO, cluster_env
+from frontier import Frontier
+from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.integration.conftest import run_job
 from tests.proxy import ForwardProxy
 from tests.site import Response, Seen, TestSite
@@ -105,26 +109,16 @@ def harvest_settings(base: Settings, lists: Lists, pool_max: int) -> Settings:
     )
 
 
-def run_beat_task(settings: Settings) -> dict[str, Any]:
-    """What beat's firing runs on a worker (the ``vcrawl.harvest_proxies`` task's body), in a process
-    configured like a worker by the ``VCRAWL_*`` variables of ``settings``."""
-    code = "import json, tasks; print(json.dumps(tasks.harvest_proxies()))"
-    done = subprocess.run([sys.executable, "-c", code], env=cluster_env(settings), cwd=REPO, capture_output=True,
-                          timeout=60, check=False)  # fmt: skip
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    return json.loads(done.stdout.decode().splitlines()[-1])
-
-
 def harvest_here(settings: Settings, client: redis.Redis) -> dict[str, Any]:
     """One harvest in this process (the task's body without the worker's settings)."""
     return harvest_with_settings(settings, client).to_dict()
 
 
 def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
-    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings
+    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     started = time.monotonic()
-    report = run_beat_task(harvest_settings(vcrawl_settings, lists, pool_max=2))
+    report = harvest_here(harvest_settings(vcrawl_settings, lists, pool_max=2), pool)
     took_s = time.monotonic() - started
     fast, fast_too, slower = (proxy.url for proxy in lists.good)
     assert report["status"] == "done", report
@@ -149,11 +143,10 @@ def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
     assert "127.0.0.14" not in seen_from  # the slow one was given up before it forwarded
     # Re-checked on the next run: a pool member that died is dropped, the next fastest takes its place.
     lists.good[0].stop()
-    again = run_beat_task(harvest_settings(vcrawl_settings, lists, pool_max=2))
+    again = harvest_here(harvest_settings(vcrawl_settings, lists, pool_max=2), pool)
     assert set(again["pool"]) == {fast_too, slower} and again["dropped"] == [fast] and again["joined"] == [slower]
-    shown = subprocess.run([sys.executable, "-m", "cli", "proxies", "--json"], env=cluster_env(vcrawl_settings),
-                           cwd=REPO, capture_output=True, timeout=60, check=True)  # fmt: skip
-    listing = json.loads(shown.stdout)
+    assert main(["proxies", "--json"]) == 0  # `vcrawl proxies`, on the session's Redis
+    listing = json.loads(capsys.readouterr().out)
     assert [entry["proxy"] for entry in listing["harvested"]] == again["pool"] and listing["cooling"] == {}
 
 
@@ -172,24 +165,67 @@ def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_chec
     assert narrow["pool"] == [] and narrow["rejected"] == {"blocked_address": 6}, narrow
 
 
-@pytest.mark.usefixtures("worker")
-def test_a_job_without_its_own_proxies_fetches_through_a_harvested_proxy(
-    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings, site: TestSite
-) -> None:
+@pytest.mark.slow
+def test_beat_harvests_on_a_worker_and_a_job_fetches_through_the_harvested_proxy(lists: Lists, tmp_path: Path) -> None:
+    """End to end on a private Redis: a real beat fires the harvest, a real worker runs it, a job
+    without proxies of its own is fetched through the proxy that joined, as the site sees."""
     proxy = lists.good[1]
-    report = harvest_here(replace(harvest_settings(vcrawl_settings, lists, 10), proxy_sources=lists.sources[:1]), pool)
-    assert report["pool"] and set(report["pool"]) <= {lists.good[0].url, proxy.url}
-    lists.good[0].stop()  # one proxy left in the pool: every fetch must go through it
-    pool.zrem(redis_keys.proxy_pool(), lists.good[0].url)
+    lists.site.add_page("/one.txt", f"{proxy.url.removeprefix('http://')}\n{lists.dead.removeprefix('http://')}\n")
     paths = [f"/p{n}" for n in range(5)]
-    site.add_page("/", "".join(f'<a href="{path}">{path}</a>' for path in paths))
+    lists.site.add_page("/", "".join(f'<a href="{path}">{path}</a>' for path in paths))
     for path in paths:
-        site.add_page(path, f"<html><body>{path}</body></html>")
-    status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0}}, 30.0)
+        lists.site.add_page(path, f"<html><body>{path}</body></html>")
+    processes: list[subprocess.Popen[bytes]] = []
+    with LocalRedis(tmp_path / "redis") as server:
+        settings = Settings(
+            redis_url=server.url,
+            data=str(tmp_path / "data"),
+            proxy_sources=(ProxySource(lists.site.url("/one.txt")),),
+            proxy_check_url=lists.check_url,
+            proxy_max_latency_s=MAX_LATENCY_S,
+            proxy_harvest_every_s=1.0,
+            min_interval_s=0.0,
+        )
+        env = cluster_env(settings)
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        try:
+            log = tmp_path / "beat.log"
+            with open(log, "ab") as out:  # beat starts while the worker does
+                command = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "-l", "INFO", "-s", str(log) + ".db"]
+                processes.append(subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT))
+            processes.append(start_worker(env, "harvest-worker", tmp_path / "worker.log", concurrency=4))
+            deadline = time.monotonic() + 30
+            while not client.zrange(redis_keys.proxy_pool(), 0, -1) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert client.zrange(redis_keys.proxy_pool(), 0, -1) == [proxy.url], log.read_text()[-2000:]
+            job = tmp_path / "job.json"
+            job.write_text(json.dumps({"id": "via-harvest", "seeds": [lists.site.url("/")], "max_depth": 1}))
+            subprocess.run([sys.executable, "-m", "cli", "submit", str(job)], env=env, cwd=REPO, timeout=60,
+                           capture_output=True, check=True)  # fmt: skip
+            frontier = Frontier(client)
+            deadline = time.monotonic() + 30
+            while (status := job_status(frontier, "via-harvest")) is None or status["state"] == "running":
+                assert time.monotonic() < deadline, status
+                time.sleep(0.1)
+        finally:
+            for process in processes:
+                stop_worker(process)
+            client.close()
     assert status["state"] == "completed" and status["pages_stored"] == 6, status
     assert status["proxies"] == {proxy.url: {"ok": 6, "failed": 0, "errors": 0, "reasons": {}}}
-    pages = [seen for seen in site.seen if seen.path == "/" or seen.path in paths]
+    pages = [seen for seen in lists.site.seen if seen.path == "/" or seen.path in paths]
     assert len(pages) == 6 and {seen.client_host for seen in pages} == {"127.0.0.12"}  # the site saw the proxy
-    assert proxy.forwarded >= 6
-    own = run_job({"seeds": [site.url("/p0")], "proxies": [], "max_depth": 0}, 30.0)
-    assert own["state"] == "completed" and own["proxies"] == {}  # `proxies: []`: none, harvested or not
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_job_with_its_own_proxy_list_or_none_and_a_worker_that_does_not_harvest_leave_the_pool_alone(
+    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings, site: TestSite
+) -> None:
+    harvest_here(harvest_settings(vcrawl_settings, lists, 10), pool)
+    assert pool.zcard(redis_keys.proxy_pool()) == 3
+    site.add_page("/", "<html><body>home</body></html>")
+    status = run_job({"seeds": [site.url("/")], "max_depth": 0}, 30.0)  # the session's worker has no sources
+    assert status["state"] == "completed" and status["proxies"] == {}, status
+    status = run_job({"seeds": [site.url("/")], "max_depth": 0, "proxies": [lists.transparent.url]}, 30.0)
+    assert list(status["proxies"]) == [lists.transparent.url]  # a job's own list is all it uses
+    assert all(seen.target.endswith("/check") for proxy in lists.good for seen in proxy.seen)
