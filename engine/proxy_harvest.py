@@ -182,9 +182,8 @@ def _harvest(
         for v in verdicts.values()
         if v.passed
     ]
-    # Pool members whose check did not run in time keep their place and their last check.
-    passed += [old[proxy] for proxy in old if proxy in candidates and proxy not in verdicts]
-    passed += [old[proxy] for proxy in old if proxy not in candidates]  # beyond candidates_max: not checked
+    # Pool members not checked (no time left, or beyond candidates_max) keep their place and last check.
+    passed += [entry for proxy, entry in old.items() if proxy not in verdicts]
     pool = sorted(passed, key=lambda entry: entry.latency_s)[: config.pool_max]
     write_pool(client, pool)
     rejected = Counter(v.reason for v in verdicts.values() if v.reason is not None)
