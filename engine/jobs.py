@@ -147,6 +147,8 @@ def build_runtime(
             spec.user_agents if spec.user_agents is not None else settings.user_agents,
             spec.referers if spec.referers is not None else settings.referers,
             spec.proxies if spec.proxies is not None else settings.proxies,
+            # Harvested proxies join the cluster's pool where this worker harvests; a job's own list is all it uses.
+            harvested=spec.proxies is None and bool(settings.proxy_sources),
         ),
         politeness=politeness,
         retry=RetryPolicy(

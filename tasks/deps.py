@@ -525,7 +525,12 @@ def alert(cause: str, message: Alert) -> bool:
 def identities() -> IdentityPool:
     """Return the User-Agent / Referer / proxy pool."""
     current = settings()
-    return _once("identities", lambda: IdentityPool(current.user_agents, current.referers, current.proxies))
+    return _once(
+        "identities",
+        lambda: IdentityPool(
+            current.user_agents, current.referers, current.proxies, harvested=bool(current.proxy_sources)
+        ),
+    )
 
 
 def proxy_health() -> ProxyHealth:
