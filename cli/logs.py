@@ -63,6 +63,9 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     entries = tasks.read_logs(args.job, args.node, args.level, args.limit)
     for _, fields in entries:
         _print(fields, args.json)
+    if not entries and not args.follow:  # say so on stderr: stdout stays only lines
+        of_job = f" of job {args.job}" if args.job else ""
+        print(f"vcrawl: no lines{of_job} in the log stream (from {args.level} on)", file=sys.stderr)
     if not args.follow:
         return 0
     # Nothing shown yet: a job's own stream is short, read it from its start so no line that came
