@@ -147,6 +147,25 @@ def test_a_priority_job_takes_the_due_host_with_the_best_url_first(
     assert batch.host == first
 
 
+def test_each_cycle_takes_its_specs_strategy_and_a_fresh_url_index(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    job_id = f"s-{uuid.uuid4().hex[:8]}"
+    first = JobSpec.from_dict({"id": job_id, "seeds": ["http://a.test/"], "strategy": "priority", "sitemaps": False})
+    bloom_keys = build_runtime(first, Settings(), session=None, client=client).bloom.keys
+    assert frontier.jobs.new_cycle(job_id, first.to_json(), firing="f1", bloom_keys=bloom_keys).cycle == 1
+    runtime = build_runtime(first, Settings(), session=None, client=client, cycle=1)
+    _admit(runtime, frontier, "t1", ("a.test/x", 1), ("a.test/y", 1))
+    _admit(runtime, frontier, "t2", ("a.test/y", 2))
+    frontier.jobs.finish_start(job_id, 1)
+    assert client.hlen(redis_keys.job_queued_urls(job_id)) == 2 and client.hlen(redis_keys.job_inlinks(job_id)) == 1
+
+    second = JobSpec.from_dict({**first.to_dict(), "strategy": "depth-first"})
+    started = frontier.jobs.new_cycle(job_id, second.to_json(), firing="f2", overlap="cancel", bloom_keys=bloom_keys)
+
+    assert started.cycle == 2 and frontier.jobs.raw_state(job_id)["strategy"] == "depth-first"
+    assert not client.exists(redis_keys.job_queued_urls(job_id), redis_keys.job_inlinks(job_id))
+
+
 # Whole jobs on the session's worker.
 
 
@@ -214,3 +233,21 @@ def test_every_strategy_fetches_each_page_once_obeys_robots_and_completes(site: 
     assert status["pages_stored"] == 5 and status["pending"] == 0 and status["queued"] == 0
     assert status["robots_blocked"] == 2 and status["robots_fetched"] == 1
     assert status["admitted"] == 7 and status["filtered"]["depth"] == 1 and status["duplicates"] >= 5
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_priority_job_reads_its_sitemap_first_and_orders_pages_by_the_sitemaps_priority(site: TestSite) -> None:
+    listed = {"/low": 0.1, "/high": 0.9, "/mid": 0.5}
+    items = "".join(f"<url><loc>{site.url(path)}</loc><priority>{p}</priority></url>" for path, p in listed.items())
+    sitemap = f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{items}</urlset>'
+    site.add_page("/robots.txt", f"User-agent: *\nSitemap: {site.url('/map.xml')}\n", Content_Type="text/plain")
+    site.add_page("/map.xml", sitemap, Content_Type="application/xml")
+    site.add_page("/", link_page())
+    for path in listed:
+        site.add_page(path, link_page())
+
+    status = run_job({"seeds": [site.url("/")], "strategy": "priority", "politeness": FAST})
+
+    assert status["state"] == "completed" and status["pages_stored"] == 4 and status["sitemaps_read"] == 1
+    # The sitemap before any page; then 0.9 - 0.1 (depth 1), the seed's 0.5, 0.5 - 0.1, 0.1 - 0.1.
+    assert _page_order(site) == ["/map.xml", "/high", "/", "/mid", "/low"]
