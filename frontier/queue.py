@@ -1,6 +1,7 @@
 """The Mercator-style frontier in Redis: per-host queues and a ready-time heap of hosts.
 
-A job's URLs wait in one sorted set per host (breadth-first: score = depth, then arrival).
+A job's URLs wait in one sorted set per host, scored by the job's strategy (``admit.lua``;
+breadth-first: depth, then arrival).
 A host is in the job's ``ready`` heap, scored with the time it may next be fetched,
 while it has queued URLs and a free slot. Pumps pop due hosts atomically (Lua), lease
 their URLs as a batch, and the fetch that ran the batch releases the lease, which sets
@@ -28,7 +29,9 @@ __all__ = ["FrontierQueue"]
 
 logger = logging.getLogger(__name__)
 
-# Score = depth * _DEPTH_WEIGHT + arrival sequence: breadth-first, FIFO within a depth.
+# Breadth-first score = depth * _DEPTH_WEIGHT + arrival sequence: FIFO within a depth (admit.lua has the
+# other strategies'). A requeue at the front of its depth: depth * _DEPTH_WEIGHT (depth-first and
+# priority jobs: release.lua gives it back the score it was leased with).
 _DEPTH_WEIGHT = 1e12
 _BACK_OF_QUEUE = 2000 * _DEPTH_WEIGHT  # deeper than any depth a job allows (release.lua: above 2e15)
 _UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
