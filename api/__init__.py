@@ -21,6 +21,7 @@ def real_api(token: str | None) -> JobApi:
         pause=tasks.pause_job,
         resume=tasks.resume_job,
         reconfigure=tasks.reconfigure_job,
+        job_spec=tasks.job_spec,
         failures=tasks.job_failures,
         host_stats=tasks.host_stats,
         stats=tasks.job_stats,

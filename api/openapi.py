@@ -24,6 +24,7 @@ def _op(
         operation["responses"][code] = {
             "description": {
                 "401": "no or wrong bearer token",
+                "403": "a cross-site request (Origin or Sec-Fetch-Site), or a non-loopback Host without a token",
                 "404": "no such job",
                 "409": "not in that state",
                 "422": "invalid: `field` names the bad key",
@@ -31,9 +32,11 @@ def _op(
             "content": {"application/json": {"schema": _ERROR}},
         }
     if body is not None:
+        schema = {"type": "object", "description": body}
         operation["requestBody"] = {
             "required": True,
-            "content": {"application/json": {"schema": {"type": "object", "description": body}}},
+            # YAML: the text of a job file, as the dashboard's job form sends it.
+            "content": {"application/json": {"schema": schema}, "application/yaml": {"schema": schema}},
         }
     if params:
         operation["parameters"] = params
@@ -64,25 +67,28 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             "/api/jobs": {
                 "get": _op("List jobs, newest first", params=[_query("limit", 50)], errors=("401",)),
-                "post": _op("Start a job (the same keys as a job file)", ok="201", body="a job", errors=("401", "422")),
+                "post": _op(
+                    "Start a job (the same keys as a job file)", ok="201", body="a job", errors=("401", "403", "422")
+                ),
             },
             "/api/jobs/{job}": {"get": _op("State and counters, as `vcrawl status --json`", params=job)},
             "/api/jobs/{job}/cancel": {
-                "post": _op("Stop dispatching for good", params=job, errors=("401", "404", "409"))
+                "post": _op("Stop dispatching for good", params=job, errors=("401", "403", "404", "409"))
             },
             "/api/jobs/{job}/pause": {
-                "post": _op("Stop dispatching until resumed", params=job, errors=("401", "404", "409"))
+                "post": _op("Stop dispatching until resumed", params=job, errors=("401", "403", "404", "409"))
             },
             "/api/jobs/{job}/resume": {
-                "post": _op("Dispatch a paused job again", params=job, errors=("401", "404", "409"))
+                "post": _op("Dispatch a paused job again", params=job, errors=("401", "403", "404", "409"))
             },
             "/api/jobs/{job}/config": {
                 "patch": _op(
                     "Change politeness, user_agents, referers or proxies of a running job",
                     params=job,
                     body='e.g. {"politeness": {"min_interval_s": 0.5}}',
-                    errors=("401", "404", "422"),
-                )
+                    errors=("401", "403", "404", "422"),
+                ),
+                "get": _op("The settings a running job may change, as they are now (passwords masked)", params=job),
             },
             "/api/jobs/{job}/failures": {
                 "get": _op("Recent final failures with reasons", params=[_JOB_ID, _query("limit", 50)])

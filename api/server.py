@@ -4,11 +4,17 @@
 headers, body), so routing and auth are testable without sockets; ``serve`` wraps it in the
 standard library's threading HTTP server. The dashboard (``/``) is one static page that reads
 only this API.
+
+Cross-site requests (docs/security.md): a request that changes something is refused when the
+browser says it comes from another site (``Sec-Fetch-Site``) or another origin (``Origin``
+against ``Host``), before the token is even looked at; without a token (``--insecure-local``)
+every ``/api/`` call must also name a loopback host, so a DNS-rebound name cannot reach it.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -23,13 +29,16 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from api.openapi import openapi_document
 from vcrawl.errors import InvalidTask
+from vcrawl.job_yaml import parse_job_yaml
 from vcrawl.jobs import masked_url
 
-__all__ = ["JobApi", "make_server"]
+__all__ = ["JobApi", "cross_site_refusal", "make_server"]
 
 logger = logging.getLogger(__name__)
 
 _MAX_BODY = 1024 * 1024
+_CHANGES = frozenset({"POST", "PATCH", "PUT", "DELETE"})  # the methods a cross-site page must not send
+_YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
 _JOB = r"(?P<job>[A-Za-z0-9][A-Za-z0-9._:%-]{0,200})"
 
 
@@ -52,6 +61,7 @@ class JobApi:
     nodes: Callable[[bool], dict[str, Any]] = lambda with_hosts: {"nodes": []}
     daily: Callable[[str, int, float, str | None], dict[str, Any] | None] = lambda job, days, now, host: None
     analyses: Callable[[str, int], list[dict[str, Any]]] = lambda job, limit: []
+    job_spec: Callable[[str], Any] = lambda job: None  # a JobSpec with its live changes, None if unknown
     # A job's status for the job list, which shows no output files (None: job_status).
     job_summary: Callable[[str], dict[str, Any] | None] | None = None
     clock: Callable[[], float] = time.time
@@ -64,6 +74,7 @@ class JobApi:
             ("GET", rf"/api/jobs/{_JOB}", self._get_job),
             ("POST", rf"/api/jobs/{_JOB}/(?P<action>cancel|pause|resume)", self._act),
             ("PATCH", rf"/api/jobs/{_JOB}/config", self._configure),
+            ("GET", rf"/api/jobs/{_JOB}/config", self._get_config),
             ("GET", rf"/api/jobs/{_JOB}/failures", self._failures),
             ("GET", rf"/api/jobs/{_JOB}/hosts", self._hosts),
             ("GET", rf"/api/jobs/{_JOB}/stats", self._stats),
@@ -87,6 +98,10 @@ class JobApi:
             return _json(200, openapi_document())
         if not path.startswith("/api/"):
             return _json(404, {"error": f"no such page: {path}"})
+        named = {name.lower(): value for name, value in headers.items()}
+        if (refusal := cross_site_refusal(method, named, loopback_only=self.token is None)) is not None:
+            logger.warning("refused %s %s: %s", method, path, refusal)
+            return _json(403, {"error": refusal})
         if not self._authorized(headers.get("Authorization") or headers.get("authorization") or ""):
             status, extra, payload = _json(401, {"error": "missing or wrong bearer token"})
             return status, {**extra, "WWW-Authenticate": 'Bearer realm="vcrawl"'}, payload
@@ -99,7 +114,7 @@ class JobApi:
             if route_method == method:
                 params = {name: unquote(value) for name, value in match.groupdict().items()}
                 try:
-                    return handler(query=query, body=body, **params)
+                    return handler(query=query, body=_json_body(body, named.get("content-type", "")), **params)
                 except InvalidTask as exc:
                     return _json(422, {"error": exc.problem, "field": exc.field})
                 except _Refused as exc:
@@ -147,10 +162,14 @@ class JobApi:
     def _configure(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
         spec = self.reconfigure(job, _body_mapping(body))
-        proxies = [masked_url(proxy) for proxy in spec.proxies] if spec.proxies is not None else None
-        live = {"politeness": spec.to_dict()["politeness"], "user_agents": spec.user_agents,
-                "referers": spec.referers, "proxies": proxies}  # fmt: skip
-        return _json(200, {"job": job, "spec_rev": self._status(job)["spec_rev"], **live})
+        return _json(200, {"job": job, "spec_rev": self._status(job)["spec_rev"], **_live_settings(spec)})
+
+    def _get_config(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+        status, spec = self._status(job), self.job_spec(job)
+        if spec is None:
+            raise _Refused(404, f"no job {job!r}")
+        live = _live_settings(spec)
+        return _json(200, {"job": job, "state": status["state"], "spec_rev": status["spec_rev"], **live})
 
     def _failures(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
@@ -220,6 +239,72 @@ def _summary(status: dict[str, Any]) -> dict[str, Any]:
     summary = {key: status[key] for key in keys if key in status}
     summary["failed"] = sum(status.get("failed", {}).values())
     return summary
+
+
+def cross_site_refusal(method: str, headers: Mapping[str, str], loopback_only: bool) -> str | None:
+    """Why an ``/api/`` request must be refused as cross-site, or None (``headers`` with lower-case names).
+
+    Browsers send ``Origin`` with every POST and PATCH (and ``Sec-Fetch-Site`` to HTTPS and loopback
+    servers), and no page can set either; tools like curl send neither and are let through (with the
+    token, if there is one).
+
+    >>> cross_site_refusal("POST", {"host": "127.0.0.1:8080", "origin": "http://127.0.0.1:8080"}, True) is None
+    True
+    >>> cross_site_refusal("POST", {"host": "127.0.0.1:8080", "origin": "http://127.0.0.1:9000"}, True)
+    'Origin http://127.0.0.1:9000 is not this server (127.0.0.1:8080): a page of another origin may not change jobs'
+    """
+    host = headers.get("host", "")
+    if loopback_only and host and not _is_loopback_name(host):
+        return (f"Host {host!r} is not a loopback address: without a token (--insecure-local) the API answers "
+                f"only requests to 127.0.0.1, ::1 or localhost")  # fmt: skip
+    if method not in _CHANGES:
+        return None
+    site = headers.get("sec-fetch-site")
+    if site is not None and site not in ("same-origin", "none"):  # none: typed by the user, no page involved
+        return f"a {site} request may not change jobs (Sec-Fetch-Site: {site})"
+    origin = headers.get("origin")
+    if origin is not None and not _is_origin_of(origin, host):
+        return f"Origin {origin} is not this server ({host}): a page of another origin may not change jobs"
+    return None
+
+
+def _is_loopback_name(host: str) -> bool:
+    name = urlsplit("//" + host).hostname or ""
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return name == "localhost"
+
+
+def _is_origin_of(origin: str, host: str) -> bool:
+    """Whether ``origin`` (scheme://name[:port]) names the server the ``Host`` header names."""
+    default = {"http": 80, "https": 443}
+    try:
+        given, own = urlsplit(origin), urlsplit(f"//{host}")
+        if given.scheme not in default or not given.hostname or given.path:
+            return False  # "null" (a sandboxed page or a file), or not an origin at all
+        same_port = (given.port or default[given.scheme]) == (own.port or default[given.scheme])
+    except ValueError:  # a port out of range
+        return False
+    return given.hostname == own.hostname and same_port
+
+
+def _live_settings(spec: Any) -> dict[str, Any]:
+    """What may change while a job runs, as the API shows it (proxy passwords masked)."""
+    proxies = [masked_url(proxy) for proxy in spec.proxies] if spec.proxies is not None else None
+    return {"politeness": spec.to_dict()["politeness"], "user_agents": spec.user_agents,
+            "referers": spec.referers, "proxies": proxies}  # fmt: skip
+
+
+def _json_body(body: bytes, content_type: str) -> bytes:
+    """The body as JSON: a YAML body (``Content-Type: application/yaml``, a job file's text) is read here."""
+    if not body or content_type.split(";", 1)[0].strip().lower() not in _YAML_TYPES:
+        return body
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Refused(400, f"the body is not UTF-8: {exc}") from None
+    return json.dumps(parse_job_yaml(text, "yaml"), default=str).encode()
 
 
 def _body_mapping(body: bytes) -> dict[str, Any]:

@@ -50,6 +50,7 @@ __all__ = [
     "RuntimeCache",
     "admit_links",
     "check_job",
+    "current_spec",
     "fail_job",
     "reconfigure",
     "scope_of",
@@ -429,6 +430,12 @@ def reconfigure(frontier: Frontier, job_id: str, changes: Mapping[str, Any]) -> 
     if frontier.jobs.update_spec(job_id, spec.to_json()) is None:
         raise InvalidTask("job", f"job {job_id!r} is not running or paused")
     return spec
+
+
+def current_spec(frontier: Frontier, job_id: str) -> JobSpec | None:
+    """A job's spec as its workers read it now (live changes included); None for an unknown job."""
+    raw = frontier.jobs.raw_state(job_id)
+    return JobSpec.from_dict(json.loads(raw["spec"])) if raw.get("spec") else None
 
 
 def _add(a: Admission, b: Admission) -> Admission:

@@ -87,6 +87,7 @@ __all__ = [
     "host_stats",
     "job_daily",
     "job_failures",
+    "job_spec",
     "job_state",
     "job_stats",
     "job_status",
@@ -173,6 +174,11 @@ def reconfigure_job(job_id: str, changes: Mapping[str, Any]) -> JobSpec:
         InvalidTask: naming the bad key, e.g. ``politeness.per_host``.
     """
     return _jobs.reconfigure(deps.frontier(), job_id, changes)
+
+
+def job_spec(job_id: str) -> JobSpec | None:
+    """A job's spec with its live changes (what ``reconfigure_job`` changed); None if unknown."""
+    return _jobs.current_spec(deps.frontier(), job_id)
 
 
 def configure(settings: Settings) -> None:
