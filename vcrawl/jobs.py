@@ -18,13 +18,13 @@ import yaml
 from vcrawl.errors import InvalidTask
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST
 from vcrawl.payloads import DownloadTask, Rule
+from vcrawl.priorities import PrioritySpec, parse_priorities, url_priority
 
 __all__ = [
     "DedupSpec",
     "JobSpec",
     "LimitsSpec",
     "PolitenessSpec",
-    "PrioritySpec",
     "RevisitSpec",
     "ScopeSpec",
     "load_job_file",
@@ -119,26 +119,6 @@ class RevisitSpec:
     shrink: float = 0.2
 
 
-@dataclass(frozen=True)
-class PrioritySpec:
-    """A priority job's pattern -> priority (-100..100): the first pattern that matches a URL gives its part."""
-
-    pattern: str
-    priority: float
-
-
-PRIORITY_BOUND = 100.0
-"""The largest priority a job's ``priorities`` may give (and the smallest, negated)."""
-SITEMAP_DEFAULT_PRIORITY = 0.5
-"""A URL's sitemap part when no sitemap gave it one (the sitemap protocol's default)."""
-DEPTH_PENALTY = 0.1
-"""What each link followed from a seed takes off a URL's priority."""
-INLINK_BONUS = 0.1
-"""What each link to a queued URL found later adds to its priority (``frontier/lua/admit.lua``)."""
-INLINK_CAP = 10
-"""In-links counted at most: a hub linked from every page gains ``INLINK_CAP * INLINK_BONUS``."""
-
-
 ROBOTS_SITEMAPS = "robots"
 """A job's default ``sitemaps``: the sitemaps robots.txt names (docs/sitemaps.md)."""
 
@@ -201,7 +181,7 @@ class JobSpec:
             batch_analyzers=_str_list(data.get("batch_analyzers", []), "batch_analyzers"),
             sitemaps=_sitemaps(data.get("sitemaps", ROBOTS_SITEMAPS)),
             strategy=_strategy(data.get("strategy", STRATEGY_BREADTH_FIRST)),
-            priorities=_priorities(data.get("priorities")),
+            priorities=parse_priorities(data.get("priorities")),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             try:
@@ -221,17 +201,8 @@ class JobSpec:
         return _DEFAULT_RULE
 
     def priority_of(self, url: str, depth: int, sitemap_priority: float | None = None) -> float:
-        """A URL's priority when admitted (higher: fetched sooner), to two decimals: its first
-        matching ``priorities`` pattern's (0 for none) + its sitemap's (0.5 when none) - 0.1 * depth.
-        In-links found while it waits add to it in the frontier.
-
-        >>> spec = JobSpec(("http://a.test/",), priorities=(PrioritySpec("/shop/", 10),))
-        >>> spec.priority_of("http://a.test/shop/1", 2), spec.priority_of("http://a.test/x", 1, 0.9)
-        (10.3, 0.8)
-        """
-        part = next((p.priority for p in self.priorities if re.search(p.pattern, url)), 0.0)
-        sitemap = SITEMAP_DEFAULT_PRIORITY if sitemap_priority is None else sitemap_priority
-        return round(part + sitemap - DEPTH_PENALTY * depth, 2)
+        """A URL's score when admitted in a priority job (``vcrawl.priorities.url_priority``)."""
+        return url_priority(self.priorities, url, depth, sitemap_priority)
 
     def with_id(self, job_id: str) -> JobSpec:
         """A copy under another id."""
@@ -241,7 +212,6 @@ class JobSpec:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["rules"] = [rule.to_dict() for rule in self.rules]
-        data["priorities"] = [asdict(item) for item in self.priorities]
         return data
 
     def to_json(self) -> str:
@@ -393,20 +363,6 @@ def _strategy(value: Any) -> str:
     if value not in STRATEGIES:
         raise InvalidTask("strategy", f"must be one of {', '.join(STRATEGIES)}; got {value!r}")
     return value
-
-
-def _priorities(value: Any) -> tuple[PrioritySpec, ...]:
-    items = []
-    for index, raw in enumerate(_list(value, "priorities")):
-        where = f"priorities[{index}]"
-        data = _mapping(raw, where)
-        _known(data, {"pattern", "priority"}, f"{where}.")
-        if not isinstance(data.get("pattern"), str) or not data["pattern"]:
-            raise InvalidTask(f"{where}.pattern", f"must be a non-empty regex, got {_kind(data.get('pattern'))}")
-        _compile(data["pattern"], f"{where}.pattern")
-        priority = _float(data.get("priority"), f"{where}.priority", -PRIORITY_BOUND, PRIORITY_BOUND)
-        items.append(PrioritySpec(data["pattern"], priority))
-    return tuple(items)
 
 
 def _networks(value: Any) -> tuple[str, ...]:

@@ -26,7 +26,7 @@
 -- depth * 1e12 + seq (shallower first, FIFO within a depth); depth-first -depth * 1e12 - seq
 -- (deeper first, LIFO within a depth); priority -priority * 1e10 + seq (higher first, FIFO
 -- within a priority). A priority job keeps each queued URL's entry in queued_urls; a link to a
--- URL still queued (a duplicate) raises its score by 0.1 (vcrawl.jobs.INLINK_BONUS), for at most
+-- URL still queued (a duplicate) raises its score by 0.1 (vcrawl.priorities.INLINK_BONUS), for at most
 -- 10 in-links (INLINK_CAP), counted in inlinks.
 local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = clock_ms()

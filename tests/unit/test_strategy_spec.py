@@ -9,7 +9,8 @@ import pytest
 from frontier.lifecycle import strategy_of
 from frontier.scripts import lua_source
 from vcrawl.errors import InvalidTask
-from vcrawl.jobs import INLINK_BONUS, INLINK_CAP, JobSpec, PrioritySpec
+from vcrawl.jobs import JobSpec
+from vcrawl.priorities import INLINK_BONUS, INLINK_CAP, PrioritySpec
 
 SEED = {"seeds": ["http://a.test/"]}
 
