@@ -201,7 +201,7 @@ def test_a_depth_first_job_goes_deeper_before_the_shallower_siblings(site: TestS
     site.add_page("/c/1", link_page("/c/1/x"))
     site.add_page("/c/1/x", link_page())
     # One URL a batch, a gap between them: each page's links are queued before the host's next turn.
-    polite = {"min_interval_s": 0.4, "jitter": 0}
+    polite = {"min_interval_s": 0.5, "jitter": 0}
 
     status = run_job({"seeds": [site.url("/")], "strategy": "depth-first", "politeness": polite})
 
