@@ -20,6 +20,7 @@ from vcrawl.settings import Settings
 DOWNLOAD_QUEUE = "download"
 DYNAMIC_QUEUE = "download.dynamic"  # browser work, on its own machines and concurrency
 ANALYSIS_QUEUE = "analysis"
+PROXY_HARVEST_TASK = "vcrawl.harvest_proxies"  # fired by beat when VCRAWL_PROXY_SOURCES is set
 # kombu's Redis transport keeps a queue as one list per priority step: 'name', 'name\x06\x163', ...
 _PRIORITY_LISTS = ("", "\x06\x163", "\x06\x166", "\x06\x169")
 
@@ -132,7 +133,10 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
             "vcrawl.batch_reduce": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.batch_failed": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.start_batch_analysis": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            PROXY_HARVEST_TASK: {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
         },
+        # A harvest checks proxies for up to VCRAWL_PROXY_HARVEST_EVERY_S (engine/proxy_harvest.py).
+        "task_annotations": {PROXY_HARVEST_TASK: {"time_limit": int(settings.proxy_harvest_every_s + 120)}},
         # Beat: schedules live in Redis (RedBeat), so they survive restarts, can change while
         # beat runs, and a lock lets only one beat fire when several are started.
         "beat_scheduler": "tasks.beat:BeatScheduler",  # RedBeat that outlives a Redis failover or restart
@@ -141,7 +145,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # Another beat takes over this long after the lock holder dies (RedBeat's default: 25 min).
         "redbeat_lock_timeout": int(settings.beat_lock_timeout_s),
         "beat_max_loop_interval": 3,
-        "beat_schedule": _beat_schedule(settings.schedules_file),
+        "beat_schedule": {**_beat_schedule(settings.schedules_file), **_harvest_schedule(settings)},
         # A publish that finds Redis gone (restarting) is retried for about two minutes instead of
         # 0.4 s: otherwise the analysis linked to a finished fetch was given up and its pages never
         # finished (seen in tests/faults). Also holds for the pump's dispatch and for crawl.delay.
@@ -161,6 +165,13 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": settings.task_events,
     }
+
+
+def _harvest_schedule(settings: Settings) -> dict[str, Any]:
+    """Beat's entry for the proxy harvest, when the operator set proxy sources."""
+    if not settings.proxy_sources:
+        return {}
+    return {PROXY_HARVEST_TASK: {"task": PROXY_HARVEST_TASK, "schedule": settings.proxy_harvest_every_s}}
 
 
 def _beat_schedule(path: str | None) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from cli.analyze import add_analysis_commands
 from cli.nodes import add_nodes_command
 from cli.ops import add_ops_commands
 from cli.progress import OUTPUTS_WAIT_S, follow, report, summary_of, wait_for_outputs
+from cli.proxies import add_proxies_command
 from cli.run import add_network_option, add_run_options, allowing, run_job_locally
 from cli.stats import add_stats_command
 from vcrawl.errors import ConfigError, InvalidTask
@@ -98,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_ops_commands(commands)  # serve, pause, resume, config
     add_nodes_command(commands)  # nodes
+    add_proxies_command(commands)  # proxies
     add_analysis_commands(commands)  # analyze, reanalyze, analyzers
     add_stats_command(commands)  # stats
 

@@ -20,7 +20,7 @@ from engine.alerts import Alert
 from engine.analysis_step import Analysis, analyze_one
 from engine.api_pages import api_links, api_records, read_api_page
 from engine.batch import CrawlEnv
-from engine.jobs import JobRuntime, admit_links
+from engine.jobs import JobRuntime, SourcedLink, admit_links
 from frontier import UrlHistory
 from vcrawl import names
 from vcrawl.errors import InvalidTask, MissingPage, PermanentError, RetryableError
@@ -170,10 +170,10 @@ def run_analyze_batch(
             "completed": admission.completed}  # fmt: skip
 
 
-def _links_in_order(batch: FetchedBatch, page_links: Mapping[str, tuple[Link, ...]]) -> list[Link]:
-    """The batch's links in the order of its pages, then its redirect targets."""
-    links = [link for page in batch.pages for link in page_links.get(page.url, ())]
-    links.extend((hop.target, hop.depth, hop.redirects_left) for hop in batch.redirects)
+def _links_in_order(batch: FetchedBatch, page_links: Mapping[str, tuple[Link, ...]]) -> list[SourcedLink]:
+    """The batch's links in the order of its pages, then its redirect targets, each with where it was found."""
+    links = [(*link, 0, page.url) for page in batch.pages for link in page_links.get(page.url, ())]
+    links.extend((hop.target, hop.depth, hop.redirects_left, 0, hop.url) for hop in batch.redirects)
     return links
 
 

@@ -204,7 +204,7 @@ def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         url=entry.url,
         user_agent=ctx.identities.user_agent(),
         referer=ctx.identities.referer(),
-        proxy=ctx.identities.proxy() if ctx.proxies is None else ctx.proxies.draw(ctx.identities.proxies),
+        proxy=_draw_proxy(ctx),
         js_function=item.rule.js_function,
         wait_for=item.rule.wait_for,
         conditional=item.known.conditional_headers() if item.known is not None else {},
@@ -234,6 +234,14 @@ def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
     counts[names.COUNTER_FETCHED] += 1
     counts[f"{names.PREFIX_STATUS}{result.status}"] += 1
     return _with_capture(_sort_response(ctx, item, result, counts, crawl_delay_s), capture)
+
+
+def _draw_proxy(ctx: FetchContext) -> str | None:
+    """A proxy for one request: through the proxy bench when there is one (with the harvested proxies,
+    for a pool that takes them), else blindly from the pool."""
+    if ctx.proxies is None:
+        return ctx.identities.proxy()
+    return ctx.proxies.draw(ctx.identities.proxies, harvested=ctx.identities.harvested)
 
 
 def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:

@@ -97,7 +97,9 @@ def pool_exhausted(ctx: HostView, reason: str) -> bool:
     with one left, the URL goes to the back of its host's queue and its retry draws that one."""
     if not is_proxy_fault(reason):
         return False
-    return ctx.proxies is None or not ctx.proxies.has_healthy(ctx.identities.proxies)
+    return ctx.proxies is None or not ctx.proxies.has_healthy(
+        ctx.identities.proxies, harvested=ctx.identities.harvested
+    )
 
 
 def throttle_tail(outcomes: Sequence[FetchOutcome]) -> tuple[bool, int]:

@@ -21,23 +21,25 @@ from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, 
 from frontier import (
     MAX_ROBOTS_BYTES,
     Admission,
+    AdmissionContext,
     AdmitRequest,
     Batch,
     BatchRelease,
     BloomFilter,
     Candidate,
     Entry,
+    FilterChain,
     Frontier,
     RecentUrls,
     Scope,
     UrlHistory,
     canonical_url,
+    filter_chain,
     host_key,
     origin,
-    reject_reason,
 )
 from vcrawl import redis_keys
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import ROBOTS_SITEMAPS, JobSpec, LimitsSpec
 from vcrawl.names import STRATEGY_PRIORITY
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
@@ -58,6 +60,7 @@ __all__ = [
 ]
 
 Link = tuple[str, int, int, int]  # (url, depth, redirects_left, sitemap level: 0 for a page)
+SourcedLink = tuple[str, int, int, int, str]  # a Link and the page (or redirect) it was found on
 
 SITEMAP_FIRST = 1000.0
 """A priority job's priority for a sitemap to read: above any page's (its ``priority`` hints come first)."""
@@ -85,6 +88,7 @@ class JobRuntime:
     limits: LimitsSpec = field(default_factory=LimitsSpec)  # the job's limits, unset ones from the cluster
     recent: RecentUrls = field(default_factory=RecentUrls)  # URLs this process saw admitted or refused as seen
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets (VCRAWL_API_AUTH_*)
+    filters: FilterChain | None = None  # the built-in filters, then the job's own; None: the built-ins
 
     @property
     def job_id(self) -> str:
@@ -101,8 +105,10 @@ def check_job(spec: JobSpec, fetchers: FetcherRegistry) -> None:
     """Check what a JobSpec cannot check alone: registries and selectors.
 
     Raises:
-        InvalidTask: naming the rule's key, e.g. ``rules[0].analyzer``.
+        InvalidTask: naming the rule's key, e.g. ``rules[0].analyzer``, or the filter's
+            (``filters[0].name``, ``filters[0].params.max``).
     """
+    filter_chain(spec.filters)
     for index, rule in enumerate(spec.rules):
         check_rule(rule, fetchers, f"rules[{index}]")
     known = batch_analyzer_names()
@@ -145,6 +151,8 @@ def build_runtime(
             spec.user_agents if spec.user_agents is not None else settings.user_agents,
             spec.referers if spec.referers is not None else settings.referers,
             spec.proxies if spec.proxies is not None else settings.proxies,
+            # Harvested proxies join the cluster's pool where this worker harvests; a job's own list is all it uses.
+            harvested=spec.proxies is None and bool(settings.proxy_sources),
         ),
         politeness=politeness,
         retry=RetryPolicy(
@@ -157,7 +165,21 @@ def build_runtime(
         cycle_started_s=cycle_started_s,
         limits=limits,
         api_auth=dict(settings.api_auth),
+        filters=_worker_filters(spec),
     )
+
+
+def _worker_filters(spec: JobSpec) -> FilterChain:
+    """The job's filter chain in this worker; a filter the submitter had and this worker lacks is
+    the worker's configuration error (the job fails and says which), not the job's.
+
+    Raises:
+        ConfigError: naming the job's filter this worker cannot make.
+    """
+    try:
+        return filter_chain(spec.filters)
+    except InvalidTask as exc:
+        raise ConfigError(f"job {spec.id}: {exc} (install the filter's plug-in on every worker)") from None
 
 
 def job_bloom(spec: JobSpec, client: Any) -> BloomFilter:
@@ -277,7 +299,7 @@ def lease_ms(runtime: JobRuntime) -> float:
 def admit_links(
     runtime: JobRuntime,
     frontier: Frontier,
-    links: Iterable[tuple[str, int, int] | Link],
+    links: Iterable[tuple[str, int, int] | Link | SourcedLink],
     *,
     done: int,
     token: str,
@@ -288,10 +310,11 @@ def admit_links(
     analysed_batch: str | None = None,
     sitemap_priorities: Mapping[str, float] | None = None,
 ) -> Admission:
-    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left[, sitemap level])`` links;
-    finish ``done`` URLs.
+    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left[, sitemap level[, source
+    url]])`` links; finish ``done`` URLs.
 
-    Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call).
+    Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call): the
+    built-in filters first, then the job's own (``frontier.filter_registry``).
     Seeds are not held to the ``allow`` patterns (they are where the crawl starts). The call
     that finishes the ``done`` URLs carries the token ``<token>:final``, whatever the number
     of chunks, so ``abandon_analysis`` can tell whether it already happened. In a scheduled
@@ -309,6 +332,7 @@ def admit_links(
     # Priority jobs: every link reaches Redis, where a link to a queued URL raises its score.
     by_priority = runtime.spec.strategy == STRATEGY_PRIORITY
     recent = runtime.recent if history_mode == 0 and not by_priority else None
+    chain = runtime.filters if runtime.filters is not None else filter_chain(())
     candidates: list[Candidate] = []
     local: set[str] = set()
     for url, depth, redirects_left, *kind in links:
@@ -317,8 +341,10 @@ def admit_links(
         except ValueError:
             counters["filtered:malformed"] += 1
             continue
-        sitemap = kind[0] if kind else 0
-        reason = reject_reason(canonical, depth, sitemap_scope if sitemap else scope)
+        sitemap, source = (kind[0] if kind else 0), (str(kind[1]) if len(kind) > 1 else "")
+        context = AdmissionContext(runtime.job_id, depth, sitemap_scope if sitemap else scope, source, seeds,
+                                   bool(sitemap))  # fmt: skip
+        reason = chain.reject_reason(canonical, context)
         if reason is not None:
             counters[f"filtered:{reason}"] += 1
             continue

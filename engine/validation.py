@@ -18,7 +18,7 @@ def check_rule(rule: Rule, fetchers: FetcherRegistry, where: str = "") -> None:
     """
     prefix = f"{where}." if where else ""
     try:
-        fetchers.check("static" if rule.page_type == "api" else rule.page_type)  # api pages: plain HTTP
+        fetchers.check(rule.page_type)  # built-in or plug-in (``vcrawl.fetchers``), as this worker has them
     except UnknownComponent as exc:
         raise InvalidTask(f"{prefix}page_type", str(exc)) from None
     if rule.analyzer is not None and rule.page_type != "api":  # an api page's records come from its api spec

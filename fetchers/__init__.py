@@ -16,7 +16,7 @@ from fetchers.dns_cache import DnsCache, DnsCacheStats
 from fetchers.identity import IdentityPool
 from fetchers.netguard import NetworkPolicy
 from fetchers.proxies import PROXY_FAULTS, ProxyHealth, fetch_through, is_proxy_fault, proxy_counter, proxy_stats
-from fetchers.registry import FetcherRegistry
+from fetchers.registry import FetcherContext, FetcherFactory, FetcherRegistry
 from fetchers.static import StaticFetcher, make_session
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "FetchRequest",
     "FetchResult",
     "Fetcher",
+    "FetcherContext",
+    "FetcherFactory",
     "FetcherRegistry",
     "IdentityPool",
     "NetworkPolicy",

@@ -16,6 +16,10 @@ class IdentityPool:
     user_agents: tuple[str, ...]
     referers: tuple[str, ...] = ()
     proxies: tuple[str, ...] = ()
+    # True: the cluster's harvested proxies join ``proxies`` when drawn through the proxy bench
+    # (fetchers.proxies.ProxyHealth); set for the cluster's own pool when proxy sources are
+    # configured, never for a job's own list.
+    harvested: bool = False
 
     def __post_init__(self) -> None:
         if not self.user_agents:

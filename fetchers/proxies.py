@@ -22,6 +22,10 @@ The bench is one Redis hash (``redis_keys.proxy_health``), field = the proxy wit
 masked, value = ``<until ms>:<strikes>`` on Redis's clock. A proxy that fails again on its first
 use after a cool-off gets twice the time, up to a cap; a response through it clears the record.
 Every process reads the hash at most once per ``refresh_s`` and keeps what it marks itself.
+
+Harvested proxies (``fetchers.proxy_pool``, filled by the proxy harvest) are read with the bench:
+a pool drawn with ``harvested=True`` (a job without its own proxy list) has them too, and the
+same bench applies to them.
 """
 
 from __future__ import annotations
@@ -242,6 +246,7 @@ class ProxyHealth:
         self._clear = client.register_script(_lua("proxy_clear"))
         self._lock = threading.Lock()
         self._until: dict[str, float] = {}  # masked proxy -> end of its cool-off, on self._clock
+        self._harvested: tuple[str, ...] = ()  # the harvested pool, fastest first
         self._read_at = float("-inf")
 
     @classmethod
@@ -249,16 +254,27 @@ class ProxyHealth:
         """The bench with the cluster's cool-off (``VCRAWL_PROXY_COOLOFF_S``, ``..._MAX_S``)."""
         return cls(client, settings.proxy_cooloff_s, settings.proxy_cooloff_max_s)
 
-    def draw(self, pool: Sequence[str], rng: random.Random | None = None) -> str | None:
-        """A proxy of ``pool`` to send a request through (see ``pick_proxy``); None for no pool."""
+    def draw(self, pool: Sequence[str], rng: random.Random | None = None, harvested: bool = False) -> str | None:
+        """A proxy of ``pool`` (with the harvested ones if ``harvested``) to send a request through
+        (see ``pick_proxy``); None for no pool."""
+        pool = self.pool(pool, harvested)
         if not pool:
             return None
         return pick_proxy(pool, self._current(), self._clock(), rng)
 
-    def has_healthy(self, pool: Sequence[str]) -> bool:
-        """True if some proxy of ``pool`` is not cooling off (an empty pool has none)."""
+    def has_healthy(self, pool: Sequence[str], harvested: bool = False) -> bool:
+        """True if some proxy of ``pool`` (with the harvested ones if ``harvested``) is not cooling off."""
+        pool = self.pool(pool, harvested)
         until, now = self._current(), self._clock()
         return any(until.get(_name(proxy), 0.0) <= now for proxy in pool)
+
+    def pool(self, pool: Sequence[str], harvested: bool = False) -> Sequence[str]:
+        """``pool``, followed by the harvested proxies it does not have yet if ``harvested``."""
+        if not harvested:
+            return pool
+        self._current()
+        extra = [proxy for proxy in self._harvested if proxy not in pool]
+        return [*pool, *extra] if extra else pool
 
     def cooling(self) -> dict[str, float]:
         """Masked proxy -> seconds of cool-off left, for the proxies cooling off now."""
@@ -308,7 +324,8 @@ class ProxyHealth:
             pipe = self._redis.pipeline(transaction=False)
             pipe.time()
             pipe.hgetall(redis_keys.proxy_health())
-            (seconds, micros), raw = pipe.execute()
+            pipe.zrange(redis_keys.proxy_pool(), 0, -1)
+            (seconds, micros), raw, harvested = pipe.execute()
         except redis.RedisError as exc:
             logger.warning("could not read the proxy bench from Redis: %r", exc)
             return self._until
@@ -317,6 +334,7 @@ class ProxyHealth:
         for field, value in raw.items():
             until_ms = int(_text(value).split(":", 1)[0])
             fresh[_text(field)] = now + (until_ms - server_ms) / 1000
+        self._harvested = tuple(_text(proxy) for proxy in harvested)
         with self._lock:
             # A mark of this process newer than the read is kept; a record cleared elsewhere goes.
             for name, end in self._until.items():

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from frontier.dedup import BloomFilter, RecentUrls, bloom_bits, bloom_hashes, expected_fpr
-from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, reject_reason
+from frontier.filter_registry import FilterChain, FilterRegistry, filter_chain, filter_names, load_filters
+from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, AdmissionContext, Scope, UrlFilter, reject_reason
 from frontier.frontier import Frontier
 from frontier.history import History, UrlHistory, content_hash, next_interval, parse_http_date
 from frontier.lifecycle import JobLifecycle
@@ -29,6 +30,7 @@ __all__ = [
     "MAX_ROBOTS_BYTES",
     "REASONS",
     "Admission",
+    "AdmissionContext",
     "AdmitRequest",
     "Batch",
     "BatchRelease",
@@ -36,6 +38,8 @@ __all__ = [
     "Candidate",
     "CycleStart",
     "Entry",
+    "FilterChain",
+    "FilterRegistry",
     "Frontier",
     "FrontierQueue",
     "FrontierStats",
@@ -48,13 +52,17 @@ __all__ = [
     "RobotsResponse",
     "RobotsRules",
     "Scope",
+    "UrlFilter",
     "UrlHistory",
     "bloom_bits",
     "bloom_hashes",
     "canonical_url",
     "content_hash",
     "expected_fpr",
+    "filter_chain",
+    "filter_names",
     "host_key",
+    "load_filters",
     "next_interval",
     "origin",
     "parse_http_date",

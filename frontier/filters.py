@@ -1,14 +1,34 @@
-"""Pure scope filters: why a canonical URL is not worth crawling, or None to keep it."""
+"""Pure scope filters: why a canonical URL is not worth crawling, or None to keep it.
+
+The built-in admission filters (``scope``, ``deny``, ``allow``, ``suffix``, ``trap``) are registered
+in the ``vcrawl.filters`` entry-point group like a plug-in's (``frontier.filter_registry``): each
+entry point names a factory ``(params) -> UrlFilter``, and a ``UrlFilter`` maps a canonical URL and
+its ``AdmissionContext`` to a reason to drop it, or None.
+"""
 
 from __future__ import annotations
 
 import ipaddress
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-__all__ = ["DEFAULT_SKIP_SUFFIXES", "REASONS", "Scope", "reject_reason"]
+__all__ = [
+    "DEFAULT_SKIP_SUFFIXES",
+    "REASONS",
+    "AdmissionContext",
+    "Scope",
+    "UrlFilter",
+    "allow_filter",
+    "deny_filter",
+    "reject_reason",
+    "scope_filter",
+    "suffix_filter",
+    "trap_filter",
+]
 
 REASONS: tuple[str, ...] = ("scheme", "too_long", "depth", "host", "deny", "allow", "suffix", "trap")
 """Every reason ``reject_reason`` returns, in the order the checks run."""
@@ -110,24 +130,126 @@ def reject_reason(url: str, depth: int, scope: Scope) -> str | None:
     >>> reject_reason("https://example.com/logo.PNG", 0, Scope(frozenset(), (), (), (), max_depth=3))
     'suffix'
     """
+    context = AdmissionContext("", depth, scope)
+    for check in _BUILTIN_CHECKS:
+        if (reason := check(url, context)) is not None:
+            return reason
+    return None
+
+
+@dataclass(frozen=True)
+class AdmissionContext:
+    """What an admission filter knows about a link besides its canonical URL.
+
+    ``scope`` is the job's scope as it applies to this link (seeds are not held to ``allow``;
+    sitemaps to neither ``allow`` nor the suffixes); ``source_url`` is the page or redirect the
+    link came from ("" for seeds, sitemaps and due URLs of a scheduled job).
+    """
+
+    job_id: str
+    depth: int
+    scope: Scope
+    source_url: str = ""
+    seed: bool = False
+    sitemap: bool = False
+
+
+class UrlFilter(Protocol):
+    """An admission filter: why a canonical URL is dropped (a short reason, counted as
+    ``filtered:<reason>``), or None to keep it. Pure: no I/O, the same answer every time."""
+
+    def __call__(self, url: str, context: AdmissionContext) -> str | None:
+        """Return why ``url`` is dropped, or None."""
+        ...
+
+
+def _no_params(name: str, params: Mapping[str, Any]) -> None:
+    if params:
+        raise ValueError(f"the {name!r} filter takes no params: the job's scope configures it")
+
+
+def _scope_check(url: str, context: AdmissionContext) -> str | None:
+    scope = context.scope
     if not url.startswith(("http://", "https://")):
         return "scheme"
     if len(url) > scope.max_url_length:
         return "too_long"
-    if depth > scope.max_depth:
+    if context.depth > scope.max_depth:
         return "depth"
-    parts = urlsplit(url)
     if scope.hosts or scope.domains:
-        host = parts.hostname or ""
+        host = urlsplit(url).hostname or ""
         if host not in scope.hosts and host not in scope.domains and not host.endswith(scope._domain_suffixes):
             return "host"
-    if scope.deny and any(pattern.search(url) for pattern in scope.deny):
-        return "deny"
-    if scope.allow and not any(pattern.search(url) for pattern in scope.allow):
-        return "allow"
-    path = parts.path
-    if path.lower().endswith(scope._suffixes):
-        return "suffix"
-    if _is_trap(path, scope.max_segment_repeats):
-        return "trap"
     return None
+
+
+def _deny_check(url: str, context: AdmissionContext) -> str | None:
+    deny = context.scope.deny
+    return "deny" if deny and any(pattern.search(url) for pattern in deny) else None
+
+
+def _allow_check(url: str, context: AdmissionContext) -> str | None:
+    allow = context.scope.allow
+    return "allow" if allow and not any(pattern.search(url) for pattern in allow) else None
+
+
+def _suffix_check(url: str, context: AdmissionContext) -> str | None:
+    return "suffix" if urlsplit(url).path.lower().endswith(context.scope._suffixes) else None
+
+
+def _trap_check(url: str, context: AdmissionContext) -> str | None:
+    return "trap" if _is_trap(urlsplit(url).path, context.scope.max_segment_repeats) else None
+
+
+def scope_filter(params: Mapping[str, Any]) -> UrlFilter:
+    """The ``scope`` filter: scheme, URL length, depth, then hosts and domains (reasons ``scheme``,
+    ``too_long``, ``depth``, ``host``).
+
+    Raises:
+        ValueError: any params (the job's ``scope`` and ``max_depth`` configure it).
+    """
+    _no_params("scope", params)
+    return _scope_check
+
+
+def deny_filter(params: Mapping[str, Any]) -> UrlFilter:
+    """The ``deny`` filter: the job's ``scope.deny`` regexes (reason ``deny``).
+
+    Raises:
+        ValueError: any params.
+    """
+    _no_params("deny", params)
+    return _deny_check
+
+
+def allow_filter(params: Mapping[str, Any]) -> UrlFilter:
+    """The ``allow`` filter: the job's ``scope.allow`` regexes (reason ``allow``).
+
+    Raises:
+        ValueError: any params.
+    """
+    _no_params("allow", params)
+    return _allow_check
+
+
+def suffix_filter(params: Mapping[str, Any]) -> UrlFilter:
+    """The ``suffix`` filter: paths of non-page files (reason ``suffix``).
+
+    Raises:
+        ValueError: any params.
+    """
+    _no_params("suffix", params)
+    return _suffix_check
+
+
+_BUILTIN_CHECKS = (_scope_check, _deny_check, _allow_check, _suffix_check, _trap_check)
+
+
+def trap_filter(params: Mapping[str, Any]) -> UrlFilter:
+    """The ``trap`` filter: repeated path segments (reason ``trap``).
+
+    Raises:
+        ValueError: any params.
+    """
+    _no_params("trap", params)
+    return _trap_check

@@ -28,7 +28,10 @@ from engine import jobs as _jobs
 from engine import status as _status
 from engine.api_pages import check_secrets
 from engine.nodes import RingKeeper, node_queue, nodes_listing
+from engine.proxy_harvest import harvest_with_settings as _harvest_with_settings
 from engine.trail import STATES, TERMINAL_STATES
+from fetchers.proxy_pool import read_pool as _read_proxy_pool
+from frontier import load_filters
 from storage import Storage
 from storage import records as _records
 from tasks import deps
@@ -50,6 +53,7 @@ from tasks.failures import record_failure
 from tasks.fetch import fetch
 from tasks.holdings import BrokerHoldings
 from tasks.primary_watch import primary_watch
+from tasks.proxy_harvest import harvest_proxies
 from tasks.redelivery import requeue_unacked as _requeue_unacked
 from tasks.redis_check import check_redis_persistence
 from tasks.redis_clients import make_fence
@@ -84,6 +88,8 @@ __all__ = [
     "fetch",
     "fetch_batch",
     "forget_node",
+    "harvest_proxies",
+    "harvest_proxies_now",
     "host_stats",
     "job_daily",
     "job_failures",
@@ -94,6 +100,7 @@ __all__ = [
     "list_jobs",
     "pause_job",
     "ping_workers",
+    "proxy_pool",
     "queue_lengths",
     "reanalyze_job",
     "reconfigure_job",
@@ -293,6 +300,19 @@ def requeue_unacked() -> int:
     return _requeue_unacked(app)
 
 
+def proxy_pool() -> dict[str, Any]:
+    """The harvested proxies (fastest first, with their last check) and the proxies cooling off now."""
+    return {
+        "harvested": [entry.to_dict() for entry in _read_proxy_pool(deps.redis_client())],
+        "cooling": deps.proxy_health().cooling(),
+    }
+
+
+def harvest_proxies_now() -> dict[str, Any]:
+    """Run one proxy harvest in this process, as beat's firing does on a worker; its report."""
+    return _harvest_with_settings(deps.settings(), deps.redis_client()).to_dict()
+
+
 def schedule_store() -> ScheduleStore:
     """The schedules in this process's Redis (RedBeat entries), to add, list, change and remove."""
     return ScheduleStore(app)
@@ -314,6 +334,8 @@ def _check_configuration(**_: Any) -> None:
     try:
         check_settings()
         load_plugins()
+        load_filters()  # vcrawl.filters: a name taken twice stops the worker here
+        deps.fetchers()  # vcrawl.fetchers: the same
         check_redis_persistence(deps.redis_client())  # warns loudly; a worker still starts
     except ConfigError as exc:
         logging.getLogger("vcrawl").critical("vcrawl cannot start: %s", exc)

@@ -12,7 +12,7 @@ __all__ = ["app"]
 
 app = Celery(
     "vcrawl",
-    include=["tasks.crawl", "tasks.fetch", "tasks.analyze", "tasks.failures", "tasks.batches"],
+    include=["tasks.crawl", "tasks.fetch", "tasks.analyze", "tasks.failures", "tasks.batches", "tasks.proxy_harvest"],
 )
 app.config_from_object("celeryconfig")
 

@@ -36,9 +36,8 @@ from engine.single import SingleEnv
 from engine.trail import StatusTrail
 from fetchers import (
     BrowserConfig,
-    BrowserFetcher,
     DnsCache,
-    Fetcher,
+    FetcherContext,
     FetcherRegistry,
     IdentityPool,
     NetworkPolicy,
@@ -151,11 +150,14 @@ def storage() -> Storage:
 
 
 def fetchers() -> FetcherRegistry:
-    """Return the page type -> fetcher registry."""
+    """Return the page type -> fetcher registry: the ``vcrawl.fetchers`` entry points (built-ins and plug-ins).
+
+    Raises:
+        ConfigError: a page type's name is taken twice, or a plug-in fails to load.
+    """
 
     def build() -> FetcherRegistry:
         current = settings()
-        limits = fetch_limits(cluster_limits(current))
         browser = BrowserConfig(
             chromium_path=current.chromium_path,
             chromedriver_path=current.chromedriver_path,
@@ -164,16 +166,14 @@ def fetchers() -> FetcherRegistry:
             max_pages=current.browser_max_pages,
             max_body_bytes=current.max_body_bytes,
         )
-        policy = NetworkPolicy.from_settings(current)  # public addresses, plus VCRAWL_ALLOWED_NETWORKS
-        factories: dict[str, Callable[[], Fetcher]] = {
-            "static": lambda: StaticFetcher(session(), limits, policy=policy)
-        }
-        unavailable = {}
-        if os.access(browser.chromium_path, os.X_OK) and os.access(browser.chromedriver_path, os.X_OK):
-            factories["dynamic"] = lambda: BrowserFetcher(browser, policy=policy, resolver=dns_cache())
-        else:
-            unavailable["dynamic"] = f"{browser.chromium_path} or {browser.chromedriver_path} is missing"
-        return FetcherRegistry(factories, unavailable)
+        context = FetcherContext(
+            limits=fetch_limits(cluster_limits(current)),
+            policy=NetworkPolicy.from_settings(current),  # public addresses, plus VCRAWL_ALLOWED_NETWORKS
+            browser=browser,
+            session=session,
+            resolver=dns_cache(),
+        )
+        return FetcherRegistry.from_entry_points(context)
 
     return _once("fetchers", build)
 
@@ -525,7 +525,12 @@ def alert(cause: str, message: Alert) -> bool:
 def identities() -> IdentityPool:
     """Return the User-Agent / Referer / proxy pool."""
     current = settings()
-    return _once("identities", lambda: IdentityPool(current.user_agents, current.referers, current.proxies))
+    return _once(
+        "identities",
+        lambda: IdentityPool(
+            current.user_agents, current.referers, current.proxies, harvested=bool(current.proxy_sources)
+        ),
+    )
 
 
 def proxy_health() -> ProxyHealth:

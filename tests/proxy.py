@@ -9,6 +9,9 @@ gets ``connect_status``: there is no tunnelling. ``stop()`` closes the listening
 every connection, so new connections are refused; ``start()`` listens on the same port again.
 ``stop_after=N`` stops it (once) as it forwards the Nth origin answer; that answer still goes
 out, with ``Connection: close``, so a test can stop it mid-crawl at an exact point.
+``delay_s`` makes it wait that long before forwarding each request (a slow proxy);
+``forwarded_for=True`` tells the origin the client's address in ``X-Forwarded-For`` (a transparent
+proxy). It connects to origins from its own address (``host``), as a proxy on another machine would.
 """
 
 from __future__ import annotations
@@ -54,11 +57,14 @@ class ForwardProxy:
         connect_status: int = 501,
         stop_after: int | None = None,
         timeout_s: float = 5.0,
+        delay_s: float = 0.0,
+        forwarded_for: bool = False,
     ) -> None:
         if mode not in ("forward", "auth", "fail"):
             raise ValueError(f"unknown mode {mode!r}")
         self.mode, self.connect_status, self.stop_after = mode, connect_status, stop_after
         self._host, self._port, self._timeout_s = host, port, timeout_s
+        self.delay_s, self.forwarded_for = delay_s, forwarded_for
         self._lock = threading.Lock()
         self._listener: socket.socket | None = None
         self._acceptor: threading.Thread | None = None
@@ -167,6 +173,10 @@ class ForwardProxy:
             self._record(method, target, 502)
             _send(conn, 502, {"Proxy-Status": "test-proxy; error=proxy_internal_error"}, b"proxy broken")
             return True
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.forwarded_for:
+            headers = {**headers, "X-Forwarded-For": conn.getpeername()[0]}
         status, answer_headers, body, forwarded = self._forward(target, headers)
         with self._lock:
             self._answered += forwarded
@@ -191,7 +201,9 @@ class ForwardProxy:
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query
-        origin = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=self._timeout_s)
+        origin = http.client.HTTPConnection(
+            parts.hostname, parts.port or 80, timeout=self._timeout_s, source_address=(self._host, 0)
+        )
         try:
             origin.request("GET", path, headers={k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP})
             response = origin.getresponse()

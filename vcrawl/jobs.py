@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from vcrawl.errors import InvalidTask
+from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST
 from vcrawl.payloads import DownloadTask, Rule
 from vcrawl.priorities import PrioritySpec, parse_priorities, url_priority
@@ -149,6 +150,7 @@ class JobSpec:
     # The order of the frontier's queues: names.STRATEGIES; priorities: its scores' part from patterns.
     strategy: str = STRATEGY_BREADTH_FIRST
     priorities: tuple[PrioritySpec, ...] = ()
+    filters: tuple[FilterSpec, ...] = ()  # run after the built-in scope filters, in this order
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -182,6 +184,7 @@ class JobSpec:
             sitemaps=_sitemaps(data.get("sitemaps", ROBOTS_SITEMAPS)),
             strategy=_strategy(data.get("strategy", STRATEGY_BREADTH_FIRST)),
             priorities=parse_priorities(data.get("priorities")),
+            filters=parse_filters(data.get("filters")),
         )
         for index, proxy in enumerate(spec.proxies or ()):
             try:
@@ -212,6 +215,8 @@ class JobSpec:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["rules"] = [rule.to_dict() for rule in self.rules]
+        if not self.filters:  # a spec without filters keeps its shape: older workers read it
+            del data["filters"]
         return data
 
     def to_json(self) -> str:

@@ -25,11 +25,14 @@ __all__ = [
 ]
 
 PAGE_TYPES = ("static", "dynamic", "api")
+"""The built-in page types; plug-ins add theirs (``vcrawl.fetchers`` entry points), checked against
+the worker's fetcher registry at submit time (``engine.validation.check_rule``)."""
 MAX_URL_LENGTH = 4096
 # A plain identifier or dotted path (window.app.loadMore): a message must never carry script.
 _JS_FUNCTION = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*\Z")
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
+_PAGE_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # a registry key: never code or a path
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
@@ -105,8 +108,11 @@ class Rule:
     auth: str | None = None  # page_type api: the worker's VCRAWL_API_AUTH_<auth> is sent, never the secret itself
 
     def __post_init__(self) -> None:
-        if self.page_type not in PAGE_TYPES:
-            raise InvalidTask("page_type", f"must be one of {', '.join(PAGE_TYPES)}, got {self.page_type!r}")
+        if not isinstance(self.page_type, str) or not _PAGE_TYPE.match(self.page_type):
+            raise InvalidTask(
+                "page_type",
+                f"must be a page type name ({', '.join(PAGE_TYPES)} or a plug-in's), got {self.page_type!r}",
+            )
         if self.js_function is not None:
             if not _JS_FUNCTION.match(self.js_function):
                 raise InvalidTask(

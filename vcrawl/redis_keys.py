@@ -189,6 +189,21 @@ def proxy_health() -> str:
     return f"{PREFIX}:proxies:health"
 
 
+def proxy_pool() -> str:
+    """Sorted set: harvested proxy URL -> its latency in ms at its last check (fastest first)."""
+    return f"{PREFIX}:proxies:harvested"
+
+
+def proxy_pool_info() -> str:
+    """Hash: harvested proxy URL -> JSON of its last check (latency_s, anonymity, source, checked_at)."""
+    return f"{PREFIX}:proxies:harvested:info"
+
+
+def proxy_harvest_lock() -> str:
+    """String with a TTL: held while a harvest runs, so two firings never harvest at once."""
+    return f"{PREFIX}:proxies:harvest-lock"
+
+
 # The host ring (frontier/nodes.py): ring nodes, their heartbeats, and those declared down. The
 # hash tag {nodes} keeps them in one Redis Cluster slot, for the scripts that touch them together.
 

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.proxy_sources import ProxySource, dump_proxy_sources, load_proxy_sources
 from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
 
@@ -67,6 +68,17 @@ class Settings:
     proxies: tuple[str, ...] = ()
     proxy_cooloff_s: float = 60.0  # a failing proxy is benched this long; doubled if it fails again at once
     proxy_cooloff_max_s: float = 900.0
+    # Proxy harvesting (fetchers/proxy_check.py, docs/proxies.md): the operator's proxy sources (a JSON
+    # array or a JSON/YAML file), the check URL each candidate must answer through, how slow it may be,
+    # how many harvested proxies the pool keeps (the fastest), how often beat harvests, how many checks
+    # run at once and how many candidates one run checks at most.
+    proxy_sources: tuple[ProxySource, ...] = ()
+    proxy_check_url: str | None = None
+    proxy_max_latency_s: float = 5.0
+    proxy_pool_max: int = 50
+    proxy_harvest_every_s: float = 900.0
+    proxy_check_concurrency: int = 16
+    proxy_candidates_max: int = 1000
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 15.0
     total_timeout_s: float = 60.0
@@ -171,6 +183,7 @@ class Settings:
             raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
         for proxy in self.proxies:
             _check_url("VCRAWL_PROXIES", proxy, ("http", "https"))
+        self._check_proxy_harvest()
         if self.proxy_cooloff_max_s < self.proxy_cooloff_s:
             raise ConfigError(
                 f"VCRAWL_PROXY_COOLOFF_MAX_S={self.proxy_cooloff_max_s:g} must be at least "
@@ -215,6 +228,22 @@ class Settings:
                 f"VCRAWL_VISIBILITY_TIMEOUT_S={self.visibility_timeout_s:g} must exceed "
                 f"VCRAWL_MAX_RETRY_AFTER_S + VCRAWL_TOTAL_TIMEOUT_S = {longest_task_s:g}"
             )
+
+    def _check_proxy_harvest(self) -> None:
+        if self.proxy_check_url is not None:
+            _check_url("VCRAWL_PROXY_CHECK_URL", self.proxy_check_url, ("http", "https"))
+        if self.proxy_sources and self.proxy_check_url is None:
+            raise ConfigError("VCRAWL_PROXY_SOURCES is set but VCRAWL_PROXY_CHECK_URL is not: every harvested "
+                              "proxy is checked against it before it joins the pool")  # fmt: skip
+        if self.proxy_max_latency_s <= 0:
+            raise ConfigError(f"VCRAWL_PROXY_MAX_LATENCY_S must be above 0, got {self.proxy_max_latency_s:g}")
+        if self.proxy_pool_max < 1 or self.proxy_candidates_max < 1:
+            raise ConfigError(f"VCRAWL_PROXY_POOL_MAX and VCRAWL_PROXY_CANDIDATES_MAX must be at least 1, got "
+                              f"{self.proxy_pool_max} and {self.proxy_candidates_max}")  # fmt: skip
+        if not 1 <= self.proxy_check_concurrency <= 256:
+            raise ConfigError(f"VCRAWL_PROXY_CHECK_CONCURRENCY must be in [1, 256], got {self.proxy_check_concurrency}")
+        if self.proxy_harvest_every_s < 1:
+            raise ConfigError(f"VCRAWL_PROXY_HARVEST_EVERY_S must be at least 1, got {self.proxy_harvest_every_s:g}")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -265,7 +294,9 @@ class Settings:
             value = getattr(self, spec.name)
             if value is None:
                 continue
-            if isinstance(value, tuple):
+            if spec.name == "proxy_sources":
+                text = dump_proxy_sources(value)
+            elif isinstance(value, tuple):
                 text = json.dumps(list(value))
             elif isinstance(value, bool):
                 text = "true" if value else "false"
@@ -362,8 +393,19 @@ def _check_network(name: str, value: str) -> None:
         raise ConfigError(f"{name} must list CIDR networks (like 10.0.0.0/8), got {value!r}") from None
 
 
+def _parse_proxy_sources(name: str, raw: str) -> tuple[ProxySource, ...]:
+    """A JSON array of proxy sources, or the path of a JSON/YAML file of them (vcrawl.proxy_sources)."""
+    try:
+        return load_proxy_sources(raw)
+    except InvalidTask as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+
+
 # Fields whose variables read differently from other fields of their type.
-_FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {"allowed_networks": _parse_networks}
+_FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "allowed_networks": _parse_networks,
+    "proxy_sources": _parse_proxy_sources,
+}
 
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "str": _parse_str,

@@ -71,3 +71,47 @@ class SlowSiteReport:
 
     def reduce(self, partials: Any) -> dict:
         return self._report.reduce(partials)
+
+
+# Admission filters (entry-point group vcrawl.filters).
+
+FILTER_CONTEXTS: list[tuple[str, Any]] = []  # (url, AdmissionContext) the max-query-params filter saw
+
+
+def max_query_params(params: Any) -> Any:
+    """A filter plug-in: drop URLs with more than ``params["max"]`` query parameters (``too_many_params``)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from vcrawl.errors import InvalidTask
+
+    if set(params) - {"max"}:
+        raise InvalidTask(sorted(set(params) - {"max"})[0], "unknown param; known: max")
+    limit = params.get("max")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidTask("max", f"must be an integer >= 0, got {limit!r}")
+
+    def check(url: str, context: Any) -> str | None:
+        with _lock:
+            FILTER_CONTEXTS.append((url, context))
+        return "too_many_params" if len(parse_qsl(urlsplit(url).query)) > limit else None
+
+    return check
+
+
+# Fetchers (entry-point group vcrawl.fetchers).
+
+
+def tagged(context: Any) -> Any:
+    """A fetcher plug-in for ``page_type: tagged``: the static fetcher (network guard and limits kept)
+    sending ``X-Fetched-By: tagged``, so the site sees which fetcher asked."""
+    from dataclasses import replace
+
+    from fetchers.builtin import static
+
+    inner = static(context)
+
+    class Tagged:
+        def fetch(self, request: Any) -> Any:
+            return inner.fetch(replace(request, headers={**request.headers, "X-Fetched-By": "tagged"}))
+
+    return Tagged()

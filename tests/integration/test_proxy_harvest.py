@@ -1,0 +1,231 @@
+"""Proxy harvesting with real local proxies, source pages and a check server on loopback.
+
+Each proxy listens on its own 127.0.0.x address and reaches origins from it, so the check server
+(and a crawled site) see the proxy's address, not the crawler's 127.0.0.1, unless the proxy passes
+the client's address on (X-Forwarded-For: a transparent proxy).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from cli.local_redis import LocalRedis
+from cli.main import main
+from engine.proxy_harvest import harvest_with_settings
+from engine.status import job_status
+from fetchers.proxy_pool import read_pool
+from frontier import Frontier
+from tests.cluster import REPO, cluster_env, start_worker, stop_worker
+from tests.integration.conftest import run_job
+from tests.proxy import ForwardProxy
+from tests.site import Response, Seen, TestSite
+from vcrawl import redis_keys
+from vcrawl.proxy_sources import ProxySource
+from vcrawl.settings import Settings
+
+MAX_LATENCY_S = 0.8
+
+
+def echo(seen: Seen) -> Response:
+    """The check URL: what it saw of the request, httpbin-style."""
+    return Response(json.dumps({"origin": seen.client_host, "headers": seen.headers}).encode())
+
+
+def closed_port(host: str) -> int:
+    """A port on ``host`` nobody listens on (a dead proxy)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class Lists:
+    """The source site, the check site, and the proxies the sources list."""
+
+    sources: tuple[ProxySource, ...]
+    check_url: str
+    good: list[ForwardProxy]  # fast, then fast, then a little slower (still under the bound)
+    slow: ForwardProxy
+    transparent: ForwardProxy
+    dead: str
+    site: TestSite
+
+
+@pytest.fixture
+def lists() -> Iterator[Lists]:
+    with ExitStack() as stack:
+        site = stack.enter_context(TestSite())
+        good = [stack.enter_context(ForwardProxy(host=f"127.0.0.{11 + n}", delay_s=0.3 * (n == 2))) for n in range(3)]
+        slow = stack.enter_context(ForwardProxy(host="127.0.0.14", delay_s=MAX_LATENCY_S + 0.4))
+        transparent = stack.enter_context(ForwardProxy(host="127.0.0.15", forwarded_for=True))
+        dead = f"http://127.0.0.16:{closed_port('127.0.0.16')}"
+        hostport = [proxy.url.removeprefix("http://") for proxy in (*good, slow, transparent)]
+        hostport.append(dead.removeprefix("http://"))
+        site.add_page("/list.txt", "# today's proxies\n" + "\n".join(hostport[:2]) + "\nnonsense line\n")
+        rows = "".join(f"<tr><td>{hp.split(':')[0]}</td><td>{hp.split(':')[1]}</td></tr>" for hp in hostport[2:5])
+        site.add_page("/table.html", f"<table><tr><th>IP</th><th>Port</th></tr>{rows}</table>")
+        site.add_page("/regex.js", "".join(f"proxy('{hp}');" for hp in hostport[4:]))
+        sources = (
+            ProxySource(site.url("/list.txt")),
+            ProxySource(site.url("/table.html"), "table", host_column="IP", port_column="Port"),
+            ProxySource(site.url("/regex.js"), "regex", pattern=r"proxy\('(?P<host>[\d.]+):(?P<port>\d+)'\)"),
+            ProxySource(site.url("/gone.txt")),  # 404: skipped, the others still read
+        )
+        check_url = site.add_answer("/check", echo)
+        yield Lists(sources, check_url, good, slow, transparent, dead, site)
+
+
+@pytest.fixture
+def pool(redis_server: LocalRedis) -> Iterator[redis.Redis]:
+    """The session Redis, with no harvested proxy before or after the test (other jobs draw from it)."""
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    keys = (redis_keys.proxy_pool(), redis_keys.proxy_pool_info(), redis_keys.proxy_harvest_lock())
+    client.delete(*keys, redis_keys.proxy_health())
+    yield client
+    client.delete(*keys, redis_keys.proxy_health())
+    client.close()
+
+
+def harvest_settings(base: Settings, lists: Lists, pool_max: int) -> Settings:
+    return replace(
+        base,
+        proxy_sources=lists.sources,
+        proxy_check_url=lists.check_url,
+        proxy_max_latency_s=MAX_LATENCY_S,
+        proxy_pool_max=pool_max,
+        proxy_check_concurrency=4,
+    )
+
+
+def harvest_here(settings: Settings, client: redis.Redis) -> dict[str, Any]:
+    """One harvest in this process (the task's body without the worker's settings)."""
+    return harvest_with_settings(settings, client).to_dict()
+
+
+def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
+    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    report = harvest_here(harvest_settings(vcrawl_settings, lists, pool_max=2), pool)
+    took_s = time.monotonic() - started
+    fast, fast_too, slower = (proxy.url for proxy in lists.good)
+    assert report["status"] == "done", report
+    assert report["sources"] == {
+        source.url: count for source, count in zip(lists.sources, (2, 3, 2, "http_404"), strict=True)
+    }
+    assert report["checked"] == 6
+    assert report["rejected"] == {
+        "too_slow": 1,
+        "transparent": 1,
+        "proxy_error": 1,
+    }  # `slower` passed: the bound left it out
+    assert set(report["pool"]) == {fast, fast_too} and set(report["joined"]) == {fast, fast_too}
+    harvested = read_pool(pool)
+    assert [entry.proxy for entry in harvested] == report["pool"]  # fastest first
+    assert all(entry.latency_s < 0.3 and entry.anonymity == "elite" for entry in harvested)
+    assert {entry.source for entry in harvested} == {lists.sources[0].url}
+    assert took_s < 5, "checks run in parallel, each cut at the latency bound"
+    checks = lists.site.requests_to("/check")
+    seen_from = {seen.client_host: seen.headers for seen in checks}
+    assert seen_from["127.0.0.15"].get("X-Forwarded-For") == "127.0.0.1"  # the transparent one told on us
+    assert "127.0.0.14" not in seen_from  # the slow one was given up before it forwarded
+    # Re-checked on the next run: a pool member that died is dropped, the next fastest takes its place.
+    lists.good[0].stop()
+    again = harvest_here(harvest_settings(vcrawl_settings, lists, pool_max=2), pool)
+    assert set(again["pool"]) == {fast_too, slower} and again["dropped"] == [fast] and again["joined"] == [slower]
+    assert main(["proxies", "--json"]) == 0  # `vcrawl proxies`, on the session's Redis
+    listing = json.loads(capsys.readouterr().out)
+    assert [entry["proxy"] for entry in listing["harvested"]] == again["pool"] and listing["cooling"] == {}
+
+
+def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_check_url_changes_nothing(
+    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings
+) -> None:
+    settings = harvest_settings(vcrawl_settings, lists, pool_max=10)
+    report = harvest_here(settings, pool)
+    assert set(report["pool"]) == {proxy.url for proxy in lists.good}
+    assert lists.dead not in report["pool"] and lists.slow.url not in report["pool"]
+    broken = harvest_here(replace(settings, proxy_check_url=lists.site.url("/no-check")), pool)
+    assert broken["status"] == "check_unusable" and "http_404" in broken["problem"]
+    assert {entry.proxy for entry in read_pool(pool)} == set(report["pool"])  # left as it was
+    # Harvested proxies are not the operator's trusted VCRAWL_PROXIES: on a private network they need it allowed.
+    narrow = harvest_here(replace(settings, allowed_networks=("127.0.0.1/32",)), pool)
+    assert narrow["pool"] == [] and narrow["rejected"] == {"blocked_address": 6}, narrow
+
+
+@pytest.mark.slow
+def test_beat_harvests_on_a_worker_and_a_job_fetches_through_the_harvested_proxy(lists: Lists, tmp_path: Path) -> None:
+    """End to end on a private Redis: a real beat fires the harvest, a real worker runs it, a job
+    without proxies of its own is fetched through the proxy that joined, as the site sees."""
+    proxy = lists.good[1]
+    lists.site.add_page("/one.txt", f"{proxy.url.removeprefix('http://')}\n{lists.dead.removeprefix('http://')}\n")
+    paths = [f"/p{n}" for n in range(5)]
+    lists.site.add_page("/", "".join(f'<a href="{path}">{path}</a>' for path in paths))
+    for path in paths:
+        lists.site.add_page(path, f"<html><body>{path}</body></html>")
+    processes: list[subprocess.Popen[bytes]] = []
+    with LocalRedis(tmp_path / "redis") as server:
+        settings = Settings(
+            redis_url=server.url,
+            data=str(tmp_path / "data"),
+            proxy_sources=(ProxySource(lists.site.url("/one.txt")),),
+            proxy_check_url=lists.check_url,
+            proxy_max_latency_s=MAX_LATENCY_S,
+            proxy_harvest_every_s=1.0,
+            min_interval_s=0.0,
+        )
+        env = cluster_env(settings)
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        try:
+            log = tmp_path / "beat.log"
+            with open(log, "ab") as out:  # beat starts while the worker does
+                command = [sys.executable, "-m", "celery", "-A", "tasks", "beat", "-l", "INFO", "-s", str(log) + ".db"]
+                processes.append(subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT))
+            processes.append(start_worker(env, "harvest-worker", tmp_path / "worker.log", concurrency=4))
+            deadline = time.monotonic() + 30
+            while not client.zrange(redis_keys.proxy_pool(), 0, -1) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert client.zrange(redis_keys.proxy_pool(), 0, -1) == [proxy.url], log.read_text()[-2000:]
+            job = tmp_path / "job.json"
+            job.write_text(json.dumps({"id": "via-harvest", "seeds": [lists.site.url("/")], "max_depth": 1}))
+            subprocess.run([sys.executable, "-m", "cli", "submit", str(job)], env=env, cwd=REPO, timeout=60,
+                           capture_output=True, check=True)  # fmt: skip
+            frontier = Frontier(client)
+            deadline = time.monotonic() + 30
+            while (status := job_status(frontier, "via-harvest")) is None or status["state"] == "running":
+                assert time.monotonic() < deadline, status
+                time.sleep(0.1)
+        finally:
+            for process in processes:
+                stop_worker(process)
+            client.close()
+    assert status["state"] == "completed" and status["pages_stored"] == 6, status
+    assert status["proxies"] == {proxy.url: {"ok": 6, "failed": 0, "errors": 0, "reasons": {}}}
+    pages = [seen for seen in lists.site.seen if seen.path == "/" or seen.path in paths]
+    assert len(pages) == 6 and {seen.client_host for seen in pages} == {"127.0.0.12"}  # the site saw the proxy
+
+
+@pytest.mark.usefixtures("worker")
+def test_a_job_with_its_own_proxy_list_or_none_and_a_worker_that_does_not_harvest_leave_the_pool_alone(
+    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings, site: TestSite
+) -> None:
+    harvest_here(harvest_settings(vcrawl_settings, lists, 10), pool)
+    assert pool.zcard(redis_keys.proxy_pool()) == 3
+    site.add_page("/", "<html><body>home</body></html>")
+    status = run_job({"seeds": [site.url("/")], "max_depth": 0}, 30.0)  # the session's worker has no sources
+    assert status["state"] == "completed" and status["proxies"] == {}, status
+    status = run_job({"seeds": [site.url("/")], "max_depth": 0, "proxies": [lists.transparent.url]}, 30.0)
+    assert list(status["proxies"]) == [lists.transparent.url]  # a job's own list is all it uses
+    assert all(seen.target.endswith("/check") for proxy in lists.good for seen in proxy.seen)
