@@ -41,6 +41,7 @@ from frontier import (
 from vcrawl import redis_keys
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import ROBOTS_SITEMAPS, JobSpec, LimitsSpec
+from vcrawl.names import STRATEGY_PRIORITY
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
 
@@ -60,6 +61,9 @@ __all__ = [
 
 Link = tuple[str, int, int, int]  # (url, depth, redirects_left, sitemap level: 0 for a page)
 SourcedLink = tuple[str, int, int, int, str]  # a Link and the page (or redirect) it was found on
+
+SITEMAP_FIRST = 1000.0
+"""A priority job's priority for a sitemap to read: above any page's (its ``priority`` hints come first)."""
 
 _ADMIT_CHUNK = 1000  # URLs per admission script call: each call blocks Redis ~10 us per URL
 
@@ -304,6 +308,7 @@ def admit_links(
     known: bool = False,
     history: Mapping[str, UrlHistory] | None = None,
     analysed_batch: str | None = None,
+    sitemap_priorities: Mapping[str, float] | None = None,
 ) -> Admission:
     """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left[, sitemap level[, source
     url]])`` links; finish ``done`` URLs.
@@ -314,7 +319,9 @@ def admit_links(
     that finishes the ``done`` URLs carries the token ``<token>:final``, whatever the number
     of chunks, so ``abandon_analysis`` can tell whether it already happened. In a scheduled
     job, links to URLs the history knows wait for their due time; ``seeds`` and ``known``
-    (URLs due in this cycle) are queued whatever the history says.
+    (URLs due in this cycle) are queued whatever the history says. A priority job gives each
+    candidate its priority (``JobSpec.priority_of``, with ``sitemap_priorities``: a sitemap's
+    ``priority`` by listed URL); a sitemap to read goes before any page.
     """
     history_mode = 0 if not runtime.cycle else 1 if (seeds or known) else 2
     scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
@@ -322,7 +329,9 @@ def admit_links(
     sitemap_scope = replace(runtime.scope, allow=(), skip_suffixes=frozenset())
     # One-off jobs: a URL this process already saw in the Bloom filter is a duplicate, known
     # without a round trip. (Scheduled jobs count links to known URLs by their history instead.)
-    recent = runtime.recent if history_mode == 0 else None
+    # Priority jobs: every link reaches Redis, where a link to a queued URL raises its score.
+    by_priority = runtime.spec.strategy == STRATEGY_PRIORITY
+    recent = runtime.recent if history_mode == 0 and not by_priority else None
     chain = runtime.filters if runtime.filters is not None else filter_chain(())
     candidates: list[Candidate] = []
     local: set[str] = set()
@@ -343,7 +352,12 @@ def admit_links(
             counters["duplicates"] += 1
             continue
         local.add(canonical)
-        candidates.append(Candidate(host_key(canonical), Entry(canonical, depth, 0, redirects_left, sitemap=sitemap)))
+        entry = Entry(canonical, depth, 0, redirects_left, sitemap=sitemap)
+        priority = 0.0
+        if by_priority:
+            listed = (sitemap_priorities or {}).get(url)
+            priority = SITEMAP_FIRST if sitemap else runtime.spec.priority_of(canonical, depth, listed)
+        candidates.append(Candidate(host_key(canonical), entry, priority))
     chunks = [candidates[i : i + _ADMIT_CHUNK] for i in range(0, len(candidates), _ADMIT_CHUNK)] or [[]]
     result = Admission(False, False, 0, 0, 0)
     in_filter: list[Candidate] = []

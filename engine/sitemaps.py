@@ -108,10 +108,11 @@ class SitemapSink:
         self._frontier = frontier
         self._batch_id = batch_id
 
-    def admit(self, sitemap_url: str, links: Iterable[Link]) -> None:
-        """Admit a sitemap's links (its own token: a repeated read admits nothing twice)."""
+    def admit(self, sitemap_url: str, links: Iterable[Link], priorities: Mapping[str, float] | None = None) -> None:
+        """Admit a sitemap's links (its own token: a repeated read admits nothing twice); ``priorities``:
+        the sitemap's ``priority`` of listed URLs (what a priority job scores them with)."""
         admit_links(self._runtime, self._frontier, links, done=0, token=f"sitemap:{self._batch_id}:{sitemap_url}",
-                    counters=Counter())  # fmt: skip
+                    counters=Counter(), sitemap_priorities=priorities)  # fmt: skip
 
     def discover(self, entry: Entry, rules: RobotsRules | None, requested: bool, counts: Counter[str]) -> SitemapRead:
         """A discovery entry: queue its origin's sitemaps (robots.txt's, else /sitemap.xml)."""
@@ -130,7 +131,8 @@ class SitemapSink:
         if result.status == 200:
             sitemap = parse_sitemap(result.body)
             links, over = listed_links(sitemap, entry.sitemap, entry.depth, entry.redirects_left)
-            self.admit(entry.url, links)
+            listed = {item.url: item.priority for item in sitemap.urls if item.priority is not None}
+            self.admit(entry.url, links, listed)
             found = len(links)
             if sitemap.kind != "index":
                 self.note(sitemap.urls)

@@ -31,7 +31,7 @@ class JobLifecycle:
         if not self._redis.hsetnx(meta, names.META_SPEC, spec_json):
             return False
         fields = {names.META_STATE: names.STATE_RUNNING, names.META_CREATED_AT: now, names.META_PENDING: 0,
-                  names.META_ADMITTED: 0}  # fmt: skip
+                  names.META_ADMITTED: 0, names.META_STRATEGY: strategy_of(spec_json)}  # fmt: skip
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(meta, mapping=fields)
         pipe.zadd(redis_keys.JOBS, {job_id: now})
@@ -63,6 +63,8 @@ class JobLifecycle:
             redis_keys.job_todo(job_id),
             redis_keys.job_cycles(job_id),
             redis_keys.job_delays(job_id),
+            redis_keys.job_queued_urls(job_id),  # per cycle, like the Bloom filter
+            redis_keys.job_inlinks(job_id),
             *bloom_keys,
         ]
         args = _new_cycle_argv(
@@ -131,7 +133,7 @@ class JobLifecycle:
 
         Workers pick the new spec up within ``RuntimeCache``'s recheck time.
         """
-        revision = self._scripts.run("update_spec", [redis_keys.job(job_id)], [spec_json])
+        revision = self._scripts.run("update_spec", [redis_keys.job(job_id)], [spec_json, strategy_of(spec_json)])
         return None if revision is None else int(revision)
 
     def spec_rev(self, job_id: str) -> int:
@@ -158,7 +160,9 @@ class JobLifecycle:
         if text(self._redis.hget(redis_keys.job(job_id), names.META_STATE)) != names.STATE_RUNNING:
             self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
             if filter_keys:
-                self._scripts.run("drop_filter", [redis_keys.job(job_id), *filter_keys], [])
+                keys = [redis_keys.job(job_id), *filter_keys, redis_keys.job_queued_urls(job_id),
+                        redis_keys.job_inlinks(job_id)]  # fmt: skip
+                self._scripts.run("drop_filter", keys, [])
 
     def raw_state(self, job_id: str) -> dict[str, str]:
         """The job hash as strings (spec, state, timestamps, counters)."""
@@ -171,4 +175,13 @@ class JobLifecycle:
 
 def _new_cycle_argv(*, firing: str, spec_json: str, overlap: str, qprefix: str, cycles_kept: int) -> list[str | int]:
     """ARGV of ``new_cycle.lua``, in its order."""
-    return [firing, spec_json, overlap, qprefix, cycles_kept]
+    return [firing, spec_json, overlap, qprefix, cycles_kept, strategy_of(spec_json)]
+
+
+def strategy_of(spec_json: str) -> str:
+    """The crawl strategy a job spec (JSON) names, for the frontier's scripts (meta's strategy field).
+
+    >>> strategy_of('{"seeds": [], "strategy": "priority"}'), strategy_of('{"seeds": []}')
+    ('priority', 'breadth-first')
+    """
+    return str(json.loads(spec_json).get("strategy", names.STRATEGY_BREADTH_FIRST))

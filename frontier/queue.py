@@ -1,6 +1,7 @@
 """The Mercator-style frontier in Redis: per-host queues and a ready-time heap of hosts.
 
-A job's URLs wait in one sorted set per host (breadth-first: score = depth, then arrival).
+A job's URLs wait in one sorted set per host, scored by the job's strategy (``admit.lua``;
+breadth-first: depth, then arrival).
 A host is in the job's ``ready`` heap, scored with the time it may next be fetched,
 while it has queued URLs and a free slot. Pumps pop due hosts atomically (Lua), lease
 their URLs as a batch, and the fetch that ran the batch releases the lease, which sets
@@ -28,9 +29,11 @@ __all__ = ["FrontierQueue"]
 
 logger = logging.getLogger(__name__)
 
-# Score = depth * _DEPTH_WEIGHT + arrival sequence: breadth-first, FIFO within a depth.
+# Breadth-first score = depth * _DEPTH_WEIGHT + arrival sequence: FIFO within a depth (admit.lua has the
+# other strategies'). A requeue at the front of its depth: depth * _DEPTH_WEIGHT (depth-first and
+# priority jobs: release.lua gives it back the score it was leased with).
 _DEPTH_WEIGHT = 1e12
-_BACK_OF_QUEUE = 1000 * _DEPTH_WEIGHT  # deeper than any depth a job allows
+_BACK_OF_QUEUE = 2000 * _DEPTH_WEIGHT  # deeper than any depth a job allows (release.lua: above 2e15)
 _UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
 _ALREADY_RELEASED = -2  # release.lua: this release ran before (a retried call)
 
@@ -76,7 +79,8 @@ class FrontierQueue:
             cap=cap,
             qprefix=redis_keys.job_queue_prefix(job_id),
         )
-        raw = self._scripts.run("pump", job_keys(job_id, "meta", "ready", "busy", "leases", "delays"), args)
+        keys = [*job_keys(job_id, "meta", "ready", "busy", "leases", "delays"), redis_keys.job_queued_urls(job_id)]
+        raw = self._scripts.run("pump", keys, args)
         head, now, cycle = text(raw[0]), float(text(raw[1])), int(text(raw[2]))
         if head == "stopped":
             return PumpResult((), None, stopped=True)
@@ -125,6 +129,7 @@ class FrontierQueue:
             redis_keys.job_released(job_id),
             redis_keys.job_day_stats(job_id, stats_day(now)),
             redis_keys.job_day_host_stats(job_id, stats_day(now)),
+            redis_keys.job_queued_urls(job_id),
         ]
         args = _release_argv(batch, release, self._stats_ttl_s, self._day_stats_ttl_s)
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
@@ -144,8 +149,8 @@ class FrontierQueue:
         Returns (requeued, failed).
         """
         day = stats_day(time.time())
-        keys = [*job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
-                redis_keys.job_day_stats(job_id, day), redis_keys.job_day_host_stats(job_id, day)]  # fmt: skip
+        keys = [*job_keys(job_id, "meta", "ready", "next", "busy", "leases"), redis_keys.job_day_stats(job_id, day),
+                redis_keys.job_day_host_stats(job_id, day), redis_keys.job_queued_urls(job_id)]  # fmt: skip
         args = [redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms, self._day_stats_ttl_s]  # its ARGV 1-4
         requeued, failed = self._scripts.run("reclaim", keys, args)
         return int(requeued), int(failed)
@@ -163,7 +168,10 @@ class FrontierQueue:
         """
         if not batch_ids:
             return 0
-        keys = job_keys(job_id, "meta", "ready", "next", "busy", "leases", "delays")
+        keys = [
+            *job_keys(job_id, "meta", "ready", "next", "busy", "leases", "delays"),
+            redis_keys.job_queued_urls(job_id),
+        ]
         args = [redis_keys.job_queue_prefix(job_id), interval_ms, *batch_ids]  # hand_over.lua's ARGV
         return int(self._scripts.run_with_wake("hand_over", keys, args, wake=True))
 
@@ -197,6 +205,7 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
                 segments.setdefault(bloom.keys[segment], len(segments) + 1),
                 hosts.setdefault(candidate.host, len(hosts) + 1),
                 candidate.entry.depth,
+                round(candidate.priority * 100),  # hundredths: exact in the score (admit.lua)
                 candidate.entry.encode(),
                 *offsets,
             )
@@ -205,7 +214,7 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
     keys.extend(segments)
     keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
     keys.extend((redis_keys.job_delays(job_id), redis_keys.job_history(job_id), redis_keys.job_due(job_id)))
-    keys.append(redis_keys.job_released(job_id))
+    keys.extend((redis_keys.job_queued_urls(job_id), redis_keys.job_inlinks(job_id), redis_keys.job_released(job_id)))
     counters, history = _counter_args(request.counters), _history_args(request.history)
     head = {  # ARGV 1-10, in admit.lua's order
         "max_pages": request.max_pages,

@@ -47,10 +47,12 @@ class Entry:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A canonical URL that passed the filters, with its frontier host key."""
+    """A canonical URL that passed the filters, with its frontier host key and its priority
+    (read by priority jobs only: higher goes first)."""
 
     host: str
     entry: Entry
+    priority: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ import yaml
 
 from vcrawl.errors import InvalidTask
 from vcrawl.job_filters import FilterSpec, parse_filters
+from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST
 from vcrawl.payloads import DownloadTask, Rule
+from vcrawl.priorities import PrioritySpec, parse_priorities, url_priority
 
 __all__ = [
     "DedupSpec",
@@ -145,6 +147,9 @@ class JobSpec:
     # "robots": each seed origin's robots.txt Sitemap lines (no request beyond robots.txt); True: those,
     # else the origin's /sitemap.xml; a tuple: read these; False: none.
     sitemaps: bool | str | tuple[str, ...] = ROBOTS_SITEMAPS
+    # The order of the frontier's queues: names.STRATEGIES; priorities: its scores' part from patterns.
+    strategy: str = STRATEGY_BREADTH_FIRST
+    priorities: tuple[PrioritySpec, ...] = ()
     filters: tuple[FilterSpec, ...] = ()  # run after the built-in scope filters, in this order
 
     @classmethod
@@ -177,6 +182,8 @@ class JobSpec:
             revisit=_revisit(data.get("revisit")),
             batch_analyzers=_str_list(data.get("batch_analyzers", []), "batch_analyzers"),
             sitemaps=_sitemaps(data.get("sitemaps", ROBOTS_SITEMAPS)),
+            strategy=_strategy(data.get("strategy", STRATEGY_BREADTH_FIRST)),
+            priorities=parse_priorities(data.get("priorities")),
             filters=parse_filters(data.get("filters")),
         )
         for index, proxy in enumerate(spec.proxies or ()):
@@ -195,6 +202,10 @@ class JobSpec:
             if re.search(rule.pattern, url):
                 return rule
         return _DEFAULT_RULE
+
+    def priority_of(self, url: str, depth: int, sitemap_priority: float | None = None) -> float:
+        """A URL's score when admitted in a priority job (``vcrawl.priorities.url_priority``)."""
+        return url_priority(self.priorities, url, depth, sitemap_priority)
 
     def with_id(self, job_id: str) -> JobSpec:
         """A copy under another id."""
@@ -351,6 +362,12 @@ def _sitemaps(value: Any) -> bool | str | tuple[str, ...]:
     for index, url in enumerate(urls):
         _check_seed(url, f"sitemaps[{index}]")
     return urls
+
+
+def _strategy(value: Any) -> str:
+    if value not in STRATEGIES:
+        raise InvalidTask("strategy", f"must be one of {', '.join(STRATEGIES)}; got {value!r}")
+    return value
 
 
 def _networks(value: Any) -> tuple[str, ...]:

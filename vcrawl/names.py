@@ -65,6 +65,7 @@ __all__ = [
     "META_STARTED_AT",
     "META_STARTING",
     "META_STATE",
+    "META_STRATEGY",
     "PREFIX_ANALYSIS_FAILED",
     "PREFIX_FAILED",
     "PREFIX_FILTERED",
@@ -77,6 +78,10 @@ __all__ = [
     "STATE_FAILED",
     "STATE_PAUSED",
     "STATE_RUNNING",
+    "STRATEGIES",
+    "STRATEGY_BREADTH_FIRST",
+    "STRATEGY_DEPTH_FIRST",
+    "STRATEGY_PRIORITY",
     "TEXT_FIELDS",
 ]
 
@@ -121,6 +126,18 @@ META_STARTING = "starting"
 """Set while a cycle's seeds and due URLs are being admitted."""
 META_SKIPPED_FIRINGS = "skipped_firings"
 META_LAST_SKIPPED_AT = "last_skipped_at"
+META_STRATEGY = "strategy"
+"""The spec's crawl strategy, where the frontier's scripts read it (absent: breadth-first)."""
+
+# Crawl strategies: the order of a job's URLs in its per-host queues (docs/strategies.md).
+
+STRATEGY_BREADTH_FIRST = "breadth-first"
+"""Shallower first, first come first served within a depth (the default)."""
+STRATEGY_DEPTH_FIRST = "depth-first"
+"""Deeper first, last come first served within a depth."""
+STRATEGY_PRIORITY = "priority"
+"""Higher priority score first (the job's priorities, the sitemap, depth, in-links), also across hosts."""
+STRATEGIES = (STRATEGY_BREADTH_FIRST, STRATEGY_DEPTH_FIRST, STRATEGY_PRIORITY)
 
 # The frontier's bookkeeping in the meta hash (numbers, reported with the counters).
 
@@ -148,6 +165,7 @@ TEXT_FIELDS = (
     META_LAST_SKIPPED_AT,
     META_PAUSED_AT,
     META_PROGRESS_AT,
+    META_STRATEGY,
 )
 """Meta fields that are never counters, whatever their value looks like."""
 

@@ -86,8 +86,18 @@ def job_released(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:released"
 
 
+def job_queued_urls(job_id: str) -> str:
+    """Hash: URL -> its entry while it waits in a per-host queue (priority jobs: an in-link finds it)."""
+    return f"{PREFIX}:job:{{{job_id}}}:queued-urls"
+
+
+def job_inlinks(job_id: str) -> str:
+    """Hash: URL -> links to it seen while it was queued (priority jobs: they raise its score)."""
+    return f"{PREFIX}:job:{{{job_id}}}:inlinks"
+
+
 def job_queue_prefix(job_id: str) -> str:
-    """Prefix of the per-host queues (sorted sets, breadth-first by depth)."""
+    """Prefix of the per-host queues (sorted sets, ordered by the job's strategy)."""
     return f"{PREFIX}:job:{{{job_id}}}:q:"
 
 

@@ -1,14 +1,14 @@
 -- Admit candidate URLs into a job's per-host queues: dedup, queue, count, finish `done` URLs.
 --
 -- KEYS: meta, ready, next, busy, admit_tokens, bloom segment (1..s), queue (host 1..n), delays,
---       history, due, released
+--       history, due, queued_urls, inlinks, released
 -- ARGV (built by frontier.queue._admit_call):
 --   1 max_pages   2 per_host   3 done   4 token ('' for none)   5 hashes (Bloom k)
 --   6 n_segments   7 n_counters   8 history_mode   9 cycle   10 n_history
 --   then [counter name, increment] * n_counters,
 --        [url, history record, due_s] * n_history,
 --        n_hosts, [host] * n_hosts,
---        per URL: [segment index, host index, depth, member, k Bloom offsets],
+--        per URL: [segment index, host index, depth, priority (hundredths), member, k Bloom offsets],
 --        then last: analysed_batch (the fetch batch whose pages this finishes, '' for none)
 -- Returns {completed (1 if this completed the job, -1 a repeated token, -2 another cycle, -3 a
 --          batch whose release this Redis never saw),
@@ -21,6 +21,13 @@
 -- (a link to it from a changed page does not fetch it early). A call for another cycle than the
 -- job's current one does nothing (a late analysis of a finished cycle); the history records of
 -- the pages it finishes are written in the same step, so no cycle ends before they are.
+--
+-- The queue score follows the job's strategy (meta's strategy field): breadth-first
+-- depth * 1e12 + seq (shallower first, FIFO within a depth); depth-first -depth * 1e12 - seq
+-- (deeper first, LIFO within a depth); priority -priority * 1e10 + seq (higher first, FIFO
+-- within a priority). A priority job keeps each queued URL's entry in queued_urls; a link to a
+-- URL still queued (a duplicate) raises its score by 0.1 (vcrawl.priorities.INLINK_BONUS), for at most
+-- 10 in-links (INLINK_CAP), counted in inlinks.
 local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = clock_ms()
 local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -42,6 +49,9 @@ end
 -- released on a primary whose last writes a failover lost: here its URLs are still leased or
 -- queued, and will be fetched and finished again. Finishing them now would count them twice.
 local released, analysed_batch = KEYS[#KEYS], ARGV[#ARGV]
+local queued_urls, inlinks = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
+local strategy = redis.call('HGET', meta, {{META_STRATEGY}})
+local by_priority, lifo = strategy == {{STRATEGY_PRIORITY}}, strategy == {{STRATEGY_DEPTH_FIRST}}
 if analysed_batch ~= '' and done > 0 and redis.call('HDEL', released, analysed_batch) == 0
     and (token == '' or redis.call('SISMEMBER', tokens, token) == 0) then
   return {-3, 0, 0, 0, 0}
@@ -77,20 +87,25 @@ for j = 1, k do
 end
 while running and i < #ARGV do  -- the last ARGV is analysed_batch
   local seg = KEYS[5 + tonumber(ARGV[i])]
-  local hi, depth, member = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), ARGV[i + 3]
-  for j = 1, k do get[3 * j] = ARGV[i + 3 + j]; set[4 * j - 1] = ARGV[i + 3 + j] end
-  i = i + 4 + k
+  local hi, depth, priority, member = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
+  for j = 1, k do get[3 * j] = ARGV[i + 4 + j]; set[4 * j - 1] = ARGV[i + 4 + j] end
+  i = i + 5 + k
   local bits = redis.call('BITFIELD_RO', seg, unpack(get))
   local seen = true
   for j = 1, k do
     if bits[j] == 0 then seen = false; break end
   end
   local url = nil
-  if history_mode > 0 and not seen then url = cjson.decode(member).u end
+  if by_priority or (history_mode > 0 and not seen) then url = cjson.decode(member).u end
   -- A sitemap to read (its entry carries "s") is no page: the page limit neither counts nor stops it.
   local sitemap = string.find(member, '"s":', 1, true) ~= nil
   if seen then
     dup = dup + 1
+    local queued = by_priority and redis.call('HGET', queued_urls, url)
+    if queued and redis.call('HINCRBY', inlinks, url, 1) <= 10 then
+      -- XX: only while it is still queued (never adds a URL a pump took meanwhile)
+      redis.call('ZADD', KEYS[5 + nseg + hi], 'XX', 'INCR', -1e11, queued)
+    end
   elseif history_mode == 2 and redis.call('HEXISTS', hist, url) == 1 then
     known = known + 1
   elseif admitted >= max_pages and not sitemap then
@@ -102,7 +117,14 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
   else
     redis.call('BITFIELD', seg, unpack(set))
     local seq = redis.call('HINCRBY', meta, {{META_SEQ}}, 1)
-    redis.call('ZADD', KEYS[5 + nseg + hi], depth * 1e12 + seq, member)
+    local score = depth * 1e12 + seq
+    if by_priority then
+      score = -priority * 1e10 + seq
+      redis.call('HSET', queued_urls, url, member)
+    elseif lifo then
+      score = -depth * 1e12 - seq
+    end
+    redis.call('ZADD', KEYS[5 + nseg + hi], score, member)
     if not sitemap then admitted = admitted + 1 end
     fresh = fresh + 1
     touched[hi] = true

@@ -1,6 +1,6 @@
--- Delete a finished job's Bloom filter (megabytes each).
+-- Delete a finished job's Bloom filter (megabytes each), and a priority job's URL index.
 --
--- KEYS: meta, then the job's Bloom filter segments
+-- KEYS: meta, then the job's Bloom filter segments, queued_urls, inlinks
 -- ARGV: none
 -- Returns 1 if the filter was deleted, 0 if the job is not finished.
 --

@@ -2,24 +2,28 @@
 -- hosts' queues for the hosts' new owners, without an attempt counted against them (the node,
 -- not the URL, failed).
 --
--- KEYS: meta, ready, next, busy, leases, delays
+-- KEYS: meta, ready, next, busy, leases, delays, queued_urls
 -- ARGV: 1 qprefix (the key prefix of the job's per-host queues)   2 interval_ms   3.. batch ids
 -- Returns the number of URLs requeued.
 --
 -- The dead node may have sent a request just before it died, so a host's next request waits its
 -- interval, or its Crawl-delay when it has one, from now (or from its next time, if later).
+-- A depth-first or priority job's lease has the URLs' scores (pump.lua): each gets its own back,
+-- and a priority job's URL is in queued_urls again (admit.lua).
 local meta, ready, nextk, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local qprefix, interval = ARGV[1], tonumber(ARGV[2])
 local now = clock_ms()
+local by_priority = redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
 local back = 0
 for i = 3, #ARGV do
   local raw = redis.call('HGET', leases, ARGV[i])
   if raw then
     local lease = cjson.decode(raw)
     redis.call('HDEL', leases, ARGV[i])
-    for _, member in ipairs(lease.e) do
+    for n, member in ipairs(lease.e) do
       local entry = cjson.decode(member)
-      redis.call('ZADD', qprefix .. lease.h, entry.d * 1e12, member)
+      redis.call('ZADD', qprefix .. lease.h, lease.p and lease.p[n] or entry.d * 1e12, member)
+      if by_priority then redis.call('HSET', KEYS[7], entry.u, member) end
       back = back + 1
     end
     if redis.call('HINCRBY', busy, lease.h, -1) <= 0 then

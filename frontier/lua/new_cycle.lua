@@ -1,10 +1,10 @@
 -- Start the next cycle of a scheduled job (creating the job on its first firing).
 --
 -- KEYS: meta, ready, next, busy, leases, admit_tokens, history, due, todo, cycles, delays,
---       then the job's Bloom filter segments
+--       then what is deleted with the cycle: queued_urls, inlinks, the job's Bloom filter segments
 -- ARGV (built by frontier.lifecycle._new_cycle_argv):
 --   1 firing   2 spec_json   3 overlap ('skip' | 'cancel')   4 qprefix (the key prefix of the
---   job's per-host queues)   5 cycles_kept
+--   job's per-host queues)   5 cycles_kept   6 strategy (the spec's: meta's strategy field)
 -- Returns {status ('started', 'resumed', 'skipped' or 'one-off'), cycle, URLs due}
 --
 -- Archives the last cycle's counters, clears what was per cycle (queues, leases, Bloom filter,
@@ -14,6 +14,7 @@
 local meta, ready, nextk, busy, leases, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local hist, due, todo, cycles = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local firing, spec, overlap, qprefix, kept = ARGV[1], ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local strategy = ARGV[6]
 local now = clock_ms()
 local cycle = tonumber(redis.call('HGET', meta, {{META_CYCLE}}) or '0')
 local state = redis.call('HGET', meta, {{META_STATE}})
@@ -37,7 +38,7 @@ end
 -- What carries over from cycle to cycle; every other field is the last cycle's, archived.
 local carried = {[{{META_SPEC}}] = 1, [{{META_SEQ}}] = 1, [{{META_BATCH_SEQ}}] = 1, [{{META_CYCLE}}] = 1,
                  [{{META_CREATED_AT}}] = 1, [{{META_SKIPPED_FIRINGS}}] = 1, [{{META_LAST_SKIPPED_AT}}] = 1,
-                 [{{META_FIRING}}] = 1, [{{META_SPEC_REV}}] = 1}
+                 [{{META_FIRING}}] = 1, [{{META_SPEC_REV}}] = 1, [{{META_STRATEGY}}] = 1}
 local all = redis.call('HGETALL', meta)
 local summary = {cycle = cycle, state = state, counters = {}}
 local drop = {}
@@ -80,7 +81,7 @@ redis.call('DEL', ready, busy, leases, tokens, todo)
 for j = 12, #KEYS do redis.call('DEL', KEYS[j]) end
 redis.call('HSET', meta, {{META_SPEC}}, spec, {{META_STATE}}, {{STATE_RUNNING}}, {{META_CYCLE}}, cycle + 1,
            {{META_STARTED_AT}}, now / 1000, {{META_FIRING}}, firing, {{META_PENDING}}, 1, {{META_ADMITTED}}, 0,
-           {{META_QUEUED_NOW}}, 0, {{META_STARTING}}, 1)
+           {{META_QUEUED_NOW}}, 0, {{META_STARTING}}, 1, {{META_STRATEGY}}, strategy)
 redis.call('HSETNX', meta, {{META_CREATED_AT}}, now / 1000)
 local taken = redis.call('ZRANGESTORE', todo, due, '-inf', now / 1000, 'BYSCORE')
 return {'started', cycle + 1, taken}

@@ -1,6 +1,6 @@
 -- Lease due hosts' URLs as fetch batches.
 --
--- KEYS: meta, ready, busy, leases, delays
+-- KEYS: meta, ready, busy, leases, delays, queued_urls
 -- ARGV (built by frontier.queue._pump_argv):
 --   1 max_batches   2 batch_size   3 per_host   4 interval_ms   5 lease_ms   6 cap (most batches
 --   in flight per job)   7 qprefix (the key prefix of the job's per-host queues)   8 nonce (random,
@@ -13,7 +13,16 @@
 -- free slots. Otherwise a host with a free slot stays in the heap, due again after the interval.
 -- paced is '1' when the host waits between requests (a Crawl-delay, robots.txt unknown, or the
 -- job's interval).
+--
+-- Strategies (meta's strategy field, admit.lua): a priority job takes, among its due hosts (the
+-- 256 most overdue), those whose best queued URL ranks highest first. A depth-first or priority
+-- job's lease keeps its URLs' scores (p), so a URL requeued (release, reclaim, hand-over) keeps
+-- its place; a priority job's popped URLs leave queued_urls (no in-link finds them any more).
 local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local queued_urls = KEYS[6]
+local strategy = redis.call('HGET', meta, {{META_STRATEGY}})
+local by_priority = strategy == {{STRATEGY_PRIORITY}}
+local keep_scores = by_priority or strategy == {{STRATEGY_DEPTH_FIRST}}
 local now = clock_ms()
 local max_batches, batch_size, per_host = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local interval, lease_ms, cap, qprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
@@ -29,7 +38,25 @@ local busy_batches = redis.call('HLEN', leases)
 local room = cap - busy_batches
 if room > max_batches then room = max_batches end
 if room > 0 then
-  local hosts = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, room)
+  local hosts
+  if by_priority then
+    -- The due hosts by their best URL (lowest score), then by due time.
+    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, 256)
+    local best, order = {}, {}
+    for n, host in ipairs(due) do
+      local head = redis.call('ZRANGE', qprefix .. host, 0, 0, 'WITHSCORES')
+      best[host] = head[2] and tonumber(head[2]) or math.huge
+      order[host] = n
+    end
+    table.sort(due, function(a, b)
+      if best[a] ~= best[b] then return best[a] < best[b] end
+      return order[a] < order[b]
+    end)
+    hosts = {}
+    for n = 1, math.min(room, #due) do hosts[n] = due[n] end
+  else
+    hosts = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, room)
+  end
   for _, host in ipairs(hosts) do
     local q = qprefix .. host
     local inflight = tonumber(redis.call('HGET', busy, host) or '0')
@@ -51,11 +78,17 @@ if room > 0 then
       if #popped == 0 then
         redis.call('ZREM', ready, host)
       else
-        local entries = {}
-        for j = 1, #popped, 2 do entries[#entries + 1] = popped[j] end
+        local entries, scores = {}, {}
+        for j = 1, #popped, 2 do
+          entries[#entries + 1] = popped[j]
+          scores[#scores + 1] = popped[j + 1]  -- a string: cjson would round a number to 14 digits
+          if by_priority then redis.call('HDEL', queued_urls, cjson.decode(popped[j]).u) end
+        end
         local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1) .. '.' .. nonce
         redis.call('HINCRBY', busy, host, 1)
-        redis.call('HSET', leases, id, cjson.encode({h = host, e = entries, t = now + lease_ms}))
+        local lease = {h = host, e = entries, t = now + lease_ms}
+        if keep_scores then lease.p = scores end
+        redis.call('HSET', leases, id, cjson.encode(lease))
         redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, -#entries)
         redis.call('HINCRBY', meta, {{META_DISPATCHED}}, #entries)
         if inflight + 1 < slots and redis.call('ZCARD', q) > 0 then

@@ -1,16 +1,20 @@
 -- Take back the batches whose lease ran out: their worker died (or its message was lost).
 --
--- KEYS: meta, ready, next, busy, leases, day stats (this UTC day), day host stats (this UTC day)
+-- KEYS: meta, ready, next, busy, leases, day stats (this UTC day), day host stats (this UTC day),
+--       queued_urls
 -- ARGV: 1 qprefix (the key prefix of the job's per-host queues)   2 max_attempts   3 interval_ms
 --       4 day_ttl_s
 -- Returns {URLs requeued, URLs failed}
 --
 -- A reclaimed URL goes back to the front of its host's queue with one more attempt, or fails
 -- once it had enough; a failure is also counted in the day's job and host buckets (release.lua).
+-- A depth-first or priority job's lease has the URLs' scores (pump.lua): each gets its own back,
+-- and a priority job's URL is in queued_urls again (admit.lua).
 local meta, ready, nextk, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local qprefix, max_attempts, interval = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local failed_name = {{PREFIX_FAILED}} .. {{REASON_LEASE_EXPIRED}}
 local now = clock_ms()
+local by_priority = redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
 local all = redis.call('HGETALL', leases)
 local back, failed = 0, 0
 for j = 1, #all, 2 do
@@ -18,13 +22,15 @@ for j = 1, #all, 2 do
   if lease.t < now then
     redis.call('HDEL', leases, all[j])
     local requeued, lease_failed = 0, 0
-    for _, member in ipairs(lease.e) do
+    for n, member in ipairs(lease.e) do
       local entry = cjson.decode(member)
       entry.a = entry.a + 1
       if entry.a > max_attempts then
         lease_failed = lease_failed + 1
       else
-        redis.call('ZADD', qprefix .. lease.h, entry.d * 1e12, cjson.encode(entry))
+        local again = cjson.encode(entry)
+        redis.call('ZADD', qprefix .. lease.h, lease.p and lease.p[n] or entry.d * 1e12, again)
+        if by_priority then redis.call('HSET', KEYS[8], entry.u, again) end
         requeued = requeued + 1
       end
     end

@@ -2,7 +2,7 @@
 --
 -- KEYS: meta, ready, next, busy, leases, queue (the batch's host), delays, history, due,
 --       stats bucket (this minute), host stats, failures, released, day stats (this UTC day),
---       day host stats (this UTC day)
+--       day host stats (this UTC day), queued_urls
 -- ARGV (built by frontier.queue._release_argv):
 --   1 batch_id   2 host   3 pause_ms   4 host_delay_ms   5 done   6 crawl_delay_ms (-1: nothing
 --   fetched, keep what is known)   7 n_requeue   8 n_history   9 bucket_ttl_s   10 n_failures
@@ -23,6 +23,9 @@
 -- buckets of the UTC day, kept day_ttl_s after their last write.
 -- The host's next time: a pause after the batch started, never before it ended, and later
 -- still when the host asked to be left alone (host_delay_ms from now).
+-- A depth-first or priority job's lease has its URLs' scores (pump.lua): a URL requeued at the
+-- front (a score below 2e15, the back of the queue) gets its own score back; a priority job's
+-- requeued URLs are in queued_urls again, for in-links to find (admit.lua).
 local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, host, pause, host_delay = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local done, delay, nreq, nhist = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -35,7 +38,11 @@ if not raw then
 end
 redis.call('HDEL', leases, id)
 local now = clock_ms()
-local started = cjson.decode(raw).s or now
+local lease = cjson.decode(raw)
+local started = lease.s or now
+local kept = {}  -- URL -> its score when leased (depth-first and priority jobs)
+for n, score in ipairs(lease.p or {}) do kept[cjson.decode(lease.e[n]).u] = score end
+local by_priority = redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
 local nxt = math.max(now, started + pause, now + host_delay)
 if delay > 0 then
   redis.call('HSET', KEYS[7], host, delay)
@@ -56,7 +63,13 @@ elseif string.sub(throttle, 1, 1) == '+' then
 end
 local i = 15
 for _ = 1, nreq do
-  redis.call('ZADD', q, ARGV[i], ARGV[i + 1])
+  local score, member = ARGV[i], ARGV[i + 1]
+  if lease.p or by_priority then
+    local url = cjson.decode(member).u
+    if tonumber(score) < 2e15 and kept[url] then score = kept[url] end
+    if by_priority then redis.call('HSET', KEYS[16], url, member) end
+  end
+  redis.call('ZADD', q, score, member)
   i = i + 2
 end
 for _ = 1, nhist do

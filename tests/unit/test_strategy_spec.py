@@ -1,0 +1,86 @@
+"""A job's strategy and priorities: validation, the score formula, and the frontier's copy of its constants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from frontier.lifecycle import strategy_of
+from frontier.scripts import lua_source
+from vcrawl.errors import InvalidTask
+from vcrawl.jobs import JobSpec
+from vcrawl.priorities import INLINK_BONUS, INLINK_CAP, PrioritySpec
+
+SEED = {"seeds": ["http://a.test/"]}
+
+
+@pytest.mark.parametrize("strategy", ["breadth-first", "depth-first", "priority"])
+def test_each_strategy_is_kept_and_round_trips(strategy: str) -> None:
+    spec = JobSpec.from_dict({**SEED, "strategy": strategy, "priorities": [{"pattern": "/x", "priority": -2.5}]})
+
+    assert spec.strategy == strategy and spec.priorities == (PrioritySpec("/x", -2.5),)
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert strategy_of(spec.to_json()) == strategy
+
+
+def test_breadth_first_is_the_default() -> None:
+    assert JobSpec.from_dict(SEED).strategy == "breadth-first"
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"strategy": "bogus"}, "strategy"),
+        ({"strategy": 3}, "strategy"),
+        ({"strategy": None}, "strategy"),
+        ({"priorities": {"pattern": "/x"}}, "priorities"),
+        ({"priorities": ["/x"]}, "priorities[0]"),
+        ({"priorities": [{"pattern": "/x", "priority": 1, "weight": 2}]}, "priorities[0].weight"),
+        ({"priorities": [{"priority": 1}]}, "priorities[0].pattern"),
+        ({"priorities": [{"pattern": "(unclosed", "priority": 1}]}, "priorities[0].pattern"),
+        ({"priorities": [{"pattern": "/x"}]}, "priorities[0].priority"),
+        ({"priorities": [{"pattern": "/x", "priority": 101}]}, "priorities[0].priority"),
+        ({"priorities": [{"pattern": "/x", "priority": True}]}, "priorities[0].priority"),
+    ],
+)
+def test_a_bad_strategy_or_priority_is_refused_naming_its_key(extra: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidTask) as refused:
+        JobSpec.from_dict({**SEED, **extra})
+
+    assert refused.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("url", "depth", "sitemap", "score"),
+    [
+        ("http://a.test/shop/1", 1, None, 10.4),  # the first matching pattern counts
+        ("http://a.test/shop/sale/1", 1, None, 10.4),
+        ("http://a.test/blog/1", 3, None, 0.2),  # no pattern: the sitemap's default and depth only
+        ("http://a.test/blog/1", 0, 0.9, 0.9),  # the sitemap's own priority
+        ("http://a.test/old/1", 2, 0.0, -5.2),
+    ],
+)
+def test_the_priority_score_adds_pattern_sitemap_and_depth(
+    url: str, depth: int, sitemap: float | None, score: float
+) -> None:
+    spec = JobSpec.from_dict(
+        {
+            **SEED,
+            "strategy": "priority",
+            "priorities": [
+                {"pattern": "/shop/", "priority": 10},
+                {"pattern": "/sale/", "priority": 50},
+                {"pattern": "/old/", "priority": -5},
+            ],
+        }
+    )
+
+    assert spec.priority_of(url, depth, sitemap) == score
+
+
+def test_the_admission_script_raises_in_links_by_the_documented_bonus_and_cap() -> None:
+    admit = lua_source("admit")
+
+    assert f"<= {INLINK_CAP} then" in admit  # the in-link count is capped in the script
+    assert "'INCR', -1e11" in admit and INLINK_BONUS * 1e12 == 1e11  # the bonus in score units (x 1e12)

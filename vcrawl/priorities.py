@@ -1,0 +1,89 @@
+"""A priority job's URL scores: the job's ``priorities`` (pattern -> priority) and the formula (docs/strategies.md).
+
+A URL's score when it is admitted is its first matching pattern's priority (0 for none), plus its
+sitemap's ``priority`` (0.5 when none), minus 0.1 per link followed from a seed. The frontier adds
+0.1 per link to it found while it waits in its queue, for at most 10 (``frontier/lua/admit.lua``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vcrawl.errors import InvalidTask
+
+__all__ = [
+    "DEPTH_PENALTY",
+    "INLINK_BONUS",
+    "INLINK_CAP",
+    "PRIORITY_BOUND",
+    "SITEMAP_DEFAULT_PRIORITY",
+    "PrioritySpec",
+    "parse_priorities",
+    "url_priority",
+]
+
+PRIORITY_BOUND = 100.0
+"""The largest priority a job's ``priorities`` may give (and the smallest, negated)."""
+SITEMAP_DEFAULT_PRIORITY = 0.5
+"""A URL's sitemap part when no sitemap gave it one (the sitemap protocol's default)."""
+DEPTH_PENALTY = 0.1
+"""What each link followed from a seed takes off a URL's priority."""
+INLINK_BONUS = 0.1
+"""What each link to a queued URL found later adds to its priority (``frontier/lua/admit.lua``)."""
+INLINK_CAP = 10
+"""In-links counted at most: a hub linked from every page gains ``INLINK_CAP * INLINK_BONUS``."""
+
+
+@dataclass(frozen=True)
+class PrioritySpec:
+    """A priority job's pattern -> priority (-100..100): the first pattern that matches a URL gives its part."""
+
+    pattern: str
+    priority: float
+
+
+def url_priority(
+    priorities: tuple[PrioritySpec, ...], url: str, depth: int, sitemap_priority: float | None = None
+) -> float:
+    """A URL's score when admitted (higher: fetched sooner), to two decimals.
+
+    >>> shop = (PrioritySpec("/shop/", 10),)
+    >>> url_priority(shop, "http://a.test/shop/1", 2), url_priority(shop, "http://a.test/x", 1, 0.9)
+    (10.3, 0.8)
+    """
+    part = next((p.priority for p in priorities if re.search(p.pattern, url)), 0.0)
+    sitemap = SITEMAP_DEFAULT_PRIORITY if sitemap_priority is None else sitemap_priority
+    return round(part + sitemap - DEPTH_PENALTY * depth, 2)
+
+
+def parse_priorities(value: Any) -> tuple[PrioritySpec, ...]:
+    """A job's ``priorities`` list, validated.
+
+    Raises:
+        InvalidTask: ``field`` is the path of the bad key, e.g. ``priorities[1].priority``.
+    """
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise InvalidTask("priorities", f"must be a list of {{pattern, priority}}, got {type(value).__name__}")
+    return tuple(_item(raw, f"priorities[{index}]") for index, raw in enumerate(value))
+
+
+def _item(raw: Any, where: str) -> PrioritySpec:
+    if not isinstance(raw, Mapping):
+        raise InvalidTask(where, f"must be a mapping with pattern and priority, got {type(raw).__name__}")
+    if unknown := sorted(set(raw) - {"pattern", "priority"}):
+        raise InvalidTask(f"{where}.{unknown[0]}", "unknown key; known: pattern, priority")
+    pattern, priority = raw.get("pattern"), raw.get("priority")
+    if not isinstance(pattern, str) or not pattern:
+        raise InvalidTask(f"{where}.pattern", f"must be a non-empty regex, got {pattern!r}")
+    try:
+        re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise InvalidTask(f"{where}.pattern", f"invalid regex {pattern!r}: {exc}") from None
+    if isinstance(priority, bool) or not isinstance(priority, int | float) or not abs(priority) <= PRIORITY_BOUND:
+        raise InvalidTask(f"{where}.priority", f"must be a number from -100 to 100, got {priority!r}")
+    return PrioritySpec(pattern, float(priority))
