@@ -1,7 +1,9 @@
 """The cluster log stream end to end: a `celery worker` subprocess ships its lines to Redis, `vcrawl logs` reads them.
 
-One worker for the module (JSON lines, shipped defaults otherwise), on the session's Redis; every
-job here has an id of its own, so lines of other tests in the shared stream never match.
+One worker for the module (JSON lines, shipped defaults otherwise) on a Redis of its own, driven
+through the CLI: the session's in-process `worker` (no log shipper) must not take its batches, or
+their lines would be logged where no stream sees them. The tests without a worker use the session's
+Redis; every job here has an id of its own, so lines of other tests in a shared stream never match.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,27 +28,29 @@ from typing import Any
 import pytest
 import redis
 
-import tasks
+from cli.local_redis import LocalRedis
 from engine.log_context import ContextFilter, log_context
 from engine.log_stream import JOB_STREAM_TTL_S, StreamShipper
 from tasks.redis_clients import make_redis_client
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
-from tests.integration.conftest import api_server
 from vcrawl.settings import Settings
 
+_API_TOKEN = "cluster-logs-token-0123"  # vcrawl serve wants 16 characters at least
 _CELERY_TEXT_LINE = re.compile(r"^\[\d{4}-\d\d-\d\d [\d:,]+: (DEBUG|INFO|WARNING|ERROR|CRITICAL)/")
 
 
 @pytest.fixture(scope="module")
 def log_worker(vcrawl_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """A plain worker at -l warning writing JSON lines; its environment and log file."""
-    env = cluster_env(replace(vcrawl_settings, log_format="json"))
-    log = tmp_path_factory.mktemp("cluster-logs") / "worker.log"
-    process = start_worker(env, "logs-test", log, concurrency=4, loglevel="WARNING")
-    try:
-        yield {"env": env, "log": log}
-    finally:
-        stop_worker(process)
+    """A plain worker at -l warning writing JSON lines, alone on its own Redis; its environment and log file."""
+    directory = tmp_path_factory.mktemp("cluster-logs")
+    with LocalRedis(directory / "redis") as server:
+        settings = replace(vcrawl_settings, redis_url=server.url, data=str(directory / "data"), log_format="json")
+        env, log = cluster_env(settings), directory / "worker.log"
+        process = start_worker(env, "logs-test", log, concurrency=4, loglevel="WARNING")
+        try:
+            yield {"env": env, "log": log, "dir": directory}
+        finally:
+            stop_worker(process)
 
 
 def _free_port() -> int:
@@ -71,24 +76,17 @@ def _wait_for_line(env: dict[str, str], job: str, needle: str, timeout_s: float)
         time.sleep(0.5)
 
 
-def _messages(job: str) -> str:
-    """The job's lines in the stream, read in this process (the CLI's own reading is tested above)."""
-    return "\n".join(f"{fields['level']} {fields['msg']}" for _, fields in tasks.read_logs(job=job))
+def _submit(worker: dict[str, Any], job: dict[str, Any], wait: bool = False) -> None:
+    """``vcrawl submit`` on the worker's Redis; ``wait``: until the job ends (completed, at most 30 s)."""
+    job_file = Path(worker["dir"]) / f"{job['id']}.json"
+    job_file.write_text(json.dumps(job))
+    _vcrawl(worker["env"], "submit", str(job_file), *(("--wait", "--timeout", "30") if wait else ()))
 
 
-def _wait_for_message(job: str, needle: str, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    while needle not in (out := _messages(job)):
-        assert time.monotonic() < deadline, f"no line with {needle!r} for job {job} in {timeout_s} s; got:\n{out}"
-        time.sleep(0.2)
-    return out
-
-
-def _wait_completed(job: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while tasks.job_state(job) != "completed":
-        assert time.monotonic() < deadline, f"job {job} is {tasks.job_state(job)} after {timeout_s} s"
-        time.sleep(0.2)
+def _messages(env: dict[str, str], job: str) -> str:
+    """The job's lines in the stream as ``LEVEL message``, read with ``vcrawl logs --json``."""
+    rows = _vcrawl(env, "logs", "--job", job, "--json").splitlines()
+    return "\n".join(f"{fields['level']} {fields['msg']}" for fields in map(json.loads, rows))
 
 
 def test_a_warning_in_a_task_is_read_back_with_vcrawl_logs(log_worker: dict[str, Any]) -> None:
@@ -103,12 +101,27 @@ def test_a_warning_in_a_task_is_read_back_with_vcrawl_logs(log_worker: dict[str,
     assert "logs-test@" in line  # the worker's node name
     entries = [json.loads(row) for row in _vcrawl(env, "logs", "--job", job, "--json").splitlines()]
     assert entries and all(entry["job"] == job and entry["task"] for entry in entries)
-    with api_server("secret") as base:  # the job API's view of the same lines
+    with _api_server(env, _API_TOKEN) as base:  # the job API's view of the same lines
         request = urllib.request.Request(f"{base}/api/jobs/{job}/logs?level=warning",
-                                         headers={"Authorization": "Bearer secret"})  # fmt: skip
+                                         headers={"Authorization": f"Bearer {_API_TOKEN}"})  # fmt: skip
         with urllib.request.urlopen(request, timeout=10) as answer:
             lines = json.load(answer)["lines"]
     assert any(f":{port}" in line["url"] and line["level"] == "WARNING" and line["id"] for line in lines)
+
+
+@contextmanager
+def _api_server(env: dict[str, str], token: str) -> Iterator[str]:
+    """``vcrawl serve`` on a free loopback port over ``env``'s Redis; its base URL."""
+    command = [sys.executable, "-m", "cli", "serve", "--port", "0"]
+    process = subprocess.Popen(command, env={**env, "VCRAWL_API_TOKEN": token}, cwd=REPO, stderr=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    try:
+        line = process.stderr.readline() if process.stderr else ""  # the one line it prints once it listens
+        assert "http://127.0.0.1:" in line, line
+        yield "http://" + line.split("http://", 1)[1].split("/", 1)[0]
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def test_a_level_changed_live_takes_effect_without_a_restart(log_worker: dict[str, Any]) -> None:
@@ -116,39 +129,32 @@ def test_a_level_changed_live_takes_effect_without_a_restart(log_worker: dict[st
     # A job narrowed to another address: its host is refused, logged at INFO ("refused by the network policy").
     refused = {"seeds": [f"http://127.0.0.1:{_free_port()}/x"], "scope": {"hosts": ["127.0.0.1"]},
                "allowed_networks": ["127.0.0.2/32"]}  # fmt: skip
-    before = f"lv-{uuid.uuid4().hex[:8]}"
+    before, after = f"lv-{uuid.uuid4().hex[:8]}", f"lv-{uuid.uuid4().hex[:8]}"
     try:
-        tasks.start_job({"id": before, **refused})
-        _wait_completed(before)
+        _submit(log_worker, {"id": before, **refused}, wait=True)
         time.sleep(1.0)  # a shipped line is in Redis within half a second
-        assert "refused by the network policy" not in _messages(before)
+        assert "refused by the network policy" not in _messages(env, before)
 
         assert "INFO" in _vcrawl(env, "log-level", "engine.fetch_step", "INFO")
         changed = time.monotonic()
-        time.sleep(Settings().log_levels_poll_s)  # the workers' poll, at its shipped default
-        # One job after another until one's INFO line is shipped: a loaded machine may delay the poll.
-        out, jobs_run = "", 0
-        while "refused by the network policy" not in out and jobs_run < 5:
-            after, jobs_run = f"lv-{uuid.uuid4().hex[:8]}", jobs_run + 1
-            tasks.start_job({"id": after, **refused})
-            _wait_completed(after)
-            deadline = time.monotonic() + 2.0
-            while "refused by the network policy" not in (out := _messages(after)) and time.monotonic() < deadline:
-                time.sleep(0.1)
-        assert "INFO job" in out, f"no INFO line shipped after {jobs_run} jobs"
-        assert time.monotonic() - changed < 15  # within seconds, the worker never restarted
-        assert tasks.log_levels()["engine.fetch_step"] == "INFO"
+        time.sleep(2 * Settings().log_levels_poll_s)  # two of the workers' polls, at their shipped default
+        _submit(log_worker, {"id": after, **refused}, wait=True)
+
+        out = _wait_for_line(env, after, "refused by the network policy", timeout_s=10)
+        assert " INFO " in next(line for line in out.splitlines() if "refused by the network policy" in line)
+        assert time.monotonic() - changed < 20  # within seconds, the worker never restarted
+        assert re.search(r"^engine\.fetch_step +INFO$", _vcrawl(env, "log-level"), re.MULTILINE)
     finally:
-        tasks.set_log_level("engine.fetch_step", None)
+        _vcrawl(env, "log-level", "engine.fetch_step", "reset")
     worker_log = Path(log_worker["log"]).read_text()
     assert "refused by the network policy" not in worker_log  # the console keeps the worker's -l warning
 
 
 def test_worker_lines_are_json_with_context(log_worker: dict[str, Any]) -> None:
     port, job = _free_port(), f"json-{uuid.uuid4().hex[:8]}"
-    tasks.start_job({"id": job, "seeds": [f"http://127.0.0.1:{port}/x"], "scope": {"hosts": ["127.0.0.1"]},
-                    "allowed_networks": ["127.0.0.0/8"]})  # fmt: skip
-    _wait_for_message(job, f":{port}", timeout_s=30)
+    _submit(log_worker, {"id": job, "seeds": [f"http://127.0.0.1:{port}/x"], "scope": {"hosts": ["127.0.0.1"]},
+                         "allowed_networks": ["127.0.0.0/8"]})  # fmt: skip
+    _wait_for_line(log_worker["env"], job, f":{port}", timeout_s=30)
 
     rows = Path(log_worker["log"]).read_text().splitlines()
     assert not [row for row in rows if _CELERY_TEXT_LINE.match(row)]
