@@ -33,9 +33,13 @@ from vcrawl.settings import LOG_LEVELS
 
 __all__ = [
     "DEFAULT_LOGGER",
+    "FIELD_BYTES",
     "JOB_STREAM_TTL_S",
+    "MESSAGE_BYTES",
+    "TRACEBACK_BYTES",
     "LogQuery",
     "StreamShipper",
+    "cut_text",
     "format_entry",
     "job_stream_maxlen",
     "level_of",
@@ -50,9 +54,34 @@ logger = logging.getLogger(__name__)
 DEFAULT_LOGGER = "root"  # the levels hash's field for every logger not named in it
 JOB_STREAM_TTL_S = 7 * 86400  # a job's own stream goes a week after its last line
 _BATCH = 500  # lines per XADD pipeline
-_MESSAGE_CHARS = 8000  # longer messages (and tracebacks) are cut: the stream is for reading, not for dumps
+# What a line may hold, in UTF-8 bytes: the stream is for reading, not for dumps (docs/logs.md sizes
+# the stream from these). Longer text is cut and says so.
+MESSAGE_BYTES = 2048
+TRACEBACK_BYTES = 4096  # its last part: the innermost frames and the exception
+FIELD_BYTES = 512  # each of logger, node, job, task id and URL (a long URL, mostly)
 _BACKOFF_MAX_S = 5.0
 _FIELDS = {"job": "job", "task_id": "task", "url": "url"}  # record attribute -> stream field
+
+
+def cut_text(text: str, limit_bytes: int, keep_tail: bool = False) -> str:
+    """``text`` in at most ``limit_bytes`` of UTF-8, marked where it was cut; its head, or its tail.
+
+    >>> cut_text("0123456789" * 8, 60)
+    '01234567890123456789… [cut: 60 more bytes]'
+    >>> cut_text("0123456789" * 8, 60, keep_tail=True)
+    '[cut: 60 bytes before] …01234567890123456789'
+    >>> cut_text("é" * 3, 6)
+    'ééé'
+    """
+    encoded = text.encode("utf-8", "replace")
+    if len(encoded) <= limit_bytes:
+        return text
+    room = max(0, limit_bytes - 40)  # the marker's own bytes: under 40 with a count of up to 16 digits
+    if keep_tail:
+        kept = encoded[len(encoded) - room :].decode("utf-8", "ignore")
+        return f"[cut: {len(encoded) - len(kept.encode())} bytes before] …{kept}"
+    kept = encoded[:room].decode("utf-8", "ignore")
+    return f"{kept}… [cut: {len(encoded) - len(kept.encode())} more bytes]"
 
 
 def job_stream_maxlen(maxlen: int) -> int:
@@ -165,20 +194,20 @@ class StreamShipper(logging.Handler):
         super().close()
 
     def _entry(self, record: logging.LogRecord) -> dict[str, str]:
-        message = record.getMessage()
+        message = cut_text(record.getMessage(), MESSAGE_BYTES)
         if record.exc_info:
-            message += "\n" + logging.Formatter().formatException(record.exc_info)
+            message += "\n" + cut_text(logging.Formatter().formatException(record.exc_info), TRACEBACK_BYTES, True)
         entry = {
             "t": f"{record.created:.3f}",
             "level": record.levelname,
-            "logger": record.name,
-            "msg": message[:_MESSAGE_CHARS],
-            "node": str(getattr(record, "node", "") or ""),
+            "logger": cut_text(record.name, FIELD_BYTES),
+            "msg": message,
+            "node": cut_text(str(getattr(record, "node", "") or ""), FIELD_BYTES),
         }
         for attribute, name in _FIELDS.items():
             value = getattr(record, attribute, None)
             if value not in (None, "", "???"):
-                entry[name] = str(value)
+                entry[name] = cut_text(str(value), FIELD_BYTES)
         return entry
 
     # The shipping thread.

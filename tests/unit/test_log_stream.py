@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import uuid
 
 import pytest
 
 from engine.log_context import ContextFilter, JsonFormatter, current_context, log_context, set_task
-from engine.log_stream import LogQuery, StreamShipper, level_of
+from engine.log_stream import FIELD_BYTES, MESSAGE_BYTES, TRACEBACK_BYTES, LogQuery, StreamShipper, level_of
 from vcrawl.errors import ConfigError
 from vcrawl.settings import Settings
 
@@ -62,6 +63,30 @@ def test_emit_never_raises_and_counts_what_it_drops() -> None:
         source.removeHandler(shipper)
         shipper.close()
     assert shipper.dropped >= 48 and shipper.shipped == 0
+
+
+def test_a_huge_message_and_traceback_are_cut_to_their_bounds_and_say_so() -> None:
+    cause: Exception | None = None
+    for index in range(100):  # a chain of causes: a traceback of some 20 KB
+        try:
+            raise KeyError(f"cause {index}") from cause
+        except KeyError as error:
+            cause = error
+    try:
+        raise ValueError("the last straw") from cause
+    except ValueError:
+        record = logging.LogRecord("engine.x", logging.ERROR, __file__, 1, "page: %s", ("é" * 50_000,), sys.exc_info())
+    record.url = "http://a.test/" + "p" * 10_000
+
+    entry = _shipper()._entry(record)
+
+    message, _, traceback = entry["msg"].partition("\n")
+    assert message.startswith("page: é") and message.endswith(" more bytes]") and "… [cut: " in message
+    assert len(message.encode()) <= MESSAGE_BYTES
+    assert traceback.startswith("[cut: ") and traceback.rstrip().endswith("ValueError: the last straw")
+    assert len(traceback.encode()) <= TRACEBACK_BYTES
+    assert entry["url"].startswith("http://a.test/ppp") and len(entry["url"].encode()) <= FIELD_BYTES
+    assert len(str(entry).encode()) < MESSAGE_BYTES + TRACEBACK_BYTES + FIELD_BYTES + 200
 
 
 @pytest.mark.parametrize(
