@@ -86,13 +86,18 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
 def _cmd_log_level(args: argparse.Namespace) -> int:
     import tasks
+    from engine.log_stream import DEFAULT_LOGGER
 
     if args.logger is None or args.level is None:
         if args.logger is not None:
             print("vcrawl: give a LEVEL (or reset) after the logger", file=sys.stderr)
             return 2
-        for name, level in sorted(tasks.log_levels().items()):
+        levels = tasks.log_levels()
+        for name, level in sorted(levels.items()):
             print(f"{name:<30} {level}")
+        if DEFAULT_LOGGER not in levels:  # the workers' own setting: only this shell's is known here
+            unset, default = f"{DEFAULT_LOGGER} (not set)", tasks.settings().log_stream_level
+            print(f"{unset:<30} each worker's VCRAWL_LOG_STREAM_LEVEL ({default} in this shell)")
         return 0
     tasks.set_log_level(args.logger, None if args.level == "RESET" else args.level)
     shown = "the default" if args.level == "RESET" else args.level

@@ -300,11 +300,13 @@ def set_log_level(logger: str, level: str | None) -> None:
 
 
 def log_levels() -> dict[str, str]:
-    """The log stream's levels set by logger (``root``: the default, else ``VCRAWL_LOG_STREAM_LEVEL``)."""
-    levels = {name: str(logging.getLevelName(level)) for name, level in _log_stream.stream_levels(
+    """The log stream's levels set in Redis, by logger (``root``: every logger not named).
+
+    Only what is set: a logger none of them covers ships from each worker's own
+    ``VCRAWL_LOG_STREAM_LEVEL``, which this process's setting need not be.
+    """
+    return {name: str(logging.getLevelName(level)) for name, level in _log_stream.stream_levels(
         deps.redis_client()).items()}  # fmt: skip
-    levels.setdefault(_log_stream.DEFAULT_LOGGER, deps.settings().log_stream_level)
-    return levels
 
 
 def queue_lengths() -> dict[str, int]:
