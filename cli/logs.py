@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from cli.arguments import positive_int
+
 __all__ = ["add_logs_commands"]
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -24,7 +26,7 @@ def add_logs_commands(commands: Any) -> None:
     logs.add_argument("--job", help="only lines about this job")
     logs.add_argument("--node", help="only lines of this worker (its name, w1@box, or its host, box)")
     logs.add_argument("--level", type=str.upper, choices=_LEVELS, default="DEBUG", help="only from this level on")
-    logs.add_argument("--limit", type=_positive, default=100, help="how many of the last lines (default 100)")
+    logs.add_argument("--limit", type=positive_int, default=100, help="how many of the last lines (default 100)")
     logs.add_argument("--follow", "-f", action="store_true", help="then print new lines as they come (Ctrl-C stops)")
     logs.add_argument("--timeout", type=float, metavar="S", help="with --follow: stop after S seconds")
     logs.add_argument("--json", action="store_true", help="one JSON object per line (the stream's fields)")
@@ -39,16 +41,6 @@ def add_logs_commands(commands: Any) -> None:
     level.add_argument("logger", nargs="?", help="the logger (root: every logger)")
     level.add_argument("level", nargs="?", type=str.upper, choices=(*_LEVELS, "RESET"), help="the level, or reset")
     level.set_defaults(run=_cmd_log_level)
-
-
-def _positive(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _print(fields: dict[str, str], as_json: bool) -> None:

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from cli.arguments import positive_int
+
 __all__ = ["add_stats_command", "format_daily"]
 
 _COLUMNS = (("FETCHED", "pages_fetched"), ("STORED", "pages_stored"), ("BYTES", "bytes"), ("NEW", "new"),
@@ -23,20 +25,10 @@ def add_stats_command(commands: Any) -> None:
     )
     stats.add_argument("job")
     stats.add_argument("--by", choices=("day",), default="day", help="the period of a row (only: day)")
-    stats.add_argument("--days", type=_positive, default=14, help="how many days back, today included (default 14)")
+    stats.add_argument("--days", type=positive_int, default=14, help="how many days back, today included (default 14)")
     stats.add_argument("--host", help="only this host in the per-host part")
     stats.add_argument("--json", action="store_true", help="print one JSON object")
     stats.set_defaults(run=_cmd_stats)
-
-
-def _positive(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of days, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
