@@ -61,7 +61,8 @@ def _free_port() -> int:
 
 def _vcrawl(env: dict[str, str], *args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "cli", *args], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=30, check=True)  # fmt: skip
+                          timeout=30)  # fmt: skip
+    assert done.returncode == 0, f"vcrawl {' '.join(args)} exited {done.returncode}:\n{done.stderr[-2000:]}"
     return done.stdout
 
 
@@ -77,10 +78,10 @@ def _wait_for_line(env: dict[str, str], job: str, needle: str, timeout_s: float)
 
 
 def _submit(worker: dict[str, Any], job: dict[str, Any], wait: bool = False) -> None:
-    """``vcrawl submit`` on the worker's Redis; ``wait``: until the job ends (completed, at most 30 s)."""
+    """``vcrawl submit`` on the worker's Redis; ``wait``: until the job has completed (at most 20 s)."""
     job_file = Path(worker["dir"]) / f"{job['id']}.json"
     job_file.write_text(json.dumps(job))
-    _vcrawl(worker["env"], "submit", str(job_file), *(("--wait", "--timeout", "30") if wait else ()))
+    _vcrawl(worker["env"], "submit", str(job_file), *(("--wait", "--timeout", "20") if wait else ()))
 
 
 def _messages(env: dict[str, str], job: str) -> str:
