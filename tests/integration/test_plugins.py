@@ -65,6 +65,19 @@ def test_a_plugin_fetcher_serves_the_pages_of_its_page_type(site: TestSite) -> N
     assert fetched_by == {"/": None, "/plain.html": None, "/tagged/a.html": "tagged", "/tagged/b.html": "tagged"}
 
 
+def test_a_redirect_of_a_plugin_page_type_goes_back_through_admission(site: TestSite) -> None:
+    site.add_page("/", page("/tagged/a.html"))
+    site.add_redirect("/tagged/a.html", "/denied/x.html")
+    site.add_page("/denied/x.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False, "scope": {"deny": ["/denied/"]},
+                      "rules": [{"pattern": "/tagged/", "page_type": "tagged"}]})  # fmt: skip
+
+    assert status["state"] == "completed" and status["pages_stored"] == 1, status
+    assert status["filtered"] == {"deny": 1}
+    assert [seen.path for seen in site.seen if seen.path != "/robots.txt"] == ["/", "/tagged/a.html"]
+
+
 def test_a_single_task_of_a_plugin_page_type_is_fetched_by_its_fetcher(site: TestSite) -> None:
     url = site.add_page("/single.html", page("/next.html"))
 
