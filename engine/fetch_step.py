@@ -73,7 +73,7 @@ from frontier import (
 from storage import Storage
 from storage.warc import WarcStage, WarcWriter
 from vcrawl import names
-from vcrawl.errors import DownloadFailed, FetchFailed, VcrawlError
+from vcrawl.errors import DownloadFailed, FetchFailed, UnknownComponent, VcrawlError
 from vcrawl.jobs import RevisitSpec
 from vcrawl.payloads import FetchedPage, Rule
 from vcrawl.policies import RetryPolicy
@@ -286,8 +286,9 @@ def _fetch(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Cou
 class _RegistryFetcher:
     """A page type's fetcher from the registry, held to the fetch step's rules.
 
-    A plug-in that followed a redirect although the request said not to has it handed back as one,
-    so admission still sees the target.
+    A plug-in's unexpected exception (from its factory or its fetch) fails that page, counted as
+    ``<page_type>_failed``, instead of aborting the whole batch; a plug-in that followed a redirect
+    although the request said not to has it handed back as one, so admission still sees the target.
     """
 
     registry: FetcherRegistry
@@ -298,10 +299,19 @@ class _RegistryFetcher:
 
         Raises:
             FetchFailed: as the fetcher does.
-            DownloadFailed: as the fetcher does.
+            DownloadFailed: as the fetcher does, and ``<page_type>_failed`` for a plug-in's bug.
         """
-        result = self.registry.get(self.page_type).fetch(request)
-        if self.page_type in BUILTIN_FETCHERS or request.follow_redirects or result.final_url == request.url:
+        if self.page_type in BUILTIN_FETCHERS:
+            return self.registry.get(self.page_type).fetch(request)
+        try:
+            result = self.registry.get(self.page_type).fetch(request)
+        except (FetchFailed, DownloadFailed, UnknownComponent):
+            raise
+        # Third-party code can raise anything; this is where it enters the fetch step.
+        except Exception as exc:
+            logger.warning("page type %s failed on %s: %r", self.page_type, request.url, exc)
+            raise DownloadFailed(request.url, f"{self.page_type}_failed") from exc
+        if request.follow_redirects or result.final_url == request.url:
             return result
         logger.warning("page type %s followed %s to %s: handed back as a redirect", self.page_type, request.url,
                        result.final_url)  # fmt: skip

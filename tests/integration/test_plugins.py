@@ -78,6 +78,18 @@ def test_a_redirect_of_a_plugin_page_type_goes_back_through_admission(site: Test
     assert [seen.path for seen in site.seen if seen.path != "/robots.txt"] == ["/", "/tagged/a.html"]
 
 
+def test_a_plugin_fetcher_that_raises_fails_its_page_and_the_job_goes_on(site: TestSite) -> None:
+    site.add_page("/", page("/broken/a.html", "/plain.html"))
+    site.add_page("/broken/a.html", page())
+    site.add_page("/plain.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False,
+                      "rules": [{"pattern": "/broken/", "page_type": "broken"}]})  # fmt: skip
+
+    assert status["state"] == "completed" and status["pages_stored"] == 2, status
+    assert status["failed"] == {"broken_failed": 1}
+
+
 def test_a_single_task_of_a_plugin_page_type_is_fetched_by_its_fetcher(site: TestSite) -> None:
     url = site.add_page("/single.html", page("/next.html"))
 

@@ -115,3 +115,13 @@ def tagged(context: Any) -> Any:
             return inner.fetch(replace(request, headers={**request.headers, "X-Fetched-By": "tagged"}))
 
     return Tagged()
+
+
+def broken(context: Any) -> Any:
+    """A fetcher plug-in for ``page_type: broken`` with a bug: every fetch raises an unexpected error."""
+
+    class Broken:
+        def fetch(self, request: Any) -> Any:
+            raise RuntimeError(f"fetcher bug on {request.url}")
+
+    return Broken()
