@@ -266,15 +266,16 @@ def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
 
 
 def _fetch(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Counter[str]) -> FetchResult:
-    """Fetch with the page type's fetcher. Through a proxy, a static fetch's outcome is counted for
+    """Fetch with the page type's fetcher. Through a proxy, every page type's outcome is counted for
     the proxy and goes on the cluster's proxy bench, and a proxy's fault is raised as FetchFailed."""
-    if page_type not in ("static", "api"):  # api pages: plain HTTP, the static fetcher's guard and limits
+    fetcher: Fetcher = ctx.fetcher  # api pages: plain HTTP, the static fetcher's guard and limits
+    if page_type not in ("static", "api"):
         assert ctx.fetchers is not None, "a fetch context for other page types has a fetcher registry"
-        return _RegistryFetcher(ctx.fetchers, page_type).fetch(request)
+        fetcher = _RegistryFetcher(ctx.fetchers, page_type)
     if request.proxy is None:
-        return ctx.fetcher.fetch(request)
+        return fetcher.fetch(request)
     try:
-        result = fetch_through(ctx.fetcher, request, ctx.proxies)
+        result = fetch_through(fetcher, request, ctx.proxies)
     except (FetchFailed, DownloadFailed) as exc:
         counts[proxy_counter(request.proxy, exc.reason)] += 1
         raise

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import vcrawl_test_plugin
 
 import tasks
@@ -16,7 +17,9 @@ from cli.local_redis import LocalRedis
 from frontier import canonical_url
 from tests.cluster import REPO, cluster_env
 from tests.integration.conftest import run_job, wait_for_end
+from tests.proxy import ForwardProxy
 from tests.site import TestSite
+from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask
 from vcrawl.settings import Settings
 
@@ -88,6 +91,28 @@ def test_a_plugin_fetcher_that_raises_fails_its_page_and_the_job_goes_on(site: T
 
     assert status["state"] == "completed" and status["pages_stored"] == 2, status
     assert status["failed"] == {"broken_failed": 1}
+
+
+def test_a_plugin_page_type_through_a_failing_proxy_benches_it(site: TestSite, redis_server: LocalRedis) -> None:
+    site.add_page("/", page(*(f"/tagged/{n}.html" for n in range(6))))
+    for n in range(6):
+        site.add_page(f"/tagged/{n}.html", page())
+    bench = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        with ForwardProxy() as good, ForwardProxy(mode="fail") as broken:
+            bench.delete(redis_keys.proxy_health())
+            status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False,
+                              "proxies": [good.url, broken.url],
+                              "rules": [{"pattern": "", "page_type": "tagged"}]})  # fmt: skip
+            assert bench.hexists(redis_keys.proxy_health(), broken.url)
+    finally:
+        bench.delete(redis_keys.proxy_health())
+        bench.close()
+
+    assert status["state"] == "completed" and status["pages_stored"] == 7, status
+    assert status["proxies"][broken.url] == {"ok": 0, "failed": 1, "errors": 0, "reasons": {"proxy_5xx": 1}}
+    assert status["proxies"][good.url]["ok"] == 7
+    assert len(broken.seen) == 1  # benched after its first answer
 
 
 def test_a_single_task_of_a_plugin_page_type_is_fetched_by_its_fetcher(site: TestSite) -> None:
