@@ -68,17 +68,24 @@ def test_a_plugin_fetcher_serves_the_pages_of_its_page_type(site: TestSite) -> N
     assert fetched_by == {"/": None, "/plain.html": None, "/tagged/a.html": "tagged", "/tagged/b.html": "tagged"}
 
 
-def test_a_redirect_of_a_plugin_page_type_goes_back_through_admission(site: TestSite) -> None:
+# page type, the paths the site sees: "follows" is a plug-in that follows redirects although told not to.
+REDIRECTING = [("tagged", ["/", "/tagged/a.html"]), ("follows", ["/", "/tagged/a.html", "/denied/x.html"])]
+
+
+@pytest.mark.parametrize(("page_type", "requested"), REDIRECTING, ids=[case[0] for case in REDIRECTING])
+def test_a_redirect_of_a_plugin_page_type_goes_back_through_admission(
+    site: TestSite, page_type: str, requested: list[str]
+) -> None:
     site.add_page("/", page("/tagged/a.html"))
     site.add_redirect("/tagged/a.html", "/denied/x.html")
     site.add_page("/denied/x.html", page())
 
     status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False, "scope": {"deny": ["/denied/"]},
-                      "rules": [{"pattern": "/tagged/", "page_type": "tagged"}]})  # fmt: skip
+                      "rules": [{"pattern": "/tagged/", "page_type": page_type}]})  # fmt: skip
 
-    assert status["state"] == "completed" and status["pages_stored"] == 1, status
-    assert status["filtered"] == {"deny": 1}
-    assert [seen.path for seen in site.seen if seen.path != "/robots.txt"] == ["/", "/tagged/a.html"]
+    assert status["state"] == "completed" and status["pages_stored"] == 1, status  # the target is not stored
+    assert status["filtered"] == {"deny": 1} and status["redirects"] == 1
+    assert [seen.path for seen in site.seen if seen.path != "/robots.txt"] == requested
 
 
 def test_a_plugin_fetcher_that_raises_fails_its_page_and_the_job_goes_on(site: TestSite) -> None:

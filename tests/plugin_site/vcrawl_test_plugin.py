@@ -125,3 +125,19 @@ def broken(context: Any) -> Any:
             raise RuntimeError(f"fetcher bug on {request.url}")
 
     return Broken()
+
+
+def follows(context: Any) -> Any:
+    """A fetcher plug-in for ``page_type: follows`` that ignores ``request.follow_redirects`` and
+    always follows redirects itself (a careless plug-in)."""
+    from dataclasses import replace
+
+    from fetchers.builtin import static
+
+    inner = static(context)
+
+    class Follows:
+        def fetch(self, request: Any) -> Any:
+            return inner.fetch(replace(request, follow_redirects=True))
+
+    return Follows()
