@@ -88,16 +88,17 @@ def test_a_redirect_of_a_plugin_page_type_goes_back_through_admission(
     assert [seen.path for seen in site.seen if seen.path != "/robots.txt"] == requested
 
 
-def test_a_plugin_fetcher_that_raises_fails_its_page_and_the_job_goes_on(site: TestSite) -> None:
+@pytest.mark.parametrize("page_type", ["broken", "unbuildable"])  # its fetch raises; its factory raises
+def test_a_plugin_fetcher_that_raises_fails_its_page_and_the_job_goes_on(site: TestSite, page_type: str) -> None:
     site.add_page("/", page("/broken/a.html", "/plain.html"))
     site.add_page("/broken/a.html", page())
     site.add_page("/plain.html", page())
 
     status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False,
-                      "rules": [{"pattern": "/broken/", "page_type": "broken"}]})  # fmt: skip
+                      "rules": [{"pattern": "/broken/", "page_type": page_type}]})  # fmt: skip
 
     assert status["state"] == "completed" and status["pages_stored"] == 2, status
-    assert status["failed"] == {"broken_failed": 1}
+    assert status["failed"] == {f"{page_type}_failed": 1}
 
 
 def test_a_plugin_page_type_through_a_failing_proxy_benches_it(site: TestSite, redis_server: LocalRedis) -> None:

@@ -141,3 +141,8 @@ def follows(context: Any) -> Any:
             return inner.fetch(replace(request, follow_redirects=True))
 
     return Follows()
+
+
+def unbuildable(context: Any) -> Any:
+    """A fetcher plug-in for ``page_type: unbuildable`` whose factory has a bug: it raises."""
+    raise RuntimeError("fetcher factory bug")
