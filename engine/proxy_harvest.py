@@ -22,12 +22,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
 
-from fetchers.base import Fetcher, FetchLimits, FetchRequest, check_status
+from engine.jobs import cluster_limits, fetch_limits
+from fetchers.base import Fetcher, FetchRequest, check_status
 from fetchers.netguard import NetworkPolicy
 from fetchers.proxy_check import CheckUnusable, ProxyCheck, Verdict, check_proxy, own_addresses
 from fetchers.proxy_lists import read_source
@@ -110,17 +111,12 @@ def harvest_with_settings(settings: Settings, client: Any) -> HarvestReport:
     if not config.sources:
         return HarvestReport("no_sources")
     policy = NetworkPolicy.from_settings(settings)
-    source_limits = FetchLimits(
-        connect_timeout_s=settings.connect_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-        total_timeout_s=settings.total_timeout_s,
-        min_rate_bytes_s=settings.min_rate_bytes_s,
-        slow_window_s=settings.slow_window_s,
-        max_body_bytes=settings.max_body_bytes,
-        max_redirects=settings.max_redirects,
-    )
+    source_limits = fetch_limits(cluster_limits(settings))  # a source is fetched like a page of a job
     latency_s = settings.proxy_max_latency_s
-    check_limits = FetchLimits(
+    # A check is cut at the latency bound, reads a small answer, and follows no redirect: a proxy
+    # that redirects is not passing the check URL's answer on. The slow-body rule stays the cluster's.
+    check_limits = replace(
+        source_limits,
         connect_timeout_s=min(settings.connect_timeout_s, latency_s),
         read_timeout_s=latency_s,
         total_timeout_s=latency_s,
