@@ -10,7 +10,8 @@ One run (``harvest``), fired by beat every ``VCRAWL_PROXY_HARVEST_EVERY_S``:
 4. checks the proxies already in the pool again, then the new candidates (at most
    ``VCRAWL_PROXY_CANDIDATES_MAX`` in all), ``VCRAWL_PROXY_CHECK_CONCURRENCY`` at a time
    (``fetchers.proxy_check``); checks not done within the run's budget are left: a pool member
-   not checked keeps its place;
+   not checked keeps its place; a check that fails unexpectedly rejects its candidate only
+   (``check_error``);
 5. writes the pool: the fastest ``VCRAWL_PROXY_POOL_MAX`` that passed; the ones that failed are
    dropped.
 """
@@ -227,6 +228,7 @@ def _check_all(
 ) -> dict[str, Verdict]:
     """Check ``candidates``, ``config.concurrency`` at a time, until ``deadline`` (time.monotonic)."""
     verdicts: dict[str, Verdict] = {}
+    errors: list[Exception] = []
     waiting = iter(candidates)
     running: dict[Future[Verdict], str] = {}
     with ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="proxy-check") as pool:
@@ -237,13 +239,22 @@ def _check_all(
                     break
                 running[pool.submit(check_proxy, fetcher, config.check, proxy, own)] = proxy
             if not running:
-                return verdicts
+                break
             done, _ = wait(running, timeout=max(0.0, deadline - time.monotonic()) + 1.0, return_when=FIRST_COMPLETED)
             if not done and time.monotonic() >= deadline:
                 logger.warning("proxy harvest: budget of %.0f s spent; %d checks left", config.budget_s, len(running))
                 for future in running:
                     future.cancel()
-                return verdicts
+                break
             for future in done:
                 proxy = running.pop(future)
-                verdicts[proxy] = future.result()
+                try:
+                    verdicts[proxy] = future.result()
+                except Exception as exc:  # a bug or an unwrapped error in one check fails that candidate, not the run
+                    logger.debug("proxy check of %s failed unexpectedly: %r", proxy, exc)
+                    errors.append(exc)
+                    verdicts[proxy] = Verdict(proxy, "check_error")
+    if errors:  # once per run: a broken check would otherwise log once per candidate
+        logger.warning("proxy harvest: %d checks failed unexpectedly, their candidates rejected (check_error); "
+                       "the first: %r", len(errors), errors[0], exc_info=errors[0])  # fmt: skip
+    return verdicts

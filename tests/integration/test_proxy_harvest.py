@@ -8,23 +8,27 @@ the client's address on (X-Forwarded-For: a transparent proxy).
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 
 from cli.local_redis import LocalRedis
 from cli.main import main
-from engine.proxy_harvest import harvest_with_settings
+from engine.proxy_harvest import HarvestConfig, harvest, harvest_with_settings
 from engine.status import job_status
+from fetchers.base import FetchRequest, FetchResult
+from fetchers.proxy_check import ProxyCheck
 from fetchers.proxy_pool import read_pool
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
@@ -163,6 +167,47 @@ def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_chec
     # Harvested proxies are not the operator's trusted VCRAWL_PROXIES: on a private network they need it allowed.
     narrow = harvest_here(replace(settings, allowed_networks=("127.0.0.1/32",)), pool)
     assert narrow["pool"] == [] and narrow["rejected"] == {"blocked_address": 6}, narrow
+
+
+CHECK_URL = "http://127.0.0.1:9/check"  # never asked: the fetchers below answer for it
+SOURCE = ProxySource("http://127.0.0.1:9/list.txt")
+
+
+class Listing:
+    """A source fetcher without sockets: the source lists ``proxies``."""
+
+    def __init__(self, proxies: Sequence[str]) -> None:
+        self.body = "\n".join(proxy.removeprefix("http://") for proxy in proxies).encode()
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        return FetchResult(request.url, request.url, 200, body=self.body)
+
+
+class Checks:
+    """A check fetcher without sockets: the check sees each proxy's host, or the proxy raises ``failing[proxy]``."""
+
+    def __init__(self, failing: Mapping[str, Exception]) -> None:
+        self.failing = failing
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        if request.proxy in self.failing:
+            raise self.failing[request.proxy]
+        origin = "127.0.0.1" if request.proxy is None else urlsplit(request.proxy).hostname
+        return FetchResult(request.url, request.url, 200, body=json.dumps({"origin": origin}).encode(), elapsed_s=0.01)
+
+
+def test_a_check_that_fails_unexpectedly_rejects_its_candidate_not_the_run(
+    pool: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxies = [f"http://203.0.113.{n}:8080" for n in range(1, 6)]
+    checks = Checks({proxies[1]: RuntimeError("a bug in a check"), proxies[3]: UnicodeError("an odd answer")})
+    config = HarvestConfig((SOURCE,), ProxyCheck(CHECK_URL, 1.0), concurrency=2)
+    with caplog.at_level(logging.WARNING, logger="engine.proxy_harvest"):
+        report = harvest(config, Listing(proxies), checks, pool)
+    assert report.status == "done" and report.checked == 5 and report.rejected == {"check_error": 2}, report
+    assert set(report.pool) == {proxies[0], proxies[2], proxies[4]} == {entry.proxy for entry in read_pool(pool)}
+    unexpected = [record for record in caplog.records if "unexpectedly" in record.getMessage()]
+    assert len(unexpected) == 1 and "2 checks" in unexpected[0].getMessage()  # once per run, with the count
 
 
 @pytest.mark.slow
