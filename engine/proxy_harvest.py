@@ -13,7 +13,7 @@ One run (``harvest``), fired by beat every ``VCRAWL_PROXY_HARVEST_EVERY_S``:
    not checked keeps its place; a check that fails unexpectedly rejects its candidate only
    (``check_error``);
 5. writes the pool: the fastest ``VCRAWL_PROXY_POOL_MAX`` that passed; the ones that failed are
-   dropped.
+   dropped, with their bench records (``fetchers.proxies``) unless they are ``VCRAWL_PROXIES``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ class HarvestConfig:
     concurrency: int = 16
     candidates_max: int = 1000
     budget_s: float = 900.0  # a run stops checking after this long (its lock lasts a minute more)
+    configured: tuple[str, ...] = ()  # VCRAWL_PROXIES: drawn whether harvested or not, so their bench records stay
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HarvestConfig:
@@ -70,6 +71,7 @@ class HarvestConfig:
             concurrency=settings.proxy_check_concurrency,
             candidates_max=settings.proxy_candidates_max,
             budget_s=settings.proxy_harvest_every_s,
+            configured=settings.proxies,
         )
 
 
@@ -182,16 +184,17 @@ def _harvest(
     # Pool members not checked (no time left, or beyond candidates_max) keep their place and last check.
     passed += [entry for proxy, entry in old.items() if proxy not in verdicts]
     pool = sorted(passed, key=lambda entry: entry.latency_s)[: config.pool_max]
-    write_pool(client, pool)
-    rejected = Counter(v.reason for v in verdicts.values() if v.reason is not None)
     kept = tuple(entry.proxy for entry in pool)
+    dropped = tuple(proxy for proxy in old if proxy not in kept)
+    write_pool(client, pool, forget=[proxy for proxy in dropped if proxy not in config.configured])
+    rejected = Counter(v.reason for v in verdicts.values() if v.reason is not None)
     report = HarvestReport(
         "done",
         sources=read,
         checked=len(verdicts),
         rejected=dict(rejected),
         joined=tuple(proxy for proxy in kept if proxy not in old),
-        dropped=tuple(proxy for proxy in old if proxy not in kept),
+        dropped=dropped,
         pool=kept,
     )
     logger.info("proxy harvest: %d checked, %d in the pool (%d joined, %d dropped), rejected %s",

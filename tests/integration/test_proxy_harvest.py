@@ -28,14 +28,16 @@ from cli.main import main
 from engine.proxy_harvest import HarvestConfig, harvest, harvest_with_settings
 from engine.status import job_status
 from fetchers.base import FetchRequest, FetchResult
+from fetchers.proxies import ProxyHealth
 from fetchers.proxy_check import ProxyCheck
-from fetchers.proxy_pool import read_pool
+from fetchers.proxy_pool import HarvestedProxy, read_pool, write_pool
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.integration.conftest import run_job
 from tests.proxy import ForwardProxy
 from tests.site import Response, Seen, TestSite
 from vcrawl import redis_keys
+from vcrawl.errors import FetchFailed
 from vcrawl.proxy_sources import ProxySource
 from vcrawl.settings import Settings
 
@@ -147,8 +149,10 @@ def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
     assert "127.0.0.14" not in seen_from  # the slow one was given up before it forwarded
     # Re-checked on the next run: a pool member that died is dropped, the next fastest takes its place.
     lists.good[0].stop()
+    ProxyHealth(pool).record(fast, "proxy_error")  # a fetch through it failed before the run
     again = harvest_here(harvest_settings(vcrawl_settings, lists, pool_max=2), pool)
     assert set(again["pool"]) == {fast_too, slower} and again["dropped"] == [fast] and again["joined"] == [slower]
+    assert pool.hkeys(redis_keys.proxy_health()) == []  # dropped with it: the bench holds no stale record
     assert main(["proxies", "--json"]) == 0  # `vcrawl proxies`, on the session's Redis
     listing = json.loads(capsys.readouterr().out)
     assert [entry["proxy"] for entry in listing["harvested"]] == again["pool"] and listing["cooling"] == {}
@@ -208,6 +212,26 @@ def test_a_check_that_fails_unexpectedly_rejects_its_candidate_not_the_run(
     assert set(report.pool) == {proxies[0], proxies[2], proxies[4]} == {entry.proxy for entry in read_pool(pool)}
     unexpected = [record for record in caplog.records if "unexpectedly" in record.getMessage()]
     assert len(unexpected) == 1 and "2 checks" in unexpected[0].getMessage()  # once per run, with the count
+
+
+def test_a_harvest_forgets_the_bench_records_of_the_proxies_it_drops_except_configured_ones(
+    pool: redis.Redis,
+) -> None:
+    kept, dropped, configured = "http://203.0.113.1:8080", "http://u:pw@203.0.113.2:8080", "http://203.0.113.3:8080"
+    elsewhere = "http://203.0.113.4:8080"  # a job's own proxy, never in the pool
+    write_pool(pool, [HarvestedProxy(proxy, 0.1) for proxy in (kept, dropped, configured)])
+    health = ProxyHealth(pool)
+    for proxy in (kept, dropped, configured, elsewhere):
+        health.record(proxy, "proxy_error")
+    assert len(pool.hkeys(redis_keys.proxy_health())) == 4
+    dead = FetchFailed(CHECK_URL, "proxy_error")
+    config = HarvestConfig((SOURCE,), ProxyCheck(CHECK_URL, 1.0), configured=(configured,))
+    report = harvest(config, Listing([]), Checks({dropped: dead, configured: dead}), pool)
+    assert report.pool == (kept,) and set(report.dropped) == {dropped, configured}, report
+    # The dropped one's record went with it (by its masked name); a configured proxy is drawn all the
+    # same, and a proxy the harvest never had is not its business: their records stay.
+    assert set(pool.hkeys(redis_keys.proxy_health())) == {kept, configured, elsewhere}
+    assert set(ProxyHealth(pool).cooling()) == {kept, configured, elsewhere}
 
 
 @pytest.mark.slow
