@@ -173,6 +173,23 @@ def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_chec
     assert narrow["pool"] == [] and narrow["rejected"] == {"blocked_address": 6}, narrow
 
 
+def test_at_the_shipped_latency_bound_every_live_proxy_that_hides_the_crawler_joins(
+    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings
+) -> None:
+    """The tests above bound the latency at 0.8 s to stay fast; this twin keeps the shipped harvest
+    settings (VCRAWL_PROXY_MAX_LATENCY_S, pool size, concurrency), so the 1.2 s proxy is under the bound."""
+    settings = replace(vcrawl_settings, proxy_sources=lists.sources, proxy_check_url=lists.check_url)
+    shipped = Settings()
+    assert (settings.proxy_max_latency_s, settings.proxy_pool_max, settings.proxy_check_concurrency) == (
+        shipped.proxy_max_latency_s, shipped.proxy_pool_max, shipped.proxy_check_concurrency)  # fmt: skip
+    report = harvest_here(settings, pool)
+    assert report["status"] == "done" and report["rejected"] == {"transparent": 1, "proxy_error": 1}, report
+    assert set(report["pool"]) == {proxy.url for proxy in (*lists.good, lists.slow)}
+    assert report["pool"][-1] == lists.slow.url  # fastest first
+    harvested = read_pool(pool)
+    assert all(entry.latency_s < shipped.proxy_max_latency_s and entry.anonymity == "elite" for entry in harvested)
+
+
 CHECK_URL = "http://127.0.0.1:9/check"  # never asked: the fetchers below answer for it
 SOURCE = ProxySource("http://127.0.0.1:9/list.txt")
 
