@@ -109,6 +109,7 @@ class JobStatus:
     # and how many worker processes still hold output of it not shipped (0 soon after completion).
     outputs: tuple[str, ...] = ()
     outputs_pending: int = 0
+    strategy: str = "breadth-first"  # the order its URLs go in (docs/strategies.md)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: a failed job adds ``error``, a scheduled job its cycle keys and counters."""
@@ -216,6 +217,7 @@ def load_status(
         cycles=cycles,
         outputs=job_outputs(store, job_id) if store is not None else (),
         outputs_pending=len(ledger.pending(job_id)) if ledger is not None else 0,
+        strategy=spec.get("strategy", "breadth-first"),
     )
 
 

@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from vcrawl.errors import InvalidTask
 from vcrawl.job_filters import FilterSpec, parse_filters
+from vcrawl.job_yaml import parse_job_yaml
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST
 from vcrawl.payloads import DownloadTask, Rule
 from vcrawl.priorities import PrioritySpec, parse_priorities, url_priority
@@ -251,11 +250,12 @@ def load_job_file(path: str | Path) -> JobSpec:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidTask("file", f"cannot read {path}: {exc}") from None
+    if path.suffix != ".json":  # YAML as the job API reads it: a key given twice is refused, naming it
+        return JobSpec.from_dict(parse_job_yaml(text, "file"))
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        kind = "JSON" if path.suffix == ".json" else "YAML"
-        raise InvalidTask("file", f"{path} is not valid {kind}: {exc}") from None
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidTask("file", f"{path} is not valid JSON: {exc}") from None
     return JobSpec.from_dict(data)
 
 

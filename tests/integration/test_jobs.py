@@ -329,6 +329,7 @@ def test_job_files_in_yaml_and_json(tmp_path: Path) -> None:
     (tmp_path / "job.json").write_text(json.dumps({"seeds": ["http://shop.test/"], "max_depth": 2}))
     (tmp_path / "bad.yaml").write_text("seeds: [http://shop.test/]\npoliteness:\n  per_hots: 2\n")
     (tmp_path / "broken.yaml").write_text("seeds: [\n")
+    (tmp_path / "twice.yaml").write_text("seeds: [http://shop.test/]\nmax_depth: 2\nmax_depth: 5\n")
 
     spec = load_job_file(tmp_path / "job.yaml")
     assert spec.scope.domains == ("shop.test",) and spec.rules[0].fields["name"].css == "h1"
@@ -339,6 +340,9 @@ def test_job_files_in_yaml_and_json(tmp_path: Path) -> None:
     with pytest.raises(InvalidTask) as refused:
         load_job_file(tmp_path / "broken.yaml")
     assert refused.value.field == "file"
+    with pytest.raises(InvalidTask) as refused:  # PyYAML alone would keep 5 without a word
+        load_job_file(tmp_path / "twice.yaml")
+    assert refused.value.field == "max_depth" and "given twice" in refused.value.problem
 
 
 def test_cancel_with_a_backlog_on_many_hosts_stops_queued_batches_too() -> None:

@@ -228,7 +228,7 @@ def test_every_strategy_fetches_each_page_once_obeys_robots_and_completes(site: 
     status = run_job({"seeds": [site.url("/")], "max_depth": 3, "strategy": strategy,
                       "priorities": [{"pattern": "/c", "priority": 1}], "politeness": FAST})  # fmt: skip
 
-    assert status["state"] == "completed"
+    assert status["state"] == "completed" and status["strategy"] == strategy
     assert Counter(_page_order(site)) == {"/": 1, "/a.html": 1, "/b.html": 1, "/c.html": 1, "/d.html": 1}
     assert status["pages_stored"] == 5 and status["pending"] == 0 and status["queued"] == 0
     assert status["robots_blocked"] == 2 and status["robots_fetched"] == 1
