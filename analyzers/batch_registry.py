@@ -15,6 +15,7 @@ from analyzers.batch import BATCH_ENTRY_POINT_GROUP, BatchAnalyzer
 from analyzers.near_duplicates import NearDuplicates
 from analyzers.site_report import SiteReport
 from vcrawl.errors import ConfigError, UnknownComponent
+from vcrawl.plugins import describe, load_plugin
 
 __all__ = ["BUILTIN_BATCH_ANALYZERS", "BatchRegistry", "batch_analyzer_names", "get_batch_analyzer"]
 
@@ -72,15 +73,8 @@ class BatchRegistry:
         for entry_point in entry_points:
             if entry_point.name in factories:
                 taken = entry_point.name
-                raise ConfigError(f"batch analyzer plugin {entry_point.value!r} uses the taken name {taken!r}")
-            try:
-                factory = entry_point.load()
-            # Importing third-party code can raise anything; this is where it enters.
-            except Exception as exc:
-                raise ConfigError(f"batch analyzer plugin {entry_point.name!r} failed to load: {exc!r}") from exc
-            if not callable(factory):
-                raise ConfigError(f"batch analyzer plugin {entry_point.name!r} is not callable")
-            factories[entry_point.name] = factory
+                raise ConfigError(f"batch analyzer plugin {describe(entry_point)} uses the taken name {taken!r}")
+            factories[entry_point.name] = load_plugin(entry_point, "batch analyzer")
         return factories
 
 

@@ -13,6 +13,7 @@ from analyzers import fields, links, programs
 from analyzers.page import Page
 from vcrawl.errors import ConfigError, UnknownComponent
 from vcrawl.payloads import FieldRule
+from vcrawl.plugins import describe, load_plugin
 from vcrawl.settings import Settings
 
 __all__ = [
@@ -119,19 +120,19 @@ class Registry:
             name = entry_point.name
             if name in self._builtins:
                 raise ConfigError(
-                    f"analyzer plugin {_describe(entry_point)} uses the name of the built-in analyzer {name!r}"
+                    f"analyzer plugin {describe(entry_point)} uses the name of the built-in analyzer {name!r}"
                 )
             if (other := chosen.get(name)) is not None:
                 if other.value == entry_point.value:  # one plugin seen twice on sys.path
                     continue
                 raise ConfigError(
-                    f"analyzer plugins {_describe(other)} and {_describe(entry_point)} both use the name {name!r}"
+                    f"analyzer plugins {describe(other)} and {describe(entry_point)} both use the name {name!r}"
                 )
             chosen[name] = entry_point
         analyzers = dict(self._builtins)
         for name, entry_point in chosen.items():
-            analyzers[name] = _load(entry_point)
-            logger.info("loaded analyzer plugin %s", _describe(entry_point))
+            analyzers[name] = load_plugin(entry_point, "analyzer")
+            logger.info("loaded analyzer plugin %s", describe(entry_point))
         for name, program in (self._programs() if self._programs is not None else {}).items():
             if name in analyzers:
                 kind = "built-in" if name in self._builtins else "plugin"
@@ -139,22 +140,6 @@ class Registry:
             analyzers[name] = program
             logger.info("loaded analyzer program %s: %s", name, program)
         return analyzers
-
-
-def _load(entry_point: importlib.metadata.EntryPoint) -> Analyzer:
-    try:
-        analyzer = entry_point.load()
-    # Importing third-party code can raise anything; this is where it enters, so wrap it here.
-    except Exception as exc:
-        raise ConfigError(f"analyzer plugin {_describe(entry_point)} failed to load: {exc!r}") from exc
-    if not callable(analyzer):
-        raise ConfigError(f"analyzer plugin {_describe(entry_point)} is a {type(analyzer).__name__}, not a callable")
-    return analyzer
-
-
-def _describe(entry_point: importlib.metadata.EntryPoint) -> str:
-    dist = entry_point.dist.name if entry_point.dist is not None else "no distribution"
-    return f"'{entry_point.name} = {entry_point.value}' ({ENTRY_POINT_GROUP}, {dist})"
 
 
 def _configured_programs() -> Mapping[str, Analyzer]:

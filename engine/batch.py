@@ -97,6 +97,7 @@ def fetch_context(env: CrawlEnv, runtime: JobRuntime) -> FetchContext:
         fetchers=env.fetchers,
         proxies=env.proxies,
         networks=runtime.networks or None,
+        follow_redirects=False,  # a job follows redirects as links of their own, whatever the page type
         obey_robots=politeness.obey_robots,
         robots_token=politeness.robots_token,
         retry_after=politeness.retry_after,

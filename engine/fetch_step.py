@@ -47,6 +47,7 @@ from engine.outcomes import (
 )
 from engine.sitemaps import SitemapSink, is_discovery
 from fetchers import (
+    BUILTIN_FETCHERS,
     RETRYABLE_STATUSES,
     Fetcher,
     FetcherRegistry,
@@ -72,7 +73,7 @@ from frontier import (
 from storage import Storage
 from storage.warc import WarcStage, WarcWriter
 from vcrawl import names
-from vcrawl.errors import DownloadFailed, FetchFailed, VcrawlError
+from vcrawl.errors import DownloadFailed, FetchFailed, UnknownComponent, VcrawlError
 from vcrawl.jobs import RevisitSpec
 from vcrawl.payloads import FetchedPage, Rule
 from vcrawl.policies import RetryPolicy
@@ -109,6 +110,8 @@ class FetchContext:
     fetchers: FetcherRegistry | None = None  # other page types (the browser)
     proxies: ProxyHealth | None = None  # the cluster's proxy bench; None: draw from the pool blindly
     networks: tuple[Any, ...] | None = None  # a job's narrowing of the cluster's network policy
+    # False (a job's): every page type's fetcher hands a redirect back, so admission sees each hop.
+    follow_redirects: bool = True
     obey_robots: bool = True
     robots_token: str = "vcrawl"
     retry_after: str = "auto"  # what a 429/503 holds: the whole host, only its URL, or or auto (engine.host_trouble)
@@ -212,6 +215,7 @@ def _fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         conditional=item.known.conditional_headers() if item.known is not None else {},
         networks=ctx.networks or None,
         headers=api_headers(item.rule, ctx.api_auth) if item.rule.page_type == "api" else {},
+        follow_redirects=ctx.follow_redirects,
     )
     try:
         result = _fetch(ctx, item.rule.page_type, request, counts)
@@ -262,20 +266,57 @@ def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
 
 
 def _fetch(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Counter[str]) -> FetchResult:
-    """Fetch with the page type's fetcher. Through a proxy, a static fetch's outcome is counted for
+    """Fetch with the page type's fetcher. Through a proxy, every page type's outcome is counted for
     the proxy and goes on the cluster's proxy bench, and a proxy's fault is raised as FetchFailed."""
-    if page_type not in ("static", "api"):  # api pages: plain HTTP, the static fetcher's guard and limits
-        assert ctx.fetchers is not None, "a fetch context for browser pages has a fetcher registry"
-        return ctx.fetchers.get(page_type).fetch(request)
+    fetcher: Fetcher = ctx.fetcher  # api pages: plain HTTP, the static fetcher's guard and limits
+    if page_type not in ("static", "api"):
+        assert ctx.fetchers is not None, "a fetch context for other page types has a fetcher registry"
+        fetcher = _RegistryFetcher(ctx.fetchers, page_type)
     if request.proxy is None:
-        return ctx.fetcher.fetch(request)
+        return fetcher.fetch(request)
     try:
-        result = fetch_through(ctx.fetcher, request, ctx.proxies)
+        result = fetch_through(fetcher, request, ctx.proxies)
     except (FetchFailed, DownloadFailed) as exc:
         counts[proxy_counter(request.proxy, exc.reason)] += 1
         raise
     counts[proxy_counter(request.proxy, None)] += 1
     return result
+
+
+@dataclass(frozen=True)
+class _RegistryFetcher:
+    """A page type's fetcher from the registry, held to the fetch step's rules.
+
+    A plug-in's unexpected exception (from its factory or its fetch) fails that page, counted as
+    ``<page_type>_failed``, instead of aborting the whole batch; a plug-in that followed a redirect
+    although the request said not to has it handed back as one, so admission still sees the target.
+    """
+
+    registry: FetcherRegistry
+    page_type: str
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        """Fetch ``request`` with the page type's fetcher.
+
+        Raises:
+            FetchFailed: as the fetcher does.
+            DownloadFailed: as the fetcher does, and ``<page_type>_failed`` for a plug-in's bug.
+        """
+        if self.page_type in BUILTIN_FETCHERS:
+            return self.registry.get(self.page_type).fetch(request)
+        try:
+            result = self.registry.get(self.page_type).fetch(request)
+        except (FetchFailed, DownloadFailed, UnknownComponent):
+            raise
+        # Third-party code can raise anything; this is where it enters the fetch step.
+        except Exception as exc:
+            logger.warning("page type %s failed on %s: %r", self.page_type, request.url, exc)
+            raise DownloadFailed(request.url, f"{self.page_type}_failed") from exc
+        if request.follow_redirects or result.final_url == request.url:
+            return result
+        logger.warning("page type %s followed %s to %s: handed back as a redirect", self.page_type, request.url,
+                       result.final_url)  # fmt: skip
+        return replace(result, final_url=request.url, status=302, headers={"location": result.final_url}, body=b"")
 
 
 def _sort_response(

@@ -10,9 +10,10 @@ One run (``harvest``), fired by beat every ``VCRAWL_PROXY_HARVEST_EVERY_S``:
 4. checks the proxies already in the pool again, then the new candidates (at most
    ``VCRAWL_PROXY_CANDIDATES_MAX`` in all), ``VCRAWL_PROXY_CHECK_CONCURRENCY`` at a time
    (``fetchers.proxy_check``); checks not done within the run's budget are left: a pool member
-   not checked keeps its place;
+   not checked keeps its place; a check that fails unexpectedly rejects its candidate only
+   (``check_error``);
 5. writes the pool: the fastest ``VCRAWL_PROXY_POOL_MAX`` that passed; the ones that failed are
-   dropped.
+   dropped, with their bench records (``fetchers.proxies``) unless they are ``VCRAWL_PROXIES``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis
 
-from fetchers.base import Fetcher, FetchLimits, FetchRequest, check_status
+from engine.jobs import cluster_limits, fetch_limits
+from fetchers.base import Fetcher, FetchRequest, check_status
 from fetchers.netguard import NetworkPolicy
 from fetchers.proxy_check import CheckUnusable, ProxyCheck, Verdict, check_proxy, own_addresses
 from fetchers.proxy_lists import read_source
@@ -56,6 +58,7 @@ class HarvestConfig:
     concurrency: int = 16
     candidates_max: int = 1000
     budget_s: float = 900.0  # a run stops checking after this long (its lock lasts a minute more)
+    configured: tuple[str, ...] = ()  # VCRAWL_PROXIES: drawn whether harvested or not, so their bench records stay
 
     @classmethod
     def from_settings(cls, settings: Settings) -> HarvestConfig:
@@ -68,6 +71,7 @@ class HarvestConfig:
             concurrency=settings.proxy_check_concurrency,
             candidates_max=settings.proxy_candidates_max,
             budget_s=settings.proxy_harvest_every_s,
+            configured=settings.proxies,
         )
 
 
@@ -110,17 +114,12 @@ def harvest_with_settings(settings: Settings, client: Any) -> HarvestReport:
     if not config.sources:
         return HarvestReport("no_sources")
     policy = NetworkPolicy.from_settings(settings)
-    source_limits = FetchLimits(
-        connect_timeout_s=settings.connect_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-        total_timeout_s=settings.total_timeout_s,
-        min_rate_bytes_s=settings.min_rate_bytes_s,
-        slow_window_s=settings.slow_window_s,
-        max_body_bytes=settings.max_body_bytes,
-        max_redirects=settings.max_redirects,
-    )
+    source_limits = fetch_limits(cluster_limits(settings))  # a source is fetched like a page of a job
     latency_s = settings.proxy_max_latency_s
-    check_limits = FetchLimits(
+    # A check is cut at the latency bound, reads a small answer, and follows no redirect: a proxy
+    # that redirects is not passing the check URL's answer on. The slow-body rule stays the cluster's.
+    check_limits = replace(
+        source_limits,
         connect_timeout_s=min(settings.connect_timeout_s, latency_s),
         read_timeout_s=latency_s,
         total_timeout_s=latency_s,
@@ -185,16 +184,17 @@ def _harvest(
     # Pool members not checked (no time left, or beyond candidates_max) keep their place and last check.
     passed += [entry for proxy, entry in old.items() if proxy not in verdicts]
     pool = sorted(passed, key=lambda entry: entry.latency_s)[: config.pool_max]
-    write_pool(client, pool)
-    rejected = Counter(v.reason for v in verdicts.values() if v.reason is not None)
     kept = tuple(entry.proxy for entry in pool)
+    dropped = tuple(proxy for proxy in old if proxy not in kept)
+    write_pool(client, pool, forget=[proxy for proxy in dropped if proxy not in config.configured])
+    rejected = Counter(v.reason for v in verdicts.values() if v.reason is not None)
     report = HarvestReport(
         "done",
         sources=read,
         checked=len(verdicts),
         rejected=dict(rejected),
         joined=tuple(proxy for proxy in kept if proxy not in old),
-        dropped=tuple(proxy for proxy in old if proxy not in kept),
+        dropped=dropped,
         pool=kept,
     )
     logger.info("proxy harvest: %d checked, %d in the pool (%d joined, %d dropped), rejected %s",
@@ -231,6 +231,7 @@ def _check_all(
 ) -> dict[str, Verdict]:
     """Check ``candidates``, ``config.concurrency`` at a time, until ``deadline`` (time.monotonic)."""
     verdicts: dict[str, Verdict] = {}
+    errors: list[Exception] = []
     waiting = iter(candidates)
     running: dict[Future[Verdict], str] = {}
     with ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="proxy-check") as pool:
@@ -241,13 +242,22 @@ def _check_all(
                     break
                 running[pool.submit(check_proxy, fetcher, config.check, proxy, own)] = proxy
             if not running:
-                return verdicts
+                break
             done, _ = wait(running, timeout=max(0.0, deadline - time.monotonic()) + 1.0, return_when=FIRST_COMPLETED)
             if not done and time.monotonic() >= deadline:
                 logger.warning("proxy harvest: budget of %.0f s spent; %d checks left", config.budget_s, len(running))
                 for future in running:
                     future.cancel()
-                return verdicts
+                break
             for future in done:
                 proxy = running.pop(future)
-                verdicts[proxy] = future.result()
+                try:
+                    verdicts[proxy] = future.result()
+                except Exception as exc:  # a bug or an unwrapped error in one check fails that candidate, not the run
+                    logger.debug("proxy check of %s failed unexpectedly: %r", proxy, exc)
+                    errors.append(exc)
+                    verdicts[proxy] = Verdict(proxy, "check_error")
+    if errors:  # once per run: a broken check would otherwise log once per candidate
+        logger.warning("proxy harvest: %d checks failed unexpectedly, their candidates rejected (check_error); "
+                       "the first: %r", len(errors), errors[0], exc_info=errors[0])  # fmt: skip
+    return verdicts

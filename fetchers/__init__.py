@@ -16,10 +16,11 @@ from fetchers.dns_cache import DnsCache, DnsCacheStats
 from fetchers.identity import IdentityPool
 from fetchers.netguard import NetworkPolicy
 from fetchers.proxies import PROXY_FAULTS, ProxyHealth, fetch_through, is_proxy_fault, proxy_counter, proxy_stats
-from fetchers.registry import FetcherContext, FetcherFactory, FetcherRegistry
+from fetchers.registry import BUILTIN_FETCHERS, FetcherContext, FetcherFactory, FetcherRegistry
 from fetchers.static import StaticFetcher, make_session
 
 __all__ = [
+    "BUILTIN_FETCHERS",
     "PROXY_FAULTS",
     "RETRYABLE_STATUSES",
     "BrowserConfig",

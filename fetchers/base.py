@@ -61,6 +61,9 @@ class FetchRequest:
     # More headers (api pages: Accept JSON, the auth header): sent to the URL's own origin only, never
     # to a redirect's target elsewhere (as requests drops Authorization on a redirect to another host).
     headers: Mapping[str, str] = field(default_factory=dict)
+    # False: a redirect comes back as the result, whatever the fetcher's limits say. A job's pages
+    # are fetched so, every fetcher alike: each hop goes back through admission (scope, dedup, robots).
+    follow_redirects: bool = True
 
 
 @dataclass(frozen=True)

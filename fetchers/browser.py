@@ -214,6 +214,11 @@ class BrowserFetcher:
         self._wait(lambda: driver.execute_script("return document.readyState") == "complete",
                    self._config.page_timeout_s, request.url, "timeout")  # fmt: skip
         events = _network_events(driver)
+        if not request.follow_redirects and (hop := _first_redirect(events)) is not None:
+            # Chromium followed it already, but a job admits the target as a link of its own (as
+            # static): the redirect is the result and what the target sent is dropped.
+            return FetchResult(url=request.url, final_url=request.url, status=hop[0], headers={"location": hop[1]},
+                               elapsed_s=self._clock() - started)  # fmt: skip
         status = _document_status(events)
         if status is None:  # no HTTP response for the page at all: nothing real to store
             if self._guard is not None and self._guard.was_refused(_document_url(events) or request.url):
@@ -392,6 +397,24 @@ def _document_url(events: list[dict[str, Any]]) -> str | None:
         if event["method"] == "Network.requestWillBeSent" and event["params"].get("type") == "Document":
             url = event["params"]["request"]["url"]
     return url
+
+
+def _first_redirect(events: list[dict[str, Any]]) -> tuple[int, str] | None:
+    """The page's first HTTP redirect: (status, target URL), or None.
+
+    Chromium sends a redirect's target under the requestId of its source, with the
+    ``redirectResponse``; the page's own navigation is the first document request.
+    """
+    page_request = None
+    for event in events:
+        if event["method"] != "Network.requestWillBeSent" or event["params"].get("type") != "Document":
+            continue
+        params = event["params"]
+        if page_request is None:
+            page_request = params["requestId"]
+        elif params["requestId"] == page_request and "redirectResponse" in params:
+            return int(params["redirectResponse"]["status"]), params["request"]["url"]
+    return None
 
 
 def _document_status(events: list[dict[str, Any]]) -> int | None:

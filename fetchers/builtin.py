@@ -20,6 +20,8 @@ def static(context: FetcherContext) -> Fetcher:
 
 def api(context: FetcherContext) -> Fetcher:
     """``page_type: api``: plain HTTP like ``static`` (its headers, secret and records: ``engine.api_pages``)."""
+    # Registered so validation knows the page type; its fetches use the fetch context's static
+    # fetcher (in a job, with the job's limits), so this factory is never called to fetch.
     return static(context)
 
 

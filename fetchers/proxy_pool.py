@@ -2,17 +2,19 @@
 
 Two keys (``redis_keys.proxy_pool``, ``proxy_pool_info``): a sorted set of proxy URLs by their
 latency at the last check (ms), and a hash of each one's last check. A harvest replaces both at
-once (MULTI), so fetches never see half a pool; ``ProxyHealth`` reads the set with its bench.
+once (MULTI), so fetches never see half a pool, and in the same MULTI clears the bench records
+(``redis_keys.proxy_health``) of the proxies it dropped; ``ProxyHealth`` reads the set with its bench.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from vcrawl import redis_keys
+from vcrawl.jobs import masked_url
 
 __all__ = ["HarvestedProxy", "read_pool", "write_pool"]
 
@@ -58,10 +60,18 @@ def read_pool(client: Any) -> list[HarvestedProxy]:
     return pool
 
 
-def write_pool(client: Any, pool: Sequence[HarvestedProxy]) -> None:
-    """Replace the harvested pool with ``pool``, in one transaction."""
+def write_pool(client: Any, pool: Sequence[HarvestedProxy], forget: Iterable[str] = ()) -> None:
+    """Replace the harvested pool with ``pool``, and drop the bench records of the proxies in
+    ``forget`` (ones that left the pool), in one transaction.
+
+    A bench record goes only when its proxy succeeds again or the whole bench expires: a proxy that
+    left the pool is drawn no more, so without this its record would stay while others are marked.
+    """
+    names = sorted({masked_url(proxy) for proxy in forget})  # the bench's fields (fetchers.proxies)
     pipe = client.pipeline(transaction=True)
     pipe.delete(redis_keys.proxy_pool(), redis_keys.proxy_pool_info())
+    if names:
+        pipe.hdel(redis_keys.proxy_health(), *names)
     if pool:
         pipe.zadd(redis_keys.proxy_pool(), {entry.proxy: round(entry.latency_s * 1000, 1) for entry in pool})
         pipe.hset(redis_keys.proxy_pool_info(), mapping={entry.proxy: json.dumps(entry.to_dict()) for entry in pool})

@@ -37,7 +37,8 @@ BUILTIN_FETCHERS: Mapping[str, str] = MappingProxyType(
 class FetcherContext:
     """What a fetcher factory builds its fetcher from: this worker's cluster settings and shared clients."""
 
-    limits: FetchLimits = field(default_factory=FetchLimits)  # the cluster's per-request bounds
+    # The cluster's per-request bounds; a request's follow_redirects=False (a job's) overrides following.
+    limits: FetchLimits = field(default_factory=FetchLimits)
     policy: NetworkPolicy = PUBLIC_ONLY  # the addresses a fetch may reach (SSRF guard): honour it
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     session: Callable[[], Any] | None = None  # this process's pooled requests.Session, made on first call

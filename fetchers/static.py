@@ -110,7 +110,7 @@ class StaticFetcher:
             ip = _peer_address(response) if request.proxy is None else ""  # through a proxy: the proxy's
             try:
                 is_redirect = response.status_code in _REDIRECTS and "location" in response.headers
-                if is_redirect and not self._limits.follow_redirects:
+                if is_redirect and not (self._limits.follow_redirects and request.follow_redirects):
                     return FetchResult(
                         url=request.url,
                         final_url=url,

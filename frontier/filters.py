@@ -163,11 +163,6 @@ class UrlFilter(Protocol):
         ...
 
 
-def _no_params(name: str, params: Mapping[str, Any]) -> None:
-    if params:
-        raise ValueError(f"the {name!r} filter takes no params: the job's scope configures it")
-
-
 def _scope_check(url: str, context: AdmissionContext) -> str | None:
     scope = context.scope
     if not url.startswith(("http://", "https://")):
@@ -201,55 +196,30 @@ def _trap_check(url: str, context: AdmissionContext) -> str | None:
     return "trap" if _is_trap(urlsplit(url).path, context.scope.max_segment_repeats) else None
 
 
-def scope_filter(params: Mapping[str, Any]) -> UrlFilter:
-    """The ``scope`` filter: scheme, URL length, depth, then hosts and domains (reasons ``scheme``,
-    ``too_long``, ``depth``, ``host``).
+@dataclass(frozen=True)
+class _BuiltinFilter:
+    """A built-in filter's factory: the job's ``scope``, ``max_depth`` and the defaults configure its
+    check, so it takes no params (raises ValueError for any)."""
 
-    Raises:
-        ValueError: any params (the job's ``scope`` and ``max_depth`` configure it).
-    """
-    _no_params("scope", params)
-    return _scope_check
+    name: str
+    check: UrlFilter
 
-
-def deny_filter(params: Mapping[str, Any]) -> UrlFilter:
-    """The ``deny`` filter: the job's ``scope.deny`` regexes (reason ``deny``).
-
-    Raises:
-        ValueError: any params.
-    """
-    _no_params("deny", params)
-    return _deny_check
-
-
-def allow_filter(params: Mapping[str, Any]) -> UrlFilter:
-    """The ``allow`` filter: the job's ``scope.allow`` regexes (reason ``allow``).
-
-    Raises:
-        ValueError: any params.
-    """
-    _no_params("allow", params)
-    return _allow_check
-
-
-def suffix_filter(params: Mapping[str, Any]) -> UrlFilter:
-    """The ``suffix`` filter: paths of non-page files (reason ``suffix``).
-
-    Raises:
-        ValueError: any params.
-    """
-    _no_params("suffix", params)
-    return _suffix_check
+    def __call__(self, params: Mapping[str, Any]) -> UrlFilter:
+        if params:
+            raise ValueError(f"the {self.name!r} filter takes no params: the job's scope configures it")
+        return self.check
 
 
 _BUILTIN_CHECKS = (_scope_check, _deny_check, _allow_check, _suffix_check, _trap_check)
 
-
-def trap_filter(params: Mapping[str, Any]) -> UrlFilter:
-    """The ``trap`` filter: repeated path segments (reason ``trap``).
-
-    Raises:
-        ValueError: any params.
-    """
-    _no_params("trap", params)
-    return _trap_check
+scope_filter = _BuiltinFilter("scope", _scope_check)
+"""The ``scope`` filter: scheme, URL length, depth, then hosts and domains (reasons ``scheme``,
+``too_long``, ``depth``, ``host``)."""
+deny_filter = _BuiltinFilter("deny", _deny_check)
+"""The ``deny`` filter: the job's ``scope.deny`` regexes (reason ``deny``)."""
+allow_filter = _BuiltinFilter("allow", _allow_check)
+"""The ``allow`` filter: the job's ``scope.allow`` regexes (reason ``allow``)."""
+suffix_filter = _BuiltinFilter("suffix", _suffix_check)
+"""The ``suffix`` filter: paths of non-page files (reason ``suffix``)."""
+trap_filter = _BuiltinFilter("trap", _trap_check)
+"""The ``trap`` filter: repeated path segments (reason ``trap``)."""

@@ -9,11 +9,12 @@ from a message.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from vcrawl.errors import ConfigError
 
-__all__ = ["describe", "load_group"]
+__all__ = ["describe", "load_group", "load_plugin"]
 
 
 def load_group(
@@ -21,7 +22,7 @@ def load_group(
     kind: str,
     builtins: Mapping[str, str],
     entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
-) -> dict[str, object]:
+) -> dict[str, Callable[..., Any]]:
     """Load every entry point of ``group``: name -> loaded object (only callables).
 
     ``builtins`` maps each built-in name to the ``module:attr`` vcrawl registers it as; they must
@@ -50,10 +51,15 @@ def load_group(
             f"the built-in {kind}s {missing} are not registered in the {group!r} entry points: "
             "install vcrawl as a package (pip install -e .) so its entry points are known"
         )
-    return {name: _load(entry_point, kind) for name, entry_point in chosen.items()}
+    return {name: load_plugin(entry_point, kind) for name, entry_point in chosen.items()}
 
 
-def _load(entry_point: importlib.metadata.EntryPoint, kind: str) -> object:
+def load_plugin(entry_point: importlib.metadata.EntryPoint, kind: str) -> Callable[..., Any]:
+    """Import what ``entry_point`` names; every plug-in group (analyzers too) loads through here.
+
+    Raises:
+        ConfigError: it fails to import (naming the entry point and its package), or is not callable.
+    """
     try:
         loaded = entry_point.load()
     # Importing third-party code can raise anything; this is where it enters, so wrap it here.

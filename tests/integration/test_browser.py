@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,18 @@ def test_a_server_that_never_answers_times_out_and_the_browser_is_replaced(
 def test_non_200_page_is_returned_with_its_status(site: TestSite, browser: BrowserFetcher) -> None:
     result = browser.fetch(request(site.url("/nowhere.html")))
     assert result.status == 404 and result.body == b""
+
+
+def test_a_redirect_is_followed_unless_the_request_says_not_to(site: TestSite, browser: BrowserFetcher) -> None:
+    site.add_redirect("/moved.html", "/target.html", status=301)
+    site.add_page("/target.html", "<html><body>here</body></html>")
+
+    followed = browser.fetch(request(site.url("/moved.html")))
+    handed_back = browser.fetch(replace(request(site.url("/moved.html")), follow_redirects=False))
+
+    assert followed.status == 200 and followed.final_url == site.url("/target.html")
+    assert handed_back.status == 301 and handed_back.body == b""
+    assert handed_back.headers == {"location": site.url("/target.html")}
 
 
 def test_wait_for_a_selector_without_a_function(site: TestSite, browser: BrowserFetcher) -> None:

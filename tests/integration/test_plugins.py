@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import vcrawl_test_plugin
 
 import tasks
@@ -16,7 +17,9 @@ from cli.local_redis import LocalRedis
 from frontier import canonical_url
 from tests.cluster import REPO, cluster_env
 from tests.integration.conftest import run_job, wait_for_end
+from tests.proxy import ForwardProxy
 from tests.site import TestSite
+from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask
 from vcrawl.settings import Settings
 
@@ -63,6 +66,61 @@ def test_a_plugin_fetcher_serves_the_pages_of_its_page_type(site: TestSite) -> N
     assert status["state"] == "completed" and status["pages_stored"] == 4
     fetched_by = {seen.path: seen.headers.get("X-Fetched-By") for seen in site.seen if seen.path != "/robots.txt"}
     assert fetched_by == {"/": None, "/plain.html": None, "/tagged/a.html": "tagged", "/tagged/b.html": "tagged"}
+
+
+# page type, the paths the site sees: "follows" is a plug-in that follows redirects although told not to.
+REDIRECTING = [("tagged", ["/", "/tagged/a.html"]), ("follows", ["/", "/tagged/a.html", "/denied/x.html"])]
+
+
+@pytest.mark.parametrize(("page_type", "requested"), REDIRECTING, ids=[case[0] for case in REDIRECTING])
+def test_a_redirect_of_a_plugin_page_type_goes_back_through_admission(
+    site: TestSite, page_type: str, requested: list[str]
+) -> None:
+    site.add_page("/", page("/tagged/a.html"))
+    site.add_redirect("/tagged/a.html", "/denied/x.html")
+    site.add_page("/denied/x.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False, "scope": {"deny": ["/denied/"]},
+                      "rules": [{"pattern": "/tagged/", "page_type": page_type}]})  # fmt: skip
+
+    assert status["state"] == "completed" and status["pages_stored"] == 1, status  # the target is not stored
+    assert status["filtered"] == {"deny": 1} and status["redirects"] == 1
+    assert [seen.path for seen in site.seen if seen.path != "/robots.txt"] == requested
+
+
+@pytest.mark.parametrize("page_type", ["broken", "unbuildable"])  # its fetch raises; its factory raises
+def test_a_plugin_fetcher_that_raises_fails_its_page_and_the_job_goes_on(site: TestSite, page_type: str) -> None:
+    site.add_page("/", page("/broken/a.html", "/plain.html"))
+    site.add_page("/broken/a.html", page())
+    site.add_page("/plain.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False,
+                      "rules": [{"pattern": "/broken/", "page_type": page_type}]})  # fmt: skip
+
+    assert status["state"] == "completed" and status["pages_stored"] == 2, status
+    assert status["failed"] == {f"{page_type}_failed": 1}
+
+
+def test_a_plugin_page_type_through_a_failing_proxy_benches_it(site: TestSite, redis_server: LocalRedis) -> None:
+    site.add_page("/", page(*(f"/tagged/{n}.html" for n in range(6))))
+    for n in range(6):
+        site.add_page(f"/tagged/{n}.html", page())
+    bench = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        with ForwardProxy() as good, ForwardProxy(mode="fail") as broken:
+            bench.delete(redis_keys.proxy_health())
+            status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": False,
+                              "proxies": [good.url, broken.url],
+                              "rules": [{"pattern": "", "page_type": "tagged"}]})  # fmt: skip
+            assert bench.hexists(redis_keys.proxy_health(), broken.url)
+    finally:
+        bench.delete(redis_keys.proxy_health())
+        bench.close()
+
+    assert status["state"] == "completed" and status["pages_stored"] == 7, status
+    assert status["proxies"][broken.url] == {"ok": 0, "failed": 1, "errors": 0, "reasons": {"proxy_5xx": 1}}
+    assert status["proxies"][good.url]["ok"] == 7
+    assert len(broken.seen) == 1  # benched after its first answer
 
 
 def test_a_single_task_of_a_plugin_page_type_is_fetched_by_its_fetcher(site: TestSite) -> None:

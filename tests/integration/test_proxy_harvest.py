@@ -8,30 +8,36 @@ the client's address on (X-Forwarded-For: a transparent proxy).
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import redis
 
 from cli.local_redis import LocalRedis
 from cli.main import main
-from engine.proxy_harvest import harvest_with_settings
+from engine.proxy_harvest import HarvestConfig, harvest, harvest_with_settings
 from engine.status import job_status
-from fetchers.proxy_pool import read_pool
+from fetchers.base import FetchRequest, FetchResult
+from fetchers.proxies import ProxyHealth
+from fetchers.proxy_check import ProxyCheck
+from fetchers.proxy_pool import HarvestedProxy, read_pool, write_pool
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.integration.conftest import run_job
 from tests.proxy import ForwardProxy
 from tests.site import Response, Seen, TestSite
 from vcrawl import redis_keys
+from vcrawl.errors import FetchFailed
 from vcrawl.proxy_sources import ProxySource
 from vcrawl.settings import Settings
 
@@ -143,8 +149,10 @@ def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
     assert "127.0.0.14" not in seen_from  # the slow one was given up before it forwarded
     # Re-checked on the next run: a pool member that died is dropped, the next fastest takes its place.
     lists.good[0].stop()
+    ProxyHealth(pool).record(fast, "proxy_error")  # a fetch through it failed before the run
     again = harvest_here(harvest_settings(vcrawl_settings, lists, pool_max=2), pool)
     assert set(again["pool"]) == {fast_too, slower} and again["dropped"] == [fast] and again["joined"] == [slower]
+    assert pool.hkeys(redis_keys.proxy_health()) == []  # dropped with it: the bench holds no stale record
     assert main(["proxies", "--json"]) == 0  # `vcrawl proxies`, on the session's Redis
     listing = json.loads(capsys.readouterr().out)
     assert [entry["proxy"] for entry in listing["harvested"]] == again["pool"] and listing["cooling"] == {}
@@ -163,6 +171,84 @@ def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_chec
     # Harvested proxies are not the operator's trusted VCRAWL_PROXIES: on a private network they need it allowed.
     narrow = harvest_here(replace(settings, allowed_networks=("127.0.0.1/32",)), pool)
     assert narrow["pool"] == [] and narrow["rejected"] == {"blocked_address": 6}, narrow
+
+
+def test_at_the_shipped_latency_bound_every_live_proxy_that_hides_the_crawler_joins(
+    lists: Lists, pool: redis.Redis, vcrawl_settings: Settings
+) -> None:
+    """The tests above bound the latency at 0.8 s to stay fast; this twin keeps the shipped harvest
+    settings (VCRAWL_PROXY_MAX_LATENCY_S, pool size, concurrency), so the 1.2 s proxy is under the bound."""
+    settings = replace(vcrawl_settings, proxy_sources=lists.sources, proxy_check_url=lists.check_url)
+    shipped = Settings()
+    assert (settings.proxy_max_latency_s, settings.proxy_pool_max, settings.proxy_check_concurrency) == (
+        shipped.proxy_max_latency_s, shipped.proxy_pool_max, shipped.proxy_check_concurrency)  # fmt: skip
+    report = harvest_here(settings, pool)
+    assert report["status"] == "done" and report["rejected"] == {"transparent": 1, "proxy_error": 1}, report
+    assert set(report["pool"]) == {proxy.url for proxy in (*lists.good, lists.slow)}
+    assert report["pool"][-1] == lists.slow.url  # fastest first
+    harvested = read_pool(pool)
+    assert all(entry.latency_s < shipped.proxy_max_latency_s and entry.anonymity == "elite" for entry in harvested)
+
+
+CHECK_URL = "http://127.0.0.1:9/check"  # never asked: the fetchers below answer for it
+SOURCE = ProxySource("http://127.0.0.1:9/list.txt")
+
+
+class Listing:
+    """A source fetcher without sockets: the source lists ``proxies``."""
+
+    def __init__(self, proxies: Sequence[str]) -> None:
+        self.body = "\n".join(proxy.removeprefix("http://") for proxy in proxies).encode()
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        return FetchResult(request.url, request.url, 200, body=self.body)
+
+
+class Checks:
+    """A check fetcher without sockets: the check sees each proxy's host, or the proxy raises ``failing[proxy]``."""
+
+    def __init__(self, failing: Mapping[str, Exception]) -> None:
+        self.failing = failing
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        if request.proxy in self.failing:
+            raise self.failing[request.proxy]
+        origin = "127.0.0.1" if request.proxy is None else urlsplit(request.proxy).hostname
+        return FetchResult(request.url, request.url, 200, body=json.dumps({"origin": origin}).encode(), elapsed_s=0.01)
+
+
+def test_a_check_that_fails_unexpectedly_rejects_its_candidate_not_the_run(
+    pool: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxies = [f"http://203.0.113.{n}:8080" for n in range(1, 6)]
+    checks = Checks({proxies[1]: RuntimeError("a bug in a check"), proxies[3]: UnicodeError("an odd answer")})
+    config = HarvestConfig((SOURCE,), ProxyCheck(CHECK_URL, 1.0), concurrency=2)
+    with caplog.at_level(logging.WARNING, logger="engine.proxy_harvest"):
+        report = harvest(config, Listing(proxies), checks, pool)
+    assert report.status == "done" and report.checked == 5 and report.rejected == {"check_error": 2}, report
+    assert set(report.pool) == {proxies[0], proxies[2], proxies[4]} == {entry.proxy for entry in read_pool(pool)}
+    unexpected = [record for record in caplog.records if "unexpectedly" in record.getMessage()]
+    assert len(unexpected) == 1 and "2 checks" in unexpected[0].getMessage()  # once per run, with the count
+
+
+def test_a_harvest_forgets_the_bench_records_of_the_proxies_it_drops_except_configured_ones(
+    pool: redis.Redis,
+) -> None:
+    kept, dropped, configured = "http://203.0.113.1:8080", "http://u:pw@203.0.113.2:8080", "http://203.0.113.3:8080"
+    elsewhere = "http://203.0.113.4:8080"  # a job's own proxy, never in the pool
+    write_pool(pool, [HarvestedProxy(proxy, 0.1) for proxy in (kept, dropped, configured)])
+    health = ProxyHealth(pool)
+    for proxy in (kept, dropped, configured, elsewhere):
+        health.record(proxy, "proxy_error")
+    assert len(pool.hkeys(redis_keys.proxy_health())) == 4
+    dead = FetchFailed(CHECK_URL, "proxy_error")
+    config = HarvestConfig((SOURCE,), ProxyCheck(CHECK_URL, 1.0), configured=(configured,))
+    report = harvest(config, Listing([]), Checks({dropped: dead, configured: dead}), pool)
+    assert report.pool == (kept,) and set(report.dropped) == {dropped, configured}, report
+    # The dropped one's record went with it (by its masked name); a configured proxy is drawn all the
+    # same, and a proxy the harvest never had is not its business: their records stay.
+    assert set(pool.hkeys(redis_keys.proxy_health())) == {kept, configured, elsewhere}
+    assert set(ProxyHealth(pool).cooling()) == {kept, configured, elsewhere}
 
 
 @pytest.mark.slow

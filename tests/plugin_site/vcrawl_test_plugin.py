@@ -115,3 +115,34 @@ def tagged(context: Any) -> Any:
             return inner.fetch(replace(request, headers={**request.headers, "X-Fetched-By": "tagged"}))
 
     return Tagged()
+
+
+def broken(context: Any) -> Any:
+    """A fetcher plug-in for ``page_type: broken`` with a bug: every fetch raises an unexpected error."""
+
+    class Broken:
+        def fetch(self, request: Any) -> Any:
+            raise RuntimeError(f"fetcher bug on {request.url}")
+
+    return Broken()
+
+
+def follows(context: Any) -> Any:
+    """A fetcher plug-in for ``page_type: follows`` that ignores ``request.follow_redirects`` and
+    always follows redirects itself (a careless plug-in)."""
+    from dataclasses import replace
+
+    from fetchers.builtin import static
+
+    inner = static(context)
+
+    class Follows:
+        def fetch(self, request: Any) -> Any:
+            return inner.fetch(replace(request, follow_redirects=True))
+
+    return Follows()
+
+
+def unbuildable(context: Any) -> Any:
+    """A fetcher plug-in for ``page_type: unbuildable`` whose factory has a bug: it raises."""
+    raise RuntimeError("fetcher factory bug")

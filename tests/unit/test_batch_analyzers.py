@@ -140,3 +140,18 @@ def test_the_batch_registry_refuses_unknown_names_and_taken_plugin_names() -> No
         BatchRegistry(entry_points=[clash]).names()
     plugin = EntryPoint("mine", "analyzers.site_report:SiteReport", "vcrawl.batch_analyzers")
     assert BatchRegistry(entry_points=[plugin]).names() == ["mine", "near-duplicates", "site-report"]
+
+
+@pytest.mark.parametrize(
+    ("value", "words"),
+    [("no_such_module_here:Report", "failed to load"), ("analyzers.batch:BATCH_ENTRY_POINT_GROUP", "not a callable")],
+    ids=["module-missing", "not-callable"],
+)
+def test_a_bad_batch_analyzer_plugin_is_named_like_every_other_plugin(value: str, words: str) -> None:
+    from importlib.metadata import EntryPoint
+
+    bad = EntryPoint("mine", value, "vcrawl.batch_analyzers")
+    with pytest.raises(ConfigError) as refused:
+        BatchRegistry(entry_points=[bad]).names()
+    assert f"batch analyzer plugin 'mine = {value}' (vcrawl.batch_analyzers, no distribution)" in str(refused.value)
+    assert words in str(refused.value)

@@ -58,6 +58,19 @@ def test_the_builtin_chain_agrees_with_reject_reason(url: str) -> None:
     assert chain.reject_reason(url, AdmissionContext("j", 1, scope)) == reject_reason(url, 1, scope)
 
 
+@pytest.mark.parametrize("name", sorted(BUILTIN_FILTERS))
+def test_each_builtin_filter_factory_takes_no_params_and_gives_its_own_reason(name: str) -> None:
+    factory = EntryPoint(name, BUILTIN_FILTERS[name], FILTERS_GROUP).load()
+    with pytest.raises(ValueError, match=f"the '{name}' filter takes no params"):
+        factory({"any": 1})
+    dropped = {"scope": "ftp://a.test/", "deny": "http://a.test/deny", "allow": "http://a.test/other",
+               "suffix": "http://a.test/a.png", "trap": "http://a.test/a/a/"}  # fmt: skip
+    scope = Scope(frozenset({"a.test"}), (), (re.compile("deny|png|a/a"),), (re.compile("deny"),), max_depth=3)
+    check = factory({})
+    assert check(dropped[name], AdmissionContext("j", 1, scope)) == ("scheme" if name == "scope" else name)
+    assert check("http://a.test/png/x.html", AdmissionContext("j", 1, scope)) is None
+
+
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
