@@ -133,6 +133,29 @@ def test_requeued_urls_keep_their_scores(client: redis.Redis, strategy: str) -> 
         assert _scores(client, runtime.job_id)["http://a.test/x"] == before["http://a.test/x"] - 1e11
 
 
+def test_a_cancelled_priority_jobs_url_index_stays_gone_when_its_batches_come_back(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    hosts = ("a.test", "b.test", "c.test")
+    runtime = _job(client, frontier, *hosts, strategy="priority", scope={"hosts": list(hosts)})
+    _admit(runtime, frontier, "t1", *((f"{host}/1", 1) for host in hosts), ("a.test/2", 1))
+    _admit(runtime, frontier, "t2", ("a.test/2", 2))  # an in-link
+    batches = {batch.host: batch for batch in _pump(frontier, runtime.job_id, lease_ms=1)}
+    assert set(batches) == set(hosts)
+    index = (redis_keys.job_queued_urls(runtime.job_id), redis_keys.job_inlinks(runtime.job_id))
+    assert frontier.jobs.cancel(runtime.job_id, time.time())
+    frontier.jobs.forget_if_stopped(runtime.job_id, runtime.bloom.keys)  # the next pump round
+    assert not client.exists(*index)
+
+    # The batches in flight hand their URLs back late: released, handed over, reclaimed.
+    release = BatchRelease(0, 0, requeue=batches["a.test"].entries)
+    assert frontier.queue.release(runtime.job_id, batches["a.test"], release) is not None
+    assert frontier.queue.hand_over(runtime.job_id, [batches["b.test"].batch_id], interval_ms=0) == 1
+    time.sleep(0.01)
+    assert frontier.queue.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (1, 0)
+
+    assert not client.exists(*index)
+
+
 @pytest.mark.parametrize(("strategy", "first"), [("breadth-first", "a.test"), ("priority", "b.test")])
 def test_a_priority_job_takes_the_due_host_with_the_best_url_first(
     client: redis.Redis, strategy: str, first: str
