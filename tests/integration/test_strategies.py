@@ -156,6 +156,31 @@ def test_a_cancelled_priority_jobs_url_index_stays_gone_when_its_batches_come_ba
     assert not client.exists(*index)
 
 
+@pytest.mark.parametrize("stop", ["cancel", "fail"])
+def test_a_paused_job_stopped_drops_its_filter_and_url_index_on_the_next_pump(client: redis.Redis, stop: str) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, strategy="priority")
+    _admit(runtime, frontier, "t1", ("a.test/1", 1), ("a.test/2", 1))
+    _admit(runtime, frontier, "t2", ("a.test/2", 2))  # an in-link
+    keys = (*runtime.bloom.keys, redis_keys.job_queued_urls(runtime.job_id), redis_keys.job_inlinks(runtime.job_id))
+    assert client.exists(*keys) == len(keys)
+    assert frontier.jobs.pause(runtime.job_id, time.time())
+    assert runtime.job_id not in frontier.jobs.running_jobs()
+
+    if stop == "cancel":
+        assert frontier.jobs.cancel(runtime.job_id, time.time())
+    else:
+        assert frontier.jobs.fail(runtime.job_id, "broken", time.time())
+    assert runtime.job_id in frontier.jobs.running_jobs()  # for the next pump round (engine/pump.py) to see
+    assert frontier.queue.pump(runtime.job_id, max_batches=8, batch_size=100, per_host=1, interval_ms=0,
+                               lease_ms=60_000, cap=8).stopped  # fmt: skip
+    frontier.jobs.forget_if_stopped(runtime.job_id, runtime.bloom.keys)
+
+    assert not client.exists(*keys)
+    assert runtime.job_id not in frontier.jobs.running_jobs()
+    assert frontier.jobs.raw_state(runtime.job_id)["state"] == ("cancelled" if stop == "cancel" else "failed")
+
+
 @pytest.mark.parametrize(("strategy", "first"), [("breadth-first", "a.test"), ("priority", "b.test")])
 def test_a_priority_job_takes_the_due_host_with_the_best_url_first(
     client: redis.Redis, strategy: str, first: str
