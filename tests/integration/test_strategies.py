@@ -47,9 +47,10 @@ def _job(client: redis.Redis, frontier: Frontier, *hosts: str, **spec: Any) -> A
     return build_runtime(job, Settings(), session=None, client=client)
 
 
-def _admit(runtime: Any, frontier: Frontier, token: str, *links: tuple[str, int]) -> None:
-    admit_links(runtime, frontier, [(f"http://{url}", depth, 5) for url, depth in links], done=0, token=token,
-                counters=Counter())  # fmt: skip
+def _admit(runtime: Any, frontier: Frontier, token: str, *links: tuple[Any, ...]) -> None:
+    """Admit (url, depth[, sitemap level]) links."""
+    admit_links(runtime, frontier, [(f"http://{url}", depth, 5, *kind) for url, depth, *kind in links], done=0,
+                token=token, counters=Counter())  # fmt: skip
 
 
 def _pump(frontier: Frontier, job_id: str, max_batches: int = 8, lease_ms: float = 60_000) -> list[Batch]:
@@ -71,9 +72,10 @@ def _scores(client: redis.Redis, job_id: str) -> dict[str, float]:
 @pytest.mark.parametrize(
     ("strategy", "order"),
     [
-        ("breadth-first", ["/a", "/b", "/a/1", "/a/2"]),  # shallower first, first come first served
-        ("depth-first", ["/a/2", "/a/1", "/b", "/a"]),  # deeper first, last come first served
-        ("priority", ["/b", "/a", "/a/1", "/a/2"]),  # /b's pattern, then 0.5 - 0.1 * depth
+        # A sitemap found after the start goes first with every strategy (docs/sitemaps.md); then
+        ("breadth-first", ["/map.xml", "/a", "/b", "/a/1", "/a/2"]),  # shallower first, first come first served
+        ("depth-first", ["/map.xml", "/a/2", "/a/1", "/b", "/a"]),  # deeper first, last come first served
+        ("priority", ["/map.xml", "/b", "/a", "/a/1", "/a/2"]),  # /b's pattern, then 0.5 - 0.1 * depth
     ],
 )
 def test_a_hosts_queue_is_ordered_by_the_jobs_strategy(client: redis.Redis, strategy: str, order: list[str]) -> None:
@@ -81,6 +83,7 @@ def test_a_hosts_queue_is_ordered_by_the_jobs_strategy(client: redis.Redis, stra
     runtime = _job(client, frontier, strategy=strategy, priorities=[{"pattern": "/b$", "priority": 5}])
     _admit(runtime, frontier, "t1", ("a.test/a", 1), ("a.test/b", 1))
     _admit(runtime, frontier, "t2", ("a.test/a/1", 2), ("a.test/a/2", 2))
+    _admit(runtime, frontier, "t3", ("a.test/map.xml", 0, 1))  # a sitemap (level 1), e.g. from robots.txt
 
     [batch] = _pump(frontier, runtime.job_id)
 
