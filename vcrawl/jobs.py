@@ -214,8 +214,14 @@ class JobSpec:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["rules"] = [rule.to_dict() for rule in self.rules]
-        if not self.filters:  # a spec without filters keeps its shape: older workers read it
+        # A spec without filters, strategy or priorities keeps its shape: older workers refuse keys
+        # they do not know, and from_dict gives them back as defaults.
+        if not self.filters:
             del data["filters"]
+        if self.strategy == STRATEGY_BREADTH_FIRST:
+            del data["strategy"]
+        if not self.priorities:
+            del data["priorities"]
         return data
 
     def to_json(self) -> str:

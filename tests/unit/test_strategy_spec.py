@@ -28,6 +28,16 @@ def test_breadth_first_is_the_default() -> None:
     assert JobSpec.from_dict(SEED).strategy == "breadth-first"
 
 
+def test_a_default_spec_is_written_without_strategy_or_priorities_for_older_workers() -> None:
+    spec = JobSpec.from_dict({**SEED, "strategy": "breadth-first", "priorities": []})
+
+    data = spec.to_dict()
+
+    assert "strategy" not in data and "priorities" not in data
+    assert JobSpec.from_dict(data) == spec and strategy_of(spec.to_json()) == "breadth-first"
+    assert JobSpec.from_dict({**SEED, "strategy": "depth-first"}).to_dict()["strategy"] == "depth-first"
+
+
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
