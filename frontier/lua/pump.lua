@@ -15,7 +15,7 @@
 -- job's interval).
 --
 -- Strategies (meta's strategy field, admit.lua): a priority job takes, among its due hosts (the
--- 256 most overdue), those whose best queued URL ranks highest first. A depth-first or priority
+-- room * 16 most overdue, at most 256), those whose best queued URL ranks highest first. A depth-first or priority
 -- job's lease keeps its URLs' scores (p), so a URL requeued (release, reclaim, hand-over) keeps
 -- its place; a priority job's popped URLs leave queued_urls (no in-link finds them any more).
 local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -40,8 +40,9 @@ if room > max_batches then room = max_batches end
 if room > 0 then
   local hosts
   if by_priority then
-    -- The due hosts by their best URL (lowest score), then by due time.
-    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, 256)
+    -- The due hosts by their best URL (lowest score), then by due time. The window grows with
+    -- the room (16 hosts per batch that fits, at most 256): one batch's pick costs 16 reads.
+    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, math.min(256, room * 16))
     local best, order = {}, {}
     for n, host in ipairs(due) do
       local head = redis.call('ZRANGE', qprefix .. host, 0, 0, 'WITHSCORES')
