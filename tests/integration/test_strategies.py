@@ -110,6 +110,27 @@ def test_links_to_a_queued_url_raise_it_in_a_priority_job(client: redis.Redis) -
     assert client.hlen(redis_keys.job_queued_urls(runtime.job_id)) == 0
 
 
+def test_twelve_in_links_give_ten_bonuses_in_each_stay_in_the_queue(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, strategy="priority")
+    url, inlinks = "http://a.test/x", redis_keys.job_inlinks(runtime.job_id)
+    _admit(runtime, frontier, "t0", ("a.test/x", 1))
+    queued = _scores(client, runtime.job_id)[url]
+    for n in range(12):
+        _admit(runtime, frontier, f"a{n}", ("a.test/x", 2))
+    assert _scores(client, runtime.job_id)[url] == queued - 10 * 1e11  # the cap (INLINK_CAP)
+
+    [batch] = _pump(frontier, runtime.job_id)  # leased: it leaves the in-link count
+    assert client.hlen(inlinks) == 0
+    assert frontier.queue.release(runtime.job_id, batch, BatchRelease(0, 0, requeue=batch.entries)) is False
+    assert _scores(client, runtime.job_id)[url] == queued - 10 * 1e11  # its score, bonuses included
+    for n in range(12):
+        _admit(runtime, frontier, f"b{n}", ("a.test/x", 2))
+
+    assert _scores(client, runtime.job_id)[url] == queued - 20 * 1e11  # ten more in this stay
+    assert client.hget(inlinks, url) == "12"
+
+
 @pytest.mark.parametrize("strategy", ["depth-first", "priority"])
 def test_requeued_urls_keep_their_scores(client: redis.Redis, strategy: str) -> None:
     frontier = Frontier(client)
