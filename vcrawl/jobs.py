@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from vcrawl.errors import InvalidTask
 from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.job_yaml import parse_job_yaml
-from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST
+from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
 from vcrawl.payloads import DownloadTask, Rule
 from vcrawl.priorities import PrioritySpec, parse_priorities, url_priority
 
@@ -185,6 +185,8 @@ class JobSpec:
             priorities=parse_priorities(data.get("priorities")),
             filters=parse_filters(data.get("filters")),
         )
+        if spec.priorities and spec.strategy != STRATEGY_PRIORITY:  # else silently unused
+            raise InvalidTask("priorities", f"are used only with strategy: priority, got strategy {spec.strategy!r}")
         for index, proxy in enumerate(spec.proxies or ()):
             try:
                 parts = urlsplit(proxy)

@@ -80,7 +80,8 @@ def _scores(client: redis.Redis, job_id: str) -> dict[str, float]:
 )
 def test_a_hosts_queue_is_ordered_by_the_jobs_strategy(client: redis.Redis, strategy: str, order: list[str]) -> None:
     frontier = Frontier(client)
-    runtime = _job(client, frontier, strategy=strategy, priorities=[{"pattern": "/b$", "priority": 5}])
+    priorities = [{"pattern": "/b$", "priority": 5}] if strategy == "priority" else []
+    runtime = _job(client, frontier, strategy=strategy, priorities=priorities)
     _admit(runtime, frontier, "t1", ("a.test/a", 1), ("a.test/b", 1))
     _admit(runtime, frontier, "t2", ("a.test/a/1", 2), ("a.test/a/2", 2))
     _admit(runtime, frontier, "t3", ("a.test/map.xml", 0, 1))  # a sitemap (level 1), e.g. from robots.txt
@@ -134,7 +135,8 @@ def test_twelve_in_links_give_ten_bonuses_in_each_stay_in_the_queue(client: redi
 @pytest.mark.parametrize("strategy", ["depth-first", "priority"])
 def test_requeued_urls_keep_their_scores(client: redis.Redis, strategy: str) -> None:
     frontier = Frontier(client)
-    runtime = _job(client, frontier, strategy=strategy, priorities=[{"pattern": "/p", "priority": 3}])
+    priorities = [{"pattern": "/p", "priority": 3}] if strategy == "priority" else []
+    runtime = _job(client, frontier, strategy=strategy, priorities=priorities)
     _admit(runtime, frontier, "t1", ("a.test/p1", 1), ("a.test/x", 1))
     _admit(runtime, frontier, "t2", ("a.test/p2", 2), ("a.test/p1", 3))  # p1: an in-link (priority jobs)
     before = _scores(client, runtime.job_id)
@@ -210,8 +212,9 @@ def test_a_priority_job_takes_the_due_host_with_the_best_url_first(
     client: redis.Redis, strategy: str, first: str
 ) -> None:
     frontier = Frontier(client)
+    priorities = [{"pattern": "^http://b", "priority": 2}] if strategy == "priority" else []
     runtime = _job(client, frontier, "a.test", "b.test", strategy=strategy, scope={"hosts": ["a.test", "b.test"]},
-                   priorities=[{"pattern": "^http://b", "priority": 2}])  # fmt: skip
+                   priorities=priorities)  # fmt: skip
     _admit(runtime, frontier, "t1", ("a.test/1", 1), ("b.test/1", 1))
 
     [batch] = _pump(frontier, runtime.job_id, max_batches=1)
@@ -297,8 +300,9 @@ def test_every_strategy_fetches_each_page_once_obeys_robots_and_completes(site: 
     site.add_page("/private/p.html", link_page())
     site.add_page("/e.html", link_page())
 
-    status = run_job({"seeds": [site.url("/")], "max_depth": 3, "strategy": strategy,
-                      "priorities": [{"pattern": "/c", "priority": 1}], "politeness": FAST})  # fmt: skip
+    priorities = [{"pattern": "/c", "priority": 1}] if strategy == "priority" else []
+    status = run_job({"seeds": [site.url("/")], "max_depth": 3, "strategy": strategy, "priorities": priorities,
+                      "politeness": FAST})  # fmt: skip
 
     assert status["state"] == "completed" and status["strategy"] == strategy
     assert Counter(_page_order(site)) == {"/": 1, "/a.html": 1, "/b.html": 1, "/c.html": 1, "/d.html": 1}
