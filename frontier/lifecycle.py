@@ -98,9 +98,7 @@ class JobLifecycle:
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Stop dispatching a running or paused job at once (``now`` in seconds); False if it was neither."""
-        # It stays in the running set: the next pump round sees it stopped and forgets it,
-        # dropping its Bloom filter, which only the pump knows the keys of.
-        return int(self._scripts.run("cancel", [redis_keys.job(job_id)], [now])) == 1
+        return self._stopped(job_id, int(self._scripts.run("cancel", [redis_keys.job(job_id)], [now])) == 1)
 
     def fail(self, job_id: str, error: str, now: float) -> bool:
         """Move a running or paused job to ``failed`` with ``error`` as the reason; False if it was neither.
@@ -108,7 +106,15 @@ class JobLifecycle:
         Dispatch stops as with ``cancel``: the next pump round forgets the job and drops its
         Bloom filter; batches in flight are handed back unfetched or stop before their next URL.
         """
-        return int(self._scripts.run("fail", [redis_keys.job(job_id)], [now, error])) == 1
+        return self._stopped(job_id, int(self._scripts.run("fail", [redis_keys.job(job_id)], [now, error])) == 1)
+
+    def _stopped(self, job_id: str, stopped: bool) -> bool:
+        """Put a job just cancelled or failed in the running set (a paused job had left it): the next
+        pump round sees it stopped and forgets it, dropping its Bloom filter and URL index, whose keys
+        only the pump knows. Its state is set first, so the pump never dispatches it again."""
+        if stopped:
+            self._redis.sadd(redis_keys.JOBS_RUNNING, job_id)
+        return stopped
 
     def pause(self, job_id: str, now: float) -> bool:
         """Stop dispatching a running job until ``resume``; False if it was not running."""

@@ -79,7 +79,8 @@ class FrontierQueue:
             cap=cap,
             qprefix=redis_keys.job_queue_prefix(job_id),
         )
-        keys = [*job_keys(job_id, "meta", "ready", "busy", "leases", "delays"), redis_keys.job_queued_urls(job_id)]
+        keys = [*job_keys(job_id, "meta", "ready", "busy", "leases", "delays"), redis_keys.job_queued_urls(job_id),
+                redis_keys.job_inlinks(job_id)]  # fmt: skip
         raw = self._scripts.run("pump", keys, args)
         head, now, cycle = text(raw[0]), float(text(raw[1])), int(text(raw[2]))
         if head == "stopped":

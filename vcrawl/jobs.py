@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from vcrawl.errors import InvalidTask
 from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.job_yaml import parse_job_yaml
-from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST
+from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
 from vcrawl.payloads import DownloadTask, Rule
 from vcrawl.priorities import PrioritySpec, parse_priorities, url_priority
 
@@ -185,6 +185,8 @@ class JobSpec:
             priorities=parse_priorities(data.get("priorities")),
             filters=parse_filters(data.get("filters")),
         )
+        if spec.priorities and spec.strategy != STRATEGY_PRIORITY:  # else silently unused
+            raise InvalidTask("priorities", f"are used only with strategy: priority, got strategy {spec.strategy!r}")
         for index, proxy in enumerate(spec.proxies or ()):
             try:
                 parts = urlsplit(proxy)
@@ -214,8 +216,14 @@ class JobSpec:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["rules"] = [rule.to_dict() for rule in self.rules]
-        if not self.filters:  # a spec without filters keeps its shape: older workers read it
+        # A spec without filters, strategy or priorities keeps its shape: older workers refuse keys
+        # they do not know, and from_dict gives them back as defaults.
+        if not self.filters:
             del data["filters"]
+        if self.strategy == STRATEGY_BREADTH_FIRST:
+            del data["strategy"]
+        if not self.priorities:
+            del data["priorities"]
         return data
 
     def to_json(self) -> str:

@@ -121,6 +121,8 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
     if by_priority then
       score = -priority * 1e10 + seq
       redis.call('HSET', queued_urls, url, member)
+    elseif lifo and sitemap then
+      score = -1001e12 - seq  -- ahead of every depth (max_depth <= 1000): its hints come first
     elseif lifo then
       score = -depth * 1e12 - seq
     end

@@ -9,11 +9,15 @@
 -- The dead node may have sent a request just before it died, so a host's next request waits its
 -- interval, or its Crawl-delay when it has one, from now (or from its next time, if later).
 -- A depth-first or priority job's lease has the URLs' scores (pump.lua): each gets its own back,
--- and a priority job's URL is in queued_urls again (admit.lua).
+-- and a running or paused priority job's URL is in queued_urls again (admit.lua).
 local meta, ready, nextk, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local qprefix, interval = ARGV[1], tonumber(ARGV[2])
 local now = clock_ms()
-local by_priority = redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
+-- Only a running or paused job's URLs go back into queued_urls: a stopped job's was deleted
+-- (drop_filter.lua) and would never be again.
+local state = redis.call('HGET', meta, {{META_STATE}})
+local by_priority = (state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}})
+  and redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
 local back = 0
 for i = 3, #ARGV do
   local raw = redis.call('HGET', leases, ARGV[i])

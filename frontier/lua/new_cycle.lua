@@ -78,7 +78,7 @@ for _, raw in ipairs(redis.call('HVALS', leases)) do
   for _, member in ipairs(cjson.decode(raw).e) do keep_for_later(member) end
 end
 redis.call('DEL', ready, busy, leases, tokens, todo)
-for j = 12, #KEYS do redis.call('DEL', KEYS[j]) end
+for j = 12, #KEYS do redis.call('UNLINK', KEYS[j]) end  -- large: memory freed in the background
 redis.call('HSET', meta, {{META_SPEC}}, spec, {{META_STATE}}, {{STATE_RUNNING}}, {{META_CYCLE}}, cycle + 1,
            {{META_STARTED_AT}}, now / 1000, {{META_FIRING}}, firing, {{META_PENDING}}, 1, {{META_ADMITTED}}, 0,
            {{META_QUEUED_NOW}}, 0, {{META_STARTING}}, 1, {{META_STRATEGY}}, strategy)

@@ -1,6 +1,6 @@
 -- Lease due hosts' URLs as fetch batches.
 --
--- KEYS: meta, ready, busy, leases, delays, queued_urls
+-- KEYS: meta, ready, busy, leases, delays, queued_urls, inlinks
 -- ARGV (built by frontier.queue._pump_argv):
 --   1 max_batches   2 batch_size   3 per_host   4 interval_ms   5 lease_ms   6 cap (most batches
 --   in flight per job)   7 qprefix (the key prefix of the job's per-host queues)   8 nonce (random,
@@ -15,11 +15,13 @@
 -- job's interval).
 --
 -- Strategies (meta's strategy field, admit.lua): a priority job takes, among its due hosts (the
--- 256 most overdue), those whose best queued URL ranks highest first. A depth-first or priority
+-- room * 16 most overdue, at most 256), those whose best queued URL ranks highest first. A depth-first or priority
 -- job's lease keeps its URLs' scores (p), so a URL requeued (release, reclaim, hand-over) keeps
--- its place; a priority job's popped URLs leave queued_urls (no in-link finds them any more).
+-- its place; a priority job's popped URLs leave queued_urls (no in-link finds them any more) and
+-- inlinks (so it holds queued URLs only; a URL requeued counts up to 10 in-links again, on top of
+-- the bonus its score kept).
 local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local queued_urls = KEYS[6]
+local queued_urls, inlinks = KEYS[6], KEYS[7]
 local strategy = redis.call('HGET', meta, {{META_STRATEGY}})
 local by_priority = strategy == {{STRATEGY_PRIORITY}}
 local keep_scores = by_priority or strategy == {{STRATEGY_DEPTH_FIRST}}
@@ -40,8 +42,9 @@ if room > max_batches then room = max_batches end
 if room > 0 then
   local hosts
   if by_priority then
-    -- The due hosts by their best URL (lowest score), then by due time.
-    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, 256)
+    -- The due hosts by their best URL (lowest score), then by due time. The window grows with
+    -- the room (16 hosts per batch that fits, at most 256): one batch's pick costs 16 reads.
+    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, math.min(256, room * 16))
     local best, order = {}, {}
     for n, host in ipairs(due) do
       local head = redis.call('ZRANGE', qprefix .. host, 0, 0, 'WITHSCORES')
@@ -82,7 +85,11 @@ if room > 0 then
         for j = 1, #popped, 2 do
           entries[#entries + 1] = popped[j]
           scores[#scores + 1] = popped[j + 1]  -- a string: cjson would round a number to 14 digits
-          if by_priority then redis.call('HDEL', queued_urls, cjson.decode(popped[j]).u) end
+          if by_priority then
+            local url = cjson.decode(popped[j]).u
+            redis.call('HDEL', queued_urls, url)
+            redis.call('HDEL', inlinks, url)
+          end
         end
         local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1) .. '.' .. nonce
         redis.call('HINCRBY', busy, host, 1)

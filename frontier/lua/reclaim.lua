@@ -9,12 +9,16 @@
 -- A reclaimed URL goes back to the front of its host's queue with one more attempt, or fails
 -- once it had enough; a failure is also counted in the day's job and host buckets (release.lua).
 -- A depth-first or priority job's lease has the URLs' scores (pump.lua): each gets its own back,
--- and a priority job's URL is in queued_urls again (admit.lua).
+-- and a running or paused priority job's URL is in queued_urls again (admit.lua).
 local meta, ready, nextk, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local qprefix, max_attempts, interval = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local failed_name = {{PREFIX_FAILED}} .. {{REASON_LEASE_EXPIRED}}
 local now = clock_ms()
-local by_priority = redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
+-- Only a running or paused job's URLs go back into queued_urls: a stopped job's was deleted
+-- (drop_filter.lua) and would never be again.
+local state = redis.call('HGET', meta, {{META_STATE}})
+local by_priority = (state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}})
+  and redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
 local all = redis.call('HGETALL', leases)
 local back, failed = 0, 0
 for j = 1, #all, 2 do

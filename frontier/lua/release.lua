@@ -24,8 +24,8 @@
 -- The host's next time: a pause after the batch started, never before it ended, and later
 -- still when the host asked to be left alone (host_delay_ms from now).
 -- A depth-first or priority job's lease has its URLs' scores (pump.lua): a URL requeued at the
--- front (a score below 2e15, the back of the queue) gets its own score back; a priority job's
--- requeued URLs are in queued_urls again, for in-links to find (admit.lua).
+-- front (a score below 2e15, the back of the queue) gets its own score back; a running or paused
+-- priority job's requeued URLs are in queued_urls again, for in-links to find (admit.lua).
 local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, host, pause, host_delay = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local done, delay, nreq, nhist = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -42,7 +42,11 @@ local lease = cjson.decode(raw)
 local started = lease.s or now
 local kept = {}  -- URL -> its score when leased (depth-first and priority jobs)
 for n, score in ipairs(lease.p or {}) do kept[cjson.decode(lease.e[n]).u] = score end
-local by_priority = redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
+local state = redis.call('HGET', meta, {{META_STATE}})
+local live = state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}
+-- Only a live job's URLs go back into queued_urls: a stopped job's was deleted (drop_filter.lua)
+-- and would never be again.
+local by_priority = live and redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
 local nxt = math.max(now, started + pause, now + host_delay)
 if delay > 0 then
   redis.call('HSET', KEYS[7], host, delay)
@@ -118,8 +122,7 @@ if day_counted then
   redis.call('EXPIRE', KEYS[15], tonumber(ARGV[14]))
 end
 redis.call('HSET', nextk, host, nxt)
-local state = redis.call('HGET', meta, {{META_STATE}})
-if redis.call('ZCARD', q) > 0 and (state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}) then
+if redis.call('ZCARD', q) > 0 and live then
   redis.call('ZADD', ready, 'GT', nxt, host)
 end
 return settle(meta, done, now)

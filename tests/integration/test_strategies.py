@@ -47,9 +47,10 @@ def _job(client: redis.Redis, frontier: Frontier, *hosts: str, **spec: Any) -> A
     return build_runtime(job, Settings(), session=None, client=client)
 
 
-def _admit(runtime: Any, frontier: Frontier, token: str, *links: tuple[str, int]) -> None:
-    admit_links(runtime, frontier, [(f"http://{url}", depth, 5) for url, depth in links], done=0, token=token,
-                counters=Counter())  # fmt: skip
+def _admit(runtime: Any, frontier: Frontier, token: str, *links: tuple[Any, ...]) -> None:
+    """Admit (url, depth[, sitemap level]) links."""
+    admit_links(runtime, frontier, [(f"http://{url}", depth, 5, *kind) for url, depth, *kind in links], done=0,
+                token=token, counters=Counter())  # fmt: skip
 
 
 def _pump(frontier: Frontier, job_id: str, max_batches: int = 8, lease_ms: float = 60_000) -> list[Batch]:
@@ -71,16 +72,19 @@ def _scores(client: redis.Redis, job_id: str) -> dict[str, float]:
 @pytest.mark.parametrize(
     ("strategy", "order"),
     [
-        ("breadth-first", ["/a", "/b", "/a/1", "/a/2"]),  # shallower first, first come first served
-        ("depth-first", ["/a/2", "/a/1", "/b", "/a"]),  # deeper first, last come first served
-        ("priority", ["/b", "/a", "/a/1", "/a/2"]),  # /b's pattern, then 0.5 - 0.1 * depth
+        # A sitemap found after the start goes first with every strategy (docs/sitemaps.md); then
+        ("breadth-first", ["/map.xml", "/a", "/b", "/a/1", "/a/2"]),  # shallower first, first come first served
+        ("depth-first", ["/map.xml", "/a/2", "/a/1", "/b", "/a"]),  # deeper first, last come first served
+        ("priority", ["/map.xml", "/b", "/a", "/a/1", "/a/2"]),  # /b's pattern, then 0.5 - 0.1 * depth
     ],
 )
 def test_a_hosts_queue_is_ordered_by_the_jobs_strategy(client: redis.Redis, strategy: str, order: list[str]) -> None:
     frontier = Frontier(client)
-    runtime = _job(client, frontier, strategy=strategy, priorities=[{"pattern": "/b$", "priority": 5}])
+    priorities = [{"pattern": "/b$", "priority": 5}] if strategy == "priority" else []
+    runtime = _job(client, frontier, strategy=strategy, priorities=priorities)
     _admit(runtime, frontier, "t1", ("a.test/a", 1), ("a.test/b", 1))
     _admit(runtime, frontier, "t2", ("a.test/a/1", 2), ("a.test/a/2", 2))
+    _admit(runtime, frontier, "t3", ("a.test/map.xml", 0, 1))  # a sitemap (level 1), e.g. from robots.txt
 
     [batch] = _pump(frontier, runtime.job_id)
 
@@ -107,10 +111,32 @@ def test_links_to_a_queued_url_raise_it_in_a_priority_job(client: redis.Redis) -
     assert client.hlen(redis_keys.job_queued_urls(runtime.job_id)) == 0
 
 
+def test_twelve_in_links_give_ten_bonuses_in_each_stay_in_the_queue(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, strategy="priority")
+    url, inlinks = "http://a.test/x", redis_keys.job_inlinks(runtime.job_id)
+    _admit(runtime, frontier, "t0", ("a.test/x", 1))
+    queued = _scores(client, runtime.job_id)[url]
+    for n in range(12):
+        _admit(runtime, frontier, f"a{n}", ("a.test/x", 2))
+    assert _scores(client, runtime.job_id)[url] == queued - 10 * 1e11  # the cap (INLINK_CAP)
+
+    [batch] = _pump(frontier, runtime.job_id)  # leased: it leaves the in-link count
+    assert client.hlen(inlinks) == 0
+    assert frontier.queue.release(runtime.job_id, batch, BatchRelease(0, 0, requeue=batch.entries)) is False
+    assert _scores(client, runtime.job_id)[url] == queued - 10 * 1e11  # its score, bonuses included
+    for n in range(12):
+        _admit(runtime, frontier, f"b{n}", ("a.test/x", 2))
+
+    assert _scores(client, runtime.job_id)[url] == queued - 20 * 1e11  # ten more in this stay
+    assert client.hget(inlinks, url) == "12"
+
+
 @pytest.mark.parametrize("strategy", ["depth-first", "priority"])
 def test_requeued_urls_keep_their_scores(client: redis.Redis, strategy: str) -> None:
     frontier = Frontier(client)
-    runtime = _job(client, frontier, strategy=strategy, priorities=[{"pattern": "/p", "priority": 3}])
+    priorities = [{"pattern": "/p", "priority": 3}] if strategy == "priority" else []
+    runtime = _job(client, frontier, strategy=strategy, priorities=priorities)
     _admit(runtime, frontier, "t1", ("a.test/p1", 1), ("a.test/x", 1))
     _admit(runtime, frontier, "t2", ("a.test/p2", 2), ("a.test/p1", 3))  # p1: an in-link (priority jobs)
     before = _scores(client, runtime.job_id)
@@ -133,13 +159,62 @@ def test_requeued_urls_keep_their_scores(client: redis.Redis, strategy: str) -> 
         assert _scores(client, runtime.job_id)["http://a.test/x"] == before["http://a.test/x"] - 1e11
 
 
+def test_a_cancelled_priority_jobs_url_index_stays_gone_when_its_batches_come_back(client: redis.Redis) -> None:
+    frontier = Frontier(client)
+    hosts = ("a.test", "b.test", "c.test")
+    runtime = _job(client, frontier, *hosts, strategy="priority", scope={"hosts": list(hosts)})
+    _admit(runtime, frontier, "t1", *((f"{host}/1", 1) for host in hosts), ("a.test/2", 1))
+    _admit(runtime, frontier, "t2", ("a.test/2", 2))  # an in-link
+    batches = {batch.host: batch for batch in _pump(frontier, runtime.job_id, lease_ms=1)}
+    assert set(batches) == set(hosts)
+    index = (redis_keys.job_queued_urls(runtime.job_id), redis_keys.job_inlinks(runtime.job_id))
+    assert frontier.jobs.cancel(runtime.job_id, time.time())
+    frontier.jobs.forget_if_stopped(runtime.job_id, runtime.bloom.keys)  # the next pump round
+    assert not client.exists(*index)
+
+    # The batches in flight hand their URLs back late: released, handed over, reclaimed.
+    release = BatchRelease(0, 0, requeue=batches["a.test"].entries)
+    assert frontier.queue.release(runtime.job_id, batches["a.test"], release) is not None
+    assert frontier.queue.hand_over(runtime.job_id, [batches["b.test"].batch_id], interval_ms=0) == 1
+    time.sleep(0.01)
+    assert frontier.queue.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (1, 0)
+
+    assert not client.exists(*index)
+
+
+@pytest.mark.parametrize("stop", ["cancel", "fail"])
+def test_a_paused_job_stopped_drops_its_filter_and_url_index_on_the_next_pump(client: redis.Redis, stop: str) -> None:
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, strategy="priority")
+    _admit(runtime, frontier, "t1", ("a.test/1", 1), ("a.test/2", 1))
+    _admit(runtime, frontier, "t2", ("a.test/2", 2))  # an in-link
+    keys = (*runtime.bloom.keys, redis_keys.job_queued_urls(runtime.job_id), redis_keys.job_inlinks(runtime.job_id))
+    assert client.exists(*keys) == len(keys)
+    assert frontier.jobs.pause(runtime.job_id, time.time())
+    assert runtime.job_id not in frontier.jobs.running_jobs()
+
+    if stop == "cancel":
+        assert frontier.jobs.cancel(runtime.job_id, time.time())
+    else:
+        assert frontier.jobs.fail(runtime.job_id, "broken", time.time())
+    assert runtime.job_id in frontier.jobs.running_jobs()  # for the next pump round (engine/pump.py) to see
+    assert frontier.queue.pump(runtime.job_id, max_batches=8, batch_size=100, per_host=1, interval_ms=0,
+                               lease_ms=60_000, cap=8).stopped  # fmt: skip
+    frontier.jobs.forget_if_stopped(runtime.job_id, runtime.bloom.keys)
+
+    assert not client.exists(*keys)
+    assert runtime.job_id not in frontier.jobs.running_jobs()
+    assert frontier.jobs.raw_state(runtime.job_id)["state"] == ("cancelled" if stop == "cancel" else "failed")
+
+
 @pytest.mark.parametrize(("strategy", "first"), [("breadth-first", "a.test"), ("priority", "b.test")])
 def test_a_priority_job_takes_the_due_host_with_the_best_url_first(
     client: redis.Redis, strategy: str, first: str
 ) -> None:
     frontier = Frontier(client)
+    priorities = [{"pattern": "^http://b", "priority": 2}] if strategy == "priority" else []
     runtime = _job(client, frontier, "a.test", "b.test", strategy=strategy, scope={"hosts": ["a.test", "b.test"]},
-                   priorities=[{"pattern": "^http://b", "priority": 2}])  # fmt: skip
+                   priorities=priorities)  # fmt: skip
     _admit(runtime, frontier, "t1", ("a.test/1", 1), ("b.test/1", 1))
 
     [batch] = _pump(frontier, runtime.job_id, max_batches=1)
@@ -225,8 +300,9 @@ def test_every_strategy_fetches_each_page_once_obeys_robots_and_completes(site: 
     site.add_page("/private/p.html", link_page())
     site.add_page("/e.html", link_page())
 
-    status = run_job({"seeds": [site.url("/")], "max_depth": 3, "strategy": strategy,
-                      "priorities": [{"pattern": "/c", "priority": 1}], "politeness": FAST})  # fmt: skip
+    priorities = [{"pattern": "/c", "priority": 1}] if strategy == "priority" else []
+    status = run_job({"seeds": [site.url("/")], "max_depth": 3, "strategy": strategy, "priorities": priorities,
+                      "politeness": FAST})  # fmt: skip
 
     assert status["state"] == "completed" and status["strategy"] == strategy
     assert Counter(_page_order(site)) == {"/": 1, "/a.html": 1, "/b.html": 1, "/c.html": 1, "/d.html": 1}

@@ -17,15 +17,26 @@ SEED = {"seeds": ["http://a.test/"]}
 
 @pytest.mark.parametrize("strategy", ["breadth-first", "depth-first", "priority"])
 def test_each_strategy_is_kept_and_round_trips(strategy: str) -> None:
-    spec = JobSpec.from_dict({**SEED, "strategy": strategy, "priorities": [{"pattern": "/x", "priority": -2.5}]})
+    priorities = [{"pattern": "/x", "priority": -2.5}] if strategy == "priority" else []
+    spec = JobSpec.from_dict({**SEED, "strategy": strategy, "priorities": priorities})
 
-    assert spec.strategy == strategy and spec.priorities == (PrioritySpec("/x", -2.5),)
+    assert spec.strategy == strategy and spec.priorities == tuple(PrioritySpec(**p) for p in priorities)
     assert JobSpec.from_dict(spec.to_dict()) == spec
     assert strategy_of(spec.to_json()) == strategy
 
 
 def test_breadth_first_is_the_default() -> None:
     assert JobSpec.from_dict(SEED).strategy == "breadth-first"
+
+
+def test_a_default_spec_is_written_without_strategy_or_priorities_for_older_workers() -> None:
+    spec = JobSpec.from_dict({**SEED, "strategy": "breadth-first", "priorities": []})
+
+    data = spec.to_dict()
+
+    assert "strategy" not in data and "priorities" not in data
+    assert JobSpec.from_dict(data) == spec and strategy_of(spec.to_json()) == "breadth-first"
+    assert JobSpec.from_dict({**SEED, "strategy": "depth-first"}).to_dict()["strategy"] == "depth-first"
 
 
 @pytest.mark.parametrize(
@@ -42,6 +53,9 @@ def test_breadth_first_is_the_default() -> None:
         ({"priorities": [{"pattern": "/x"}]}, "priorities[0].priority"),
         ({"priorities": [{"pattern": "/x", "priority": 101}]}, "priorities[0].priority"),
         ({"priorities": [{"pattern": "/x", "priority": True}]}, "priorities[0].priority"),
+        # Silently unused otherwise: only a priority job scores its URLs.
+        ({"priorities": [{"pattern": "/x", "priority": 1}]}, "priorities"),
+        ({"strategy": "depth-first", "priorities": [{"pattern": "/x", "priority": 1}]}, "priorities"),
     ],
 )
 def test_a_bad_strategy_or_priority_is_refused_naming_its_key(extra: dict[str, Any], field: str) -> None:
