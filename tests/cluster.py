@@ -14,6 +14,7 @@ from typing import Any
 
 import redis
 
+from cli.local_redis import LocalRedis
 from engine.trail import StatusTrail
 from tests.celery_setup import REPO, LocalWorkerProcess
 from tests.conftest import TEST_ALLOWED_NETWORKS
@@ -91,6 +92,18 @@ def wait_all(env: dict[str, str], ids: list[str], states: set[str], timeout_s: f
         if time.monotonic() > deadline:
             raise AssertionError(f"not all tasks reached {states} in {timeout_s}s: {records}")
         time.sleep(0.1)
+
+
+def worker_start_with_plugins(tmp_path: Path, plugin_path: Path) -> subprocess.CompletedProcess[str]:
+    """Start a worker (own Redis) with ``plugin_path`` first on its PYTHONPATH; it should refuse to start."""
+    with LocalRedis(tmp_path / "redis") as server:
+        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+        env["PYTHONPATH"] = f"{plugin_path}{os.pathsep}{env['PYTHONPATH']}"
+        return subprocess.run(
+            [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download", "-P", "threads",
+             "--without-mingle", "--without-gossip"],
+            env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
 
 
 def socket_owner(local_port: int, pids: list[int]) -> int | None:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +12,12 @@ import vcrawl_test_plugin
 import tasks
 from cli.local_redis import LocalRedis
 from frontier import canonical_url
-from tests.cluster import REPO, cluster_env
+from tests.cluster import worker_start_with_plugins
 from tests.integration.conftest import run_job, wait_for_end
 from tests.proxy import ForwardProxy
 from tests.site import TestSite
 from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask
-from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")
 
@@ -174,13 +170,6 @@ def test_a_worker_with_a_plugin_taking_a_builtin_name_refuses_to_start(
     (site / "shadow-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: shadow\nVersion: 0.1\n")
     (site / "shadow-0.1.dist-info" / "entry_points.txt").write_text(f"[{group}]\n{name} = shadow:factory\n")
     (site / "shadow.py").write_text("def factory(arg):\n    raise AssertionError('never loaded')\n")
-    with LocalRedis(tmp_path / "redis") as server:
-        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
-        env["PYTHONPATH"] = f"{site}{os.pathsep}{env['PYTHONPATH']}"
-        done = subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download", "-P", "threads",
-             "--without-mingle", "--without-gossip"],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+    done = worker_start_with_plugins(tmp_path, site)
     assert done.returncode != 0
     assert words in done.stderr and "shadow" in done.stderr

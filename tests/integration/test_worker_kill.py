@@ -6,9 +6,6 @@ tests/celery_setup.py), so the session's in-process worker cannot take the task.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,10 +14,8 @@ from typing import Any
 import pytest
 from pytest_celery import CeleryTestSetup, CeleryTestWorker
 
-from cli.local_redis import LocalRedis
-from tests.cluster import REPO, cluster_env, submit, wait_all
+from tests.cluster import submit, wait_all, worker_start_with_plugins
 from tests.site import Response, TestSite
-from vcrawl.settings import Settings
 
 # Short, so the killed worker is declared down (and its message put back) within seconds; the
 # shipped 30 s is tests/faults/test_orphans.py's. The visibility timeout stays at its shipped hour.
@@ -68,13 +63,6 @@ def test_sigkilled_worker_task_is_redelivered_and_completes(
 
 def test_worker_with_a_clashing_analyzer_plugin_refuses_to_start(tmp_path: Path) -> None:
     clash_site = Path(__file__).resolve().parents[1] / "plugin_site_clash"
-    with LocalRedis(tmp_path / "redis") as server:
-        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
-        env["PYTHONPATH"] = f"{clash_site}{os.pathsep}{env['PYTHONPATH']}"
-        done = subprocess.run(
-            [sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download", "-P", "threads",
-             "--without-mingle", "--without-gossip"],
-            env=env, cwd=REPO, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+    done = worker_start_with_plugins(tmp_path, clash_site)
     assert done.returncode != 0
     assert "links" in done.stderr and "vcrawl_clash_plugin" in done.stderr
