@@ -24,9 +24,8 @@ __all__ = [
     "field_rules",
 ]
 
+# The built-in page types; plug-ins add theirs (vcrawl.fetchers), checked against the registry at submit.
 PAGE_TYPES = ("static", "dynamic", "api")
-"""The built-in page types; plug-ins add theirs (``vcrawl.fetchers`` entry points), checked against
-the worker's fetcher registry at submit time (``engine.validation.check_rule``)."""
 MAX_URL_LENGTH = 4096
 # A plain identifier or dotted path (window.app.loadMore): a message must never carry script.
 _JS_FUNCTION = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*\Z")
@@ -109,16 +108,12 @@ class Rule:
 
     def __post_init__(self) -> None:
         if not isinstance(self.page_type, str) or not _PAGE_TYPE.match(self.page_type):
-            raise InvalidTask(
-                "page_type",
-                f"must be a page type name ({', '.join(PAGE_TYPES)} or a plug-in's), got {self.page_type!r}",
-            )
+            allowed = f"{', '.join(PAGE_TYPES)} or a plug-in's"
+            raise InvalidTask("page_type", f"must be a page type name ({allowed}), got {self.page_type!r}")
         if self.js_function is not None:
             if not _JS_FUNCTION.match(self.js_function):
-                raise InvalidTask(
-                    "js_function",
-                    f"must be a JavaScript identifier or dotted path like app.loadMore, got {self.js_function!r}",
-                )
+                expected = "a JavaScript identifier or dotted path like app.loadMore"
+                raise InvalidTask("js_function", f"must be {expected}, got {self.js_function!r}")
             if self.page_type != "dynamic":
                 raise InvalidTask("js_function", "only dynamic pages run a JavaScript function (set page_type dynamic)")
         if self.wait_for is not None:
