@@ -158,8 +158,10 @@ def site() -> Iterator[TestSite]:
 
 
 def forget_origin(base: str) -> None:
-    """Delete the session Redis's keys about ``base`` (robots cache, host pacing), if it is up."""
+    """Delete the session Redis's keys about ``base`` (robots cache, host pacing), if it is up, and
+    the in-process robots rules the embedded worker may still hold for it."""
     host = base.split("//", 1)[1]
+    tasks.deps.robots().forget_local(base.rstrip("/"))
     try:
         client = tasks.deps.redis_client()
         stale = [key for key in client.scan_iter(match=f"*{host}*", count=1000) if b"{job-" not in _raw(key)]

@@ -303,6 +303,15 @@ def test_local_expiry_follows_the_ttl(redis_double: RedisDouble, clock: FakeCloc
     assert cache.get(SITE) is None
 
 
+def test_forget_local_makes_the_next_get_ask_redis(redis_double: RedisDouble, clock: FakeClock) -> None:
+    cache = _cache(redis_double, clock)
+    cache.put(SITE, PARSED)
+    redis_double.data.clear()  # e.g. an operator deleted the key
+    assert cache.get(SITE) is PARSED  # the process's copy still answers
+    cache.forget_local(SITE)
+    assert cache.get(SITE) is None
+
+
 def test_the_process_cache_is_an_lru(redis_double: RedisDouble, clock: FakeClock) -> None:
     cache = _cache(redis_double, clock, local_size=2)
     for name in ("a", "b"):
