@@ -295,10 +295,11 @@ class RobotsCache:
         self._remember(origin, rules, self._clock() + ttl_s)
         logger.debug("robots rules for %s cached for %ss: %s", origin, ttl_s, rules.kind)
 
-    def forget_local(self, origin: str) -> None:
-        """Drop this process's copy of ``origin``'s rules; the next ``get`` asks Redis again."""
+    def forget_local(self, origin: str | None = None) -> None:
+        """Drop this process's copy of ``origin``'s rules (of every origin if None); the next ``get`` asks Redis."""
         with self._lock:
-            self._forget(origin)
+            for known in [origin] if origin is not None else list(self._local):
+                self._forget(known)
 
     def _remember(self, origin: str, rules: RobotsRules, expires_at: float) -> None:
         with self._lock:

@@ -36,6 +36,7 @@ from tests.celery_setup import LocalRedisProcess, LocalWorkerProcess, VcrawlTest
 from tests.cluster import cluster_env
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.site import TestSite
+from vcrawl import redis_keys
 from vcrawl.settings import Settings
 
 TEST_USER_AGENTS = tuple(f"vcrawl-test-agent/{n}.0 (+loopback)" for n in range(1, 6))
@@ -143,6 +144,23 @@ def worker(vcrawl_settings: Settings) -> Iterator[EmbeddedWorker]:
     """A real Celery worker (thread pool) consuming both queues, in this process."""
     with EmbeddedWorker(concurrency=8, hostname="pytest@localhost", loglevel="WARNING") as running:
         yield running
+
+
+@pytest.fixture(autouse=True)
+def _no_robots_rules_from_earlier_tests(request: pytest.FixtureRequest) -> None:
+    """Tests on the session's worker start with no robots.txt rules cached, in Redis or in this process.
+
+    Ports are reused within a session, on 127.0.0.1 and on the other loopback hosts alike: rules an
+    earlier test's site left for ``host:port`` (kept a day) must not decide this test's crawl.
+    """
+    if "worker" not in request.fixturenames:
+        return  # a test with its own Redis and workers: nothing of the session's is in its way
+    request.getfixturevalue("worker")  # the session's Redis and settings are up
+    tasks.deps.robots().forget_local()
+    client = tasks.deps.redis_client()
+    stale = list(client.scan_iter(match=redis_keys.robots("*"), count=1000))
+    if stale:
+        client.delete(*stale)
 
 
 @pytest.fixture

@@ -310,6 +310,11 @@ def test_forget_local_makes_the_next_get_ask_redis(redis_double: RedisDouble, cl
     assert cache.get(SITE) is PARSED  # the process's copy still answers
     cache.forget_local(SITE)
     assert cache.get(SITE) is None
+    cache.put("http://a.example", PARSED)
+    cache.put("http://b.example", PARSED)
+    redis_double.data.clear()
+    cache.forget_local()
+    assert cache.get("http://a.example") is None and cache.get("http://b.example") is None
 
 
 def test_the_process_cache_is_an_lru(redis_double: RedisDouble, clock: FakeClock) -> None:
