@@ -13,7 +13,7 @@ from analyzers import fields, links, programs
 from analyzers.page import Page
 from vcrawl.errors import ConfigError, UnknownComponent
 from vcrawl.payloads import FieldRule
-from vcrawl.plugins import describe, load_plugin
+from vcrawl.plugins import choose_entry_points, describe, load_plugin
 from vcrawl.settings import Settings
 
 __all__ = [
@@ -115,20 +115,7 @@ class Registry:
         entry_points = self._entry_points
         if entry_points is None:
             entry_points = tuple(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
-        chosen: dict[str, importlib.metadata.EntryPoint] = {}
-        for entry_point in entry_points:
-            name = entry_point.name
-            if name in self._builtins:
-                raise ConfigError(
-                    f"analyzer plugin {describe(entry_point)} uses the name of the built-in analyzer {name!r}"
-                )
-            if (other := chosen.get(name)) is not None:
-                if other.value == entry_point.value:  # one plugin seen twice on sys.path
-                    continue
-                raise ConfigError(
-                    f"analyzer plugins {describe(other)} and {describe(entry_point)} both use the name {name!r}"
-                )
-            chosen[name] = entry_point
+        chosen = choose_entry_points(entry_points, "analyzer", dict.fromkeys(self._builtins))
         analyzers = dict(self._builtins)
         for name, entry_point in chosen.items():
             analyzers[name] = load_plugin(entry_point, "analyzer")

@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from cli.tables import aligned
+
 __all__ = ["add_nodes_command", "format_nodes"]
 
 
@@ -61,10 +63,7 @@ def format_nodes(listing: dict[str, Any]) -> str:
             str(node.get("held_messages", 0)),
             f"{taken.get('batches', 0)} batches, {taken.get('restored', 0)} messages" if taken else "-",
         ))  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    right = {1, 3, 4, 5, 7}
-    lines = ["  ".join(cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-                       for i, cell in enumerate(row)).rstrip() for row in rows]  # fmt: skip
+    lines = aligned(rows, right={1, 3, 4, 5, 7})
     if len(rows) == 1:
         lines = ["no workers: none has beaten since the last restart of Redis, or none runs"]
     total = len(listing["nodes"])

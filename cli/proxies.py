@@ -7,6 +7,8 @@ import json
 import time
 from typing import Any
 
+from cli.tables import aligned
+
 __all__ = ["add_proxies_command", "format_pool"]
 
 
@@ -51,8 +53,7 @@ def format_pool(listing: dict[str, Any], now: float) -> str:
         age = max(0.0, now - entry["checked_at"])
         rows.append((entry["proxy"], f"{entry['latency_s']:.3f} s", entry["anonymity"] or "-", f"{age:.0f} s ago",
                      entry["source"] or "-"))  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines = aligned(rows)
     cooling = ", ".join(f"{name} ({left:g} s left)" for name, left in sorted(listing["cooling"].items()))
     lines.append(f"{len(listing['harvested'])} harvested proxies; cooling off: {cooling or 'none'}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from cli.arguments import positive_int
+from cli.tables import aligned
 
 __all__ = ["add_stats_command", "format_daily"]
 
@@ -67,13 +68,13 @@ def format_daily(report: dict[str, Any]) -> str:
     rows = [("DAY", *(title for title, _ in _COLUMNS), "FAILED")]
     for day in [*days[active[0] :], {**report["totals"], "day": "total"}]:
         rows.append((day["day"], *(str(day[key]) for _, key in _COLUMNS), _failures(day["failed"])))
-    lines += _table(rows, left={0, len(rows[0]) - 1})
+    lines += aligned(rows, right=range(1, len(rows[0]) - 1))
     host_rows = [("HOST", "DAY", "FETCHED", "STORED", "BYTES", "FAILED")]
     for name, entries in sorted(report["hosts"].items()):
         host_rows += [(name, e["day"], str(e["pages_fetched"]), str(e["pages_stored"]), str(e["bytes"]),
                        str(e["failed"])) for e in entries]  # fmt: skip
     if len(host_rows) > 1:
-        lines += ["", *_table(host_rows, left={0, 1})]
+        lines += ["", *aligned(host_rows, right=range(2, len(host_rows[0])))]
     return "\n".join(lines)
 
 
@@ -81,9 +82,3 @@ def _failures(failed: dict[str, int]) -> str:
     if not failed:
         return "0"
     return f"{sum(failed.values())} (" + ", ".join(f"{reason} {n}" for reason, n in sorted(failed.items())) + ")"
-
-
-def _table(rows: list[tuple[str, ...]], left: set[int]) -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.ljust(widths[i]) if i in left else cell.rjust(widths[i])
-                      for i, cell in enumerate(row)).rstrip() for row in rows]  # fmt: skip

@@ -11,12 +11,9 @@ Index lines are CDXJ: ``<key> <14-digit timestamp> {json}``. The key is the capt
 (spaces and control characters %-escaped): neither warcio nor a dependency of vcrawl provides
 SURT, so ``lookup`` takes the URL as it was written (the crawler writes canonical URLs).
 
-One module past ~500 lines on purpose: writer, spool recovery, index and reader share one file
-format (record framing, offsets, the CDXJ line); split, each would have to know the others' layout.
-
-One module past ~500 lines on purpose: the writer, its spool, the per-batch stage and spool
-recovery share one record and index format (``_write_capture``, ``CdxEntry``); split, each part
-would reach into the others' private spool.
+One module past ~500 lines on purpose: the writer, its spool, the per-batch stage, spool recovery,
+the index and the reader share one record and index format (record framing, offsets, the CDXJ line:
+``_write_capture``, ``CdxEntry``); split, each part would reach into the others' private spool.
 """
 
 from __future__ import annotations

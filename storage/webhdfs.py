@@ -5,12 +5,9 @@ The port is the NameNode's WebHDFS **HTTP** port (``dfs.namenode.http-address``:
 HTTP to it and follows its ``307`` redirects to the DataNodes. Host names are compared as written
 (``localhost:9870`` and ``127.0.0.1:9870`` are different NameNodes) and are never resolved here.
 
-One module past ~500 lines on purpose: the backend, its path confinement and the mapping of
-WebHDFS errors to vcrawl's errors are one room (the only place ``hdfs`` is imported), and each
-part is read only with the others.
-
-One module past ~500 lines on purpose: one client of one wire protocol (WebHDFS), with its error
-mapping and retries, read together.
+One module past ~500 lines on purpose: one client of one wire protocol (WebHDFS): the backend,
+its path confinement, its retries and the mapping of WebHDFS errors to vcrawl's errors are one room
+(the only place ``hdfs`` is imported), and each part is read only with the others.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Any
 
 from vcrawl.errors import ConfigError
 
-__all__ = ["describe", "load_group", "load_plugin"]
+__all__ = ["choose_entry_points", "describe", "load_group", "load_plugin"]
 
 
 def load_group(
@@ -34,6 +34,26 @@ def load_group(
     """
     if entry_points is None:
         entry_points = importlib.metadata.entry_points(group=group)
+    chosen = choose_entry_points(entry_points, kind, builtins)
+    if missing := sorted(set(builtins) - set(chosen)):
+        raise ConfigError(
+            f"the built-in {kind}s {missing} are not registered in the {group!r} entry points: "
+            "install vcrawl as a package (pip install -e .) so its entry points are known"
+        )
+    return {name: load_plugin(entry_point, kind) for name, entry_point in chosen.items()}
+
+
+def choose_entry_points(
+    entry_points: Iterable[importlib.metadata.EntryPoint], kind: str, builtins: Mapping[str, str | None]
+) -> dict[str, importlib.metadata.EntryPoint]:
+    """Name -> entry point, each name taken once; nothing is imported yet.
+
+    ``builtins`` maps a built-in's name to the ``module:attr`` its own entry point names, or to None
+    when the built-in is code, not an entry point (analyzers): then any entry point of that name clashes.
+
+    Raises:
+        ConfigError: a plug-in takes a built-in's name, or two plug-ins one name (naming both).
+    """
     chosen: dict[str, importlib.metadata.EntryPoint] = {}
     for entry_point in entry_points:
         name = entry_point.name
@@ -46,12 +66,7 @@ def load_group(
                 f"{kind} plugins {describe(other)} and {describe(entry_point)} both use the name {name!r}"
             )
         chosen[name] = entry_point
-    if missing := sorted(set(builtins) - set(chosen)):
-        raise ConfigError(
-            f"the built-in {kind}s {missing} are not registered in the {group!r} entry points: "
-            "install vcrawl as a package (pip install -e .) so its entry points are known"
-        )
-    return {name: load_plugin(entry_point, kind) for name, entry_point in chosen.items()}
+    return chosen
 
 
 def load_plugin(entry_point: importlib.metadata.EntryPoint, kind: str) -> Callable[..., Any]:
