@@ -42,6 +42,7 @@ __all__ = [
     "StorageRefused",
     "UnknownComponent",
     "VcrawlError",
+    "kind_of",
 ]
 
 
@@ -72,6 +73,15 @@ class InvalidTask(PermanentError, ValueError):
 
     def __str__(self) -> str:
         return f"{self.field}: {self.problem}"
+
+
+def kind_of(value: object) -> str:
+    """What ``value`` is, for an ``InvalidTask`` message: its type's name, ``null`` for None.
+
+    >>> kind_of([1]), kind_of(None)
+    ('list', 'null')
+    """
+    return "null" if value is None else type(value).__name__
 
 
 class UnknownComponent(PermanentError, ValueError):

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import InvalidTask, kind_of
 
 __all__ = ["FilterSpec", "parse_filters"]
 
@@ -36,12 +36,12 @@ def parse_filters(value: Any) -> tuple[FilterSpec, ...]:
     if value is None:
         return ()
     if not isinstance(value, list | tuple):
-        raise InvalidTask("filters", f"must be a list, got {_kind(value)}")
+        raise InvalidTask("filters", f"must be a list, got {kind_of(value)}")
     specs = []
     for index, item in enumerate(value):
         where = f"filters[{index}]"
         if not isinstance(item, Mapping):
-            raise InvalidTask(where, f"must be a mapping of keys, got {_kind(item)}")
+            raise InvalidTask(where, f"must be a mapping of keys, got {kind_of(item)}")
         for key in item:
             if key not in ("name", "params"):
                 raise InvalidTask(f"{where}.{key}", "unknown key; known: name, params")
@@ -52,14 +52,10 @@ def parse_filters(value: Any) -> tuple[FilterSpec, ...]:
         if params is None:
             params = {}
         if not isinstance(params, Mapping):
-            raise InvalidTask(f"{where}.params", f"must be a mapping of keys, got {_kind(params)}")
+            raise InvalidTask(f"{where}.params", f"must be a mapping of keys, got {kind_of(params)}")
         try:
             params = json.loads(json.dumps(dict(params)))  # JSON values only: the spec is stored as JSON
         except (TypeError, ValueError) as exc:
             raise InvalidTask(f"{where}.params", f"must hold JSON values only: {exc}") from None
         specs.append(FilterSpec(name, params))
     return tuple(specs)
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import InvalidTask, kind_of
 from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.job_yaml import parse_job_yaml
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
@@ -409,7 +409,7 @@ def _job_id(value: Any) -> str:
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise InvalidTask(where, f"must be a mapping of keys, got {_kind(value)}")
+        raise InvalidTask(where, f"must be a mapping of keys, got {kind_of(value)}")
     return value
 
 
@@ -423,7 +423,7 @@ def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list | tuple):
-        raise InvalidTask(where, f"must be a list, got {_kind(value)}")
+        raise InvalidTask(where, f"must be a list, got {kind_of(value)}")
     return list(value)
 
 
@@ -433,7 +433,7 @@ def _str_list(value: Any, where: str, required: bool = False) -> tuple[str, ...]
         raise InvalidTask(where, "needs at least one entry")
     for index, item in enumerate(items):
         if not isinstance(item, str) or not item.strip():
-            raise InvalidTask(f"{where}[{index}]", f"must be a non-empty string, got {_kind(item)}")
+            raise InvalidTask(f"{where}[{index}]", f"must be a non-empty string, got {kind_of(item)}")
     return tuple(item.strip() for item in items)
 
 
@@ -459,7 +459,7 @@ def _bool(value: Any, where: str) -> bool:
 
 def _int(value: Any, where: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidTask(where, f"must be an integer, got {_kind(value)}")
+        raise InvalidTask(where, f"must be an integer, got {kind_of(value)}")
     if not low <= value <= high:
         raise InvalidTask(where, f"must be between {low} and {high}, got {value}")
     return value
@@ -467,11 +467,7 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
 
 def _float(value: Any, where: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidTask(where, f"must be a number, got {_kind(value)}")
+        raise InvalidTask(where, f"must be a number, got {kind_of(value)}")
     if not low <= value <= high:
         raise InvalidTask(where, f"must be between {low:g} and {high:g}, got {value}")
     return float(value)
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__

@@ -230,9 +230,9 @@ HOST_FETCHED = "fetched|"
 HOST_DONE = "done|"
 HOST_FAILED = "failed|"
 HOST_SLOW = "slow|"
+"""Requests to the host given up for time (``COUNTER_SLOW``): its failure budget."""
 HOST_THROTTLED = "throttled|"
 """The host's latest run of 429/503 answers in a row (``politeness.retry_after: auto``)."""
-"""Requests to the host given up for time (``COUNTER_SLOW``): its failure budget."""
 
 # Per-day statistics (``redis_keys.job_day_stats``): these counters and every ``failed:<reason>``
 # of a fetch batch, per job and UTC day; per host and day (``redis_keys.job_day_host_stats``)

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vcrawl.api_rules import ApiSpec, check_auth_name
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import InvalidTask, kind_of
 
 __all__ = [
     "MAX_URL_LENGTH",
@@ -61,14 +61,14 @@ class FieldRule:
                 return cls._checked(where, xpath=value[len("xpath:") :])
             return cls._checked(where, css=value.removeprefix("css:"))
         if not isinstance(value, Mapping):
-            raise InvalidTask(where, f"must be a selector string or an object, got {_kind(value)}")
+            raise InvalidTask(where, f"must be a selector string or an object, got {kind_of(value)}")
         if unknown := set(value) - {f.name for f in fields(cls)}:
             raise InvalidTask(where, f"unknown keys {sorted(unknown)}; known: css, xpath, attr, all")
         for key in ("css", "xpath", "attr"):
             if value.get(key) is not None and not isinstance(value[key], str):
-                raise InvalidTask(f"{where}.{key}", f"must be a string, got {_kind(value[key])}")
+                raise InvalidTask(f"{where}.{key}", f"must be a string, got {kind_of(value[key])}")
         if not isinstance(value.get("all", False), bool):
-            raise InvalidTask(f"{where}.all", f"must be true or false, got {_kind(value['all'])}")
+            raise InvalidTask(f"{where}.all", f"must be true or false, got {kind_of(value['all'])}")
         return cls._checked(where, **dict(value))
 
     @classmethod
@@ -150,7 +150,7 @@ class Rule:
             InvalidTask: naming the first wrong key, e.g. ``rules[1].js_function``.
         """
         if not isinstance(data, Mapping):
-            raise InvalidTask(where, f"must be a mapping of keys, got {_kind(data)}")
+            raise InvalidTask(where, f"must be a mapping of keys, got {kind_of(data)}")
         known = {f.name for f in fields(cls)}
         for key in data:
             if key not in known:
@@ -188,10 +188,10 @@ def _typed(data: Mapping[str, Any], required: tuple[str, ...], optional: tuple[s
     values = dict(data)
     for name in required:
         if name in values and not isinstance(values[name], str):
-            raise InvalidTask(name, f"must be a string, got {_kind(values[name])}")
+            raise InvalidTask(name, f"must be a string, got {kind_of(values[name])}")
     for name in optional:
         if values.get(name) is not None and not isinstance(values[name], str):
-            raise InvalidTask(name, f"must be a string or null, got {_kind(values[name])}")
+            raise InvalidTask(name, f"must be a string or null, got {kind_of(values[name])}")
     if values.get("fields") is not None:
         values["fields"] = _field_rules(values["fields"])
     if values.get("api") is not None and not isinstance(values["api"], ApiSpec):
@@ -253,7 +253,7 @@ class DownloadTask:
             InvalidTask: naming the first wrong field.
         """
         if not isinstance(data, Mapping):
-            raise InvalidTask("task", f"must be an object (dict) of task fields, got {_kind(data)}")
+            raise InvalidTask("task", f"must be an object (dict) of task fields, got {kind_of(data)}")
         known = {f.name for f in fields(cls)}
         if unknown := sorted(set(data) - known, key=repr):
             raise InvalidTask(_key_name(unknown[0]), f"unknown field; known fields: {', '.join(sorted(known))}")
@@ -357,11 +357,11 @@ class FetchedBatch:
             InvalidTask: unknown, missing or malformed fields.
         """
         if not isinstance(data, Mapping):
-            raise InvalidTask("fetched batch", f"must be an object, got {_kind(data)}")
+            raise InvalidTask("fetched batch", f"must be an object, got {kind_of(data)}")
         values = dict(data)
         for name in ("pages", "redirects"):
             if not isinstance(values.get(name, []), list | tuple):
-                raise InvalidTask(name, f"must be a list, got {_kind(values[name])}")
+                raise InvalidTask(name, f"must be a list, got {kind_of(values[name])}")
         values["pages"] = tuple(FetchedPage.from_dict(_current_page(page)) for page in values.get("pages", ()))
         values["redirects"] = tuple(RedirectLink.from_dict(hop) for hop in values.get("redirects", ()))
         return _strict(cls, values, "fetched batch")
@@ -428,7 +428,7 @@ class AnalysisJob:
 
 def _strict(cls: type, data: Any, what: str) -> Any:
     if not isinstance(data, Mapping):
-        raise InvalidTask(what, f"must be an object, got {_kind(data)}")
+        raise InvalidTask(what, f"must be an object, got {kind_of(data)}")
     names = {f.name for f in fields(cls)}
     if unknown := sorted(set(data) - names, key=repr):
         raise InvalidTask(_key_name(unknown[0]), f"unknown field in {what}")
@@ -438,7 +438,7 @@ def _strict(cls: type, data: Any, what: str) -> Any:
         if value is None or wanted is None:
             continue
         if not isinstance(value, wanted[0]) or isinstance(value, bool):
-            raise InvalidTask(spec.name, f"must be {wanted[1]}, got {_kind(value)}")
+            raise InvalidTask(spec.name, f"must be {wanted[1]}, got {kind_of(value)}")
     try:
         return cls(**data)
     except TypeError as exc:
@@ -468,7 +468,7 @@ def field_rules(value: Any) -> dict[str, FieldRule]:
 
 def _field_rules(value: Any) -> dict[str, FieldRule]:
     if not isinstance(value, Mapping) or not value:
-        raise InvalidTask("fields", f"must be a non-empty object of name -> rule, got {_kind(value)}")
+        raise InvalidTask("fields", f"must be a non-empty object of name -> rule, got {kind_of(value)}")
     rules = {}
     for name, rule in value.items():
         if not isinstance(name, str) or not _NAME.match(name):
@@ -493,7 +493,3 @@ def _check_url(url: str) -> None:
         raise InvalidTask("url", f"has no host: {url[:100]!r}")
     if port == 0:
         raise InvalidTask("url", f"port 0 is not a valid port: {url[:100]!r}")
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vcrawl.errors import InvalidTask
+from vcrawl.errors import InvalidTask, kind_of
 
 __all__ = [
     "DEPTH_PENALTY",
@@ -68,13 +68,13 @@ def parse_priorities(value: Any) -> tuple[PrioritySpec, ...]:
     if value is None:
         return ()
     if not isinstance(value, list | tuple):
-        raise InvalidTask("priorities", f"must be a list of {{pattern, priority}}, got {type(value).__name__}")
+        raise InvalidTask("priorities", f"must be a list of {{pattern, priority}}, got {kind_of(value)}")
     return tuple(_item(raw, f"priorities[{index}]") for index, raw in enumerate(value))
 
 
 def _item(raw: Any, where: str) -> PrioritySpec:
     if not isinstance(raw, Mapping):
-        raise InvalidTask(where, f"must be a mapping with pattern and priority, got {type(raw).__name__}")
+        raise InvalidTask(where, f"must be a mapping with pattern and priority, got {kind_of(raw)}")
     if unknown := sorted(set(raw) - {"pattern", "priority"}):
         raise InvalidTask(f"{where}.{unknown[0]}", "unknown key; known: pattern, priority")
     pattern, priority = raw.get("pattern"), raw.get("priority")
