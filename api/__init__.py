@@ -29,5 +29,5 @@ def real_api(token: str | None) -> JobApi:
         nodes=lambda with_hosts: tasks.ring_nodes(with_hosts=with_hosts),
         daily=tasks.job_daily,
         analyses=tasks.analysis_runs,
-        logs=lambda job, node, level, limit: tasks.read_logs(job, node, level, limit),
+        logs=tasks.read_logs,
     )

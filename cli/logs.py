@@ -9,10 +9,10 @@ import time
 from typing import Any
 
 from cli.arguments import positive_int
+from cli.tables import aligned
+from vcrawl.settings import LOG_LEVELS
 
 __all__ = ["add_logs_commands"]
-
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def add_logs_commands(commands: Any) -> None:
@@ -25,7 +25,7 @@ def add_logs_commands(commands: Any) -> None:
     )
     logs.add_argument("--job", help="only lines about this job")
     logs.add_argument("--node", help="only lines of this worker (its name, w1@box, or its host, box)")
-    logs.add_argument("--level", type=str.upper, choices=_LEVELS, default="DEBUG", help="only from this level on")
+    logs.add_argument("--level", type=str.upper, choices=LOG_LEVELS, default="DEBUG", help="only from this level on")
     logs.add_argument("--limit", type=positive_int, default=100, help="how many of the last lines (default 100)")
     logs.add_argument("--follow", "-f", action="store_true", help="then print new lines as they come (Ctrl-C stops)")
     logs.add_argument("--timeout", type=float, metavar="S", help="with --follow: stop after S seconds")
@@ -39,7 +39,7 @@ def add_logs_commands(commands: Any) -> None:
         "root for all. Without LEVEL: list the levels set. LEVEL reset: back to VCRAWL_LOG_STREAM_LEVEL.",
     )
     level.add_argument("logger", nargs="?", help="the logger (root: every logger)")
-    level.add_argument("level", nargs="?", type=str.upper, choices=(*_LEVELS, "RESET"), help="the level, or reset")
+    level.add_argument("level", nargs="?", type=str.upper, choices=(*LOG_LEVELS, "RESET"), help="the level, or reset")
     level.set_defaults(run=_cmd_log_level)
 
 
@@ -85,11 +85,11 @@ def _cmd_log_level(args: argparse.Namespace) -> int:
             print("vcrawl: give a LEVEL (or reset) after the logger", file=sys.stderr)
             return 2
         levels = tasks.log_levels()
-        for name, level in sorted(levels.items()):
-            print(f"{name:<30} {level}")
+        rows = sorted(levels.items())
         if DEFAULT_LOGGER not in levels:  # the workers' own setting: only this shell's is known here
-            unset, default = f"{DEFAULT_LOGGER} (not set)", tasks.settings().log_stream_level
-            print(f"{unset:<30} each worker's VCRAWL_LOG_STREAM_LEVEL ({default} in this shell)")
+            default = f"each worker's VCRAWL_LOG_STREAM_LEVEL ({tasks.settings().log_stream_level} in this shell)"
+            rows.append((f"{DEFAULT_LOGGER} (not set)", default))
+        print("\n".join(aligned(rows)))
         return 0
     tasks.set_log_level(args.logger, None if args.level == "RESET" else args.level)
     shown = "the default" if args.level == "RESET" else args.level

@@ -46,7 +46,9 @@ def install(target: logging.Logger, local_level: int, settings: Settings) -> Non
 
     Idempotent per logger: Celery may set up the same logger again.
     """
-    context = _installed.get("context") or _installed.setdefault("context", ContextFilter())
+    if "context" not in _installed:
+        _installed["context"] = ContextFilter()
+    context = _installed["context"]
     stream = shipper()
     if stream is None and settings.log_stream:
         # A client of its own: the shipping thread's connection never waits behind a task's commands.
@@ -74,12 +76,8 @@ def install(target: logging.Logger, local_level: int, settings: Settings) -> Non
 
 
 @after_setup_logger.connect
-def _root_logger(logger: logging.Logger, loglevel: int | None = None, **_: Any) -> None:
-    install(logger, int(loglevel or 0), deps.settings())
-
-
 @after_setup_task_logger.connect
-def _task_logger(logger: logging.Logger, loglevel: int | None = None, **_: Any) -> None:
+def _logger_set_up(logger: logging.Logger, loglevel: int | None = None, **_: Any) -> None:
     install(logger, int(loglevel or 0), deps.settings())
 
 
