@@ -11,6 +11,10 @@ the line is dropped and counted), and the thread sends batches with ``XADD ... M
 away: the batch is dropped and counted, local logging goes on, and one line says how many were
 lost once Redis is back. The thread and the Redis client are made per process on first use, so a
 prefork child (forked with the parent's handler) starts its own.
+
+A line carries its level's number (``levelno``) as well as its name: a reader filters on the number,
+so a level only the writing process knows (billiard's ``SUBWARNING``, an unnamed ``Level 25``) reads
+back as any other.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ __all__ = [
     "LogQuery",
     "StreamShipper",
     "cut_text",
+    "entry_level",
     "format_entry",
     "job_stream_maxlen",
     "level_of",
@@ -102,7 +107,23 @@ def level_of(name: str) -> int:
     upper = name.strip().upper()
     if upper not in LOG_LEVELS:
         raise ValueError(f"log level must be one of {', '.join(LOG_LEVELS)}, got {name!r}")
-    return int(logging.getLevelName(upper))
+    return logging.getLevelNamesMapping()[upper]
+
+
+def entry_level(entry: Mapping[str, str]) -> int:
+    """A stream entry's level number: its ``levelno``; for a line shipped without one, from its level name.
+
+    A name this process does not know (a level only the writing process registered) counts as WARNING:
+    shown by default and from WARNING on, not hidden as if it were below DEBUG.
+
+    >>> entry_level({"level": "Level 25", "levelno": "25"}), entry_level({"level": "ERROR"})
+    (25, 40)
+    >>> entry_level({"level": "NOTICE"})  # shipped without levelno, by a process that named level 25
+    30
+    """
+    if (number := entry.get("levelno", "")).isdigit():
+        return int(number)
+    return logging.getLevelNamesMapping().get(entry.get("level", ""), logging.WARNING)
 
 
 class StreamShipper(logging.Handler):
@@ -128,8 +149,7 @@ class StreamShipper(logging.Handler):
         self.dropped = 0  # lines lost: queue full or Redis away (per process)
         self.shipped = 0
         self._lowered: dict[str, int] = {}  # logger -> its own level before the stream lowered it
-        self._pid: int | None = None
-        self._in_flight = 0  # lines taken from the queue and not yet sent (or dropped)
+        # Lines put and not yet sent or dropped: its unfinished_tasks (the thread calls task_done).
         self._queue: queue.Queue[dict[str, str]] = queue.Queue(queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -143,7 +163,7 @@ class StreamShipper(logging.Handler):
         self._start_lock = threading.Lock()
         self._queue = queue.Queue(self.queue_size)
         self._stop = threading.Event()
-        self._thread, self._pid, self._in_flight = None, None, 0
+        self._thread = None
 
     # The caller's side: never blocks, never raises.
 
@@ -171,22 +191,21 @@ class StreamShipper(logging.Handler):
 
     def start(self) -> StreamShipper:
         """Start this process's shipping thread if it does not run (first use, or first use after a fork)."""
-        if self._pid == os.getpid() and self._thread is not None:
+        if self._thread is not None:
             return self
         with self._start_lock:
-            if self._pid != os.getpid() or self._thread is None:
-                self._pid = os.getpid()
+            if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="vcrawl-log-shipper", daemon=True)
                 self._thread.start()
         return self
 
     def flush(self, timeout_s: float = 1.0) -> None:
-        """Wait up to ``timeout_s`` for the queued lines to be sent (at shutdown)."""
-        deadline = time.monotonic() + timeout_s
-        while self._thread is not None and self._pid == os.getpid() and (self._in_flight or not self._queue.empty()):
-            if time.monotonic() >= deadline:
-                return
-            time.sleep(0.02)
+        """Wait up to ``timeout_s`` for the queued lines to be sent or dropped (at shutdown)."""
+        if self._thread is None:  # nothing queued in this process
+            return
+        lines = self._queue
+        with lines.all_tasks_done:  # the condition Queue.join waits on, here with a timeout
+            lines.all_tasks_done.wait_for(lambda: not lines.unfinished_tasks, timeout_s)
 
     def close(self) -> None:
         self.flush()
@@ -200,6 +219,7 @@ class StreamShipper(logging.Handler):
         entry = {
             "t": f"{record.created:.3f}",
             "level": record.levelname,
+            "levelno": str(record.levelno),
             "logger": cut_text(record.name, FIELD_BYTES),
             "msg": message,
             "node": cut_text(str(getattr(record, "node", "") or ""), FIELD_BYTES),
@@ -217,7 +237,6 @@ class StreamShipper(logging.Handler):
         next_poll, backoff_s, reported = 0.0, 0.0, self.dropped
         while not self._stop.is_set():
             batch = self._take(wait_s=0.5)
-            self._in_flight = len(batch)
             now = time.monotonic()
             try:
                 client = client or self._client_factory()
@@ -235,9 +254,11 @@ class StreamShipper(logging.Handler):
                 if backoff_s == 0.0:
                     logger.warning("log stream: Redis unreachable, dropping lines until it is back: %r", exc)
                 backoff_s = min(_BACKOFF_MAX_S, max(0.5, backoff_s * 2))
-                self._in_flight = 0
+            finally:
+                for _ in batch:  # sent or dropped: flush() waits for no more
+                    self._queue.task_done()
+            if backoff_s:
                 self._stop.wait(backoff_s)
-            self._in_flight = 0
 
     def _take(self, wait_s: float) -> list[dict[str, str]]:
         try:
@@ -268,8 +289,9 @@ class StreamShipper(logging.Handler):
 
     def _lost_line(self, count: int) -> dict[str, str]:
         node = next((str(getattr(f, "node", "")) for f in self.filters if getattr(f, "node", None)), "")
-        return {"t": f"{self._clock():.3f}", "level": "WARNING", "logger": logger.name, "node": node,
-                "msg": f"{count} log lines of this process were dropped (Redis unreachable or slow)"}  # fmt: skip
+        message = f"{count} log lines of this process were dropped (Redis unreachable or slow)"
+        return {"t": f"{self._clock():.3f}", "level": "WARNING", "levelno": str(logging.WARNING), "logger": logger.name,
+                "node": node, "msg": message}  # fmt: skip
 
     def _apply_levels(self, levels: Mapping[str, int]) -> None:
         """Take the stream levels read from Redis; lower a logger's own level where the stream wants more."""
@@ -354,7 +376,7 @@ class LogQuery:
             node = entry.get("node", "")
             if self.node not in (node, node.partition("@")[2]) and not node.startswith(self.node + "@"):
                 return False
-        return int(logging.getLevelName(entry.get("level", "NOTSET")) or 0) >= self.level
+        return entry_level(entry) >= self.level
 
 
 def read_entries(

@@ -272,7 +272,7 @@ def job_daily(job_id: str, days: int, now: float | None = None, host: str | None
 def read_logs(job: str | None = None, node: str | None = None, level: str = "DEBUG",
               limit: int = 100) -> list[tuple[str, dict[str, str]]]:  # fmt: skip
     """The cluster log stream's last ``limit`` lines of ``job`` / ``node`` from ``level`` on, oldest first,
-    as (stream id, fields: t, level, logger, msg, node, job, task, url).
+    as (stream id, fields: t, level, levelno, logger, msg, node, job, task, url).
 
     Raises:
         ValueError: ``level`` is not a level name.

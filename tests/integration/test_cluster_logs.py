@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -84,9 +85,9 @@ def _submit(worker: dict[str, Any], job: dict[str, Any], wait: bool = False) -> 
     _vcrawl(worker["env"], "submit", str(job_file), *(("--wait", "--timeout", "20") if wait else ()))
 
 
-def _messages(env: dict[str, str], job: str) -> str:
+def _messages(env: dict[str, str], job: str, *options: str) -> str:
     """The job's lines in the stream as ``LEVEL message``, read with ``vcrawl logs --json``."""
-    rows = _vcrawl(env, "logs", "--job", job, "--json").splitlines()
+    rows = _vcrawl(env, "logs", "--job", job, "--json", *options).splitlines()
     return "\n".join(f"{fields['level']} {fields['msg']}" for fields in map(json.loads, rows))
 
 
@@ -107,7 +108,12 @@ def test_a_warning_in_a_task_is_read_back_with_vcrawl_logs(log_worker: dict[str,
                                          headers={"Authorization": f"Bearer {_API_TOKEN}"})  # fmt: skip
         with urllib.request.urlopen(request, timeout=10) as answer:
             lines = json.load(answer)["lines"]
-    assert any(f":{port}" in line["url"] and line["level"] == "WARNING" and line["id"] for line in lines)
+        assert any(f":{port}" in line["url"] and line["level"] == "WARNING" and line["id"] for line in lines)
+        request = urllib.request.Request(f"{base}/api/jobs/{job}/logs?level=loud",
+                                         headers={"Authorization": f"Bearer {_API_TOKEN}"})  # fmt: skip
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 400 and "log level must be one of" in json.load(refused.value)["error"]
 
 
 @contextmanager
@@ -231,6 +237,25 @@ def test_redis_down_drops_lines_and_local_logging_goes_on() -> None:
         assert shipper.dropped >= 1900 and shipper.shipped == 0  # the queue holds 100: the rest are counted drops
     finally:
         shipper.close()
+
+
+def test_a_level_the_reader_never_named_is_read_by_its_number(vcrawl_settings: Settings) -> None:
+    # A worker may log at a level only it named (billiard's SUBWARNING, 25) or that nobody named.
+    job = f"lv25-{uuid.uuid4().hex[:8]}"
+    shipper = _shipper(lambda: make_redis_client(vcrawl_settings), maxlen=100_000, default_level=logging.DEBUG)
+    shipper.addFilter(ContextFilter("lv@box"))
+    source = _logger_with("tests.logs.level25", shipper)
+    source.setLevel(logging.DEBUG)
+    try:
+        with log_context(job=job):
+            source.log(25, "between info and warning")
+            source.warning("a warning")
+        shipper.flush(timeout_s=5)
+    finally:
+        shipper.close()
+    env = cluster_env(vcrawl_settings)
+    assert _messages(env, job, "--level", "info") == "Level 25 between info and warning\nWARNING a warning"
+    assert _messages(env, job, "--level", "warning") == "WARNING a warning"
 
 
 def test_follow_prints_new_lines_and_stops_cleanly_on_ctrl_c(vcrawl_settings: Settings) -> None:

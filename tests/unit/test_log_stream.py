@@ -108,6 +108,38 @@ def test_a_query_picks_lines_by_job_node_and_level(query: LogQuery, expected: bo
     assert query.matches(entry) is expected
 
 
+@pytest.mark.parametrize(
+    ("entry", "from_info", "from_warning"),
+    [
+        ({"level": "Level 25", "levelno": "25"}, True, False),  # a level no process named
+        ({"level": "SUBWARNING", "levelno": "25"}, True, False),  # named only in the process that logged it
+        ({"level": "WARNING"}, True, True),  # shipped before lines carried levelno
+        ({"level": "NOTICE"}, True, True),  # the same, a name unknown here: counted as WARNING
+        ({"level": "DEBUG"}, False, False),
+    ],
+)
+def test_a_query_reads_the_shipped_level_number_whatever_its_name(
+    entry: dict[str, str], from_info: bool, from_warning: bool
+) -> None:
+    assert LogQuery(level=logging.INFO).matches(entry) is from_info
+    assert LogQuery(level=logging.WARNING).matches(entry) is from_warning
+
+
+def test_flush_waits_until_the_queued_lines_are_sent_or_dropped() -> None:
+    shipper = _shipper()
+    source = logging.getLogger(f"tests.unit.logs.{uuid.uuid4().hex[:8]}")
+    source.propagate = False
+    source.addHandler(shipper)
+    try:
+        for index in range(3):
+            source.warning("line %d", index)
+        shipper.flush(timeout_s=10)
+        assert shipper.dropped == 3  # Redis is away: dropped, and flush knew they were done with
+    finally:
+        source.removeHandler(shipper)
+        shipper.close()
+
+
 def test_level_names_are_checked() -> None:
     assert level_of("info") == logging.INFO
     with pytest.raises(ValueError, match="log level must be one of"):
