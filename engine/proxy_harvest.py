@@ -6,7 +6,8 @@ One run (``harvest``), fired by beat every ``VCRAWL_PROXY_HARVEST_EVERY_S``:
 2. asks the check URL directly for the crawler's own address (it fails: the run stops, the pool
    stays as it was);
 3. fetches each proxy source with the static fetcher (its network guard, timeouts and body cap)
-   and reads its candidates (``fetchers.proxy_lists``); a source that fails is logged and skipped;
+   and reads its candidates (``fetchers.proxy_lists``); a source that fails, or whose page cannot
+   be parsed (``unreadable``), is logged and skipped;
 4. checks the proxies already in the pool again, then the new candidates (at most
    ``VCRAWL_PROXY_CANDIDATES_MAX`` in all), ``VCRAWL_PROXY_CHECK_CONCURRENCY`` at a time
    (``fetchers.proxy_check``); checks not done within the run's budget are left: a pool member
@@ -219,7 +220,12 @@ def _read_sources(config: HarvestConfig, fetcher: Fetcher) -> tuple[dict[str, st
             logger.warning("proxy source %s not read: %s", source.url, exc.reason)
             read[source.url] = exc.reason
             continue
-        found = read_source(source, result.body)
+        try:
+            found = read_source(source, result.body)
+        except Exception as exc:  # a page read_source trips on (a bug) fails its source, not the run
+            logger.warning("proxy source %s not read: its page could not be parsed: %r", source.url, exc, exc_info=exc)
+            read[source.url] = "unreadable"
+            continue
         read[source.url] = len(found)
         for proxy in found:
             listed.setdefault(proxy, source.url)

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+import engine.proxy_harvest
 from cli.local_redis import LocalRedis
 from cli.main import main
 from engine.proxy_harvest import HarvestConfig, harvest, harvest_with_settings
@@ -229,6 +230,43 @@ def test_a_check_that_fails_unexpectedly_rejects_its_candidate_not_the_run(
     assert set(report.pool) == {proxies[0], proxies[2], proxies[4]} == {entry.proxy for entry in read_pool(pool)}
     unexpected = [record for record in caplog.records if "unexpectedly" in record.getMessage()]
     assert len(unexpected) == 1 and "2 checks" in unexpected[0].getMessage()  # once per run, with the count
+
+
+class Pages:
+    """A source fetcher without sockets: each source URL answers its page of ``bodies``."""
+
+    def __init__(self, bodies: Mapping[str, str]) -> None:
+        self.bodies = bodies
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        return FetchResult(request.url, request.url, 200, body=self.bodies[request.url].encode())
+
+
+def test_an_odd_port_or_an_unparsable_page_fails_its_entry_or_source_not_the_harvest(
+    pool: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = ProxySource("http://127.0.0.1:9/table.html", "table", host_column=0, port_column=1)
+    regex = ProxySource("http://127.0.0.1:9/list.js", "regex", pattern=r"(?P<host>[\d.]+):(?P<port>\w+)")
+    broken = ProxySource("http://127.0.0.1:9/broken.txt")
+    pages = Pages({
+        table.url: "<table><tr><td>203.0.113.8</td><td>80\N{SUPERSCRIPT TWO}</td></tr>"
+                   "<tr><td>203.0.113.1</td><td>8080</td></tr></table>",
+        regex.url: "203.0.113.9:\u0668\u0660 203.0.113.2:8080",  # Arabic-Indic 80: not a port
+        broken.url: "203.0.113.3:8080",
+    })  # fmt: skip
+    read_source = engine.proxy_harvest.read_source
+
+    def trips_on_broken(source: ProxySource, body: bytes) -> list[str]:
+        if source is broken:
+            raise RuntimeError("a page the reader trips on")
+        return read_source(source, body)
+
+    monkeypatch.setattr(engine.proxy_harvest, "read_source", trips_on_broken)
+    config = HarvestConfig((table, regex, broken), ProxyCheck(CHECK_URL, 1.0))
+    report = harvest(config, pages, Checks({}), pool)
+    assert report.status == "done", report
+    assert report.sources == {table.url: 1, regex.url: 1, broken.url: "unreadable"}
+    assert set(report.pool) == {"http://203.0.113.1:8080", "http://203.0.113.2:8080"}, report
 
 
 def test_a_harvest_forgets_the_bench_records_of_the_proxies_it_drops_except_configured_ones(

@@ -54,6 +54,13 @@ FORMATS = [
      b"<table><tr><td>203.0.113.7:8080</td></tr><tr><td>junk</td></tr></table>", ["http://203.0.113.7:8080"]),
     ("regex", source(format="regex", pattern=r'"ip":"(?P<host>[^"]+)","port":(?P<port>\d+)'), REGEX,
      ["http://203.0.113.7:8080", "http://198.51.100.4:3128"]),
+    # str.isdigit() takes "\N{SUPERSCRIPT TWO}" (int() refuses it) and Arabic-Indic digits (int() reads 80):
+    # neither is a port; the other rows are read all the same.
+    ("a port not in ASCII digits", source(format="table", host_column=0, port_column=1),
+     "<table><tr><td>203.0.113.8</td><td>80\N{SUPERSCRIPT TWO}</td></tr><tr><td>203.0.113.7</td><td>8080</td></tr>"
+     "</table>".encode(), ["http://203.0.113.7:8080"]),
+    ("regex, a port not in ASCII digits", source(format="regex", pattern=r"(?P<host>[\d.]+):(?P<port>\w+)"),
+     "203.0.113.8:\u0668\u0660 203.0.113.7:8080 [2001:db8::5]:\u0668\u0660".encode(), ["http://203.0.113.7:8080"]),
     ("table missing", source(format="table", table=5, host_column=0), TABLE, []),
     ("not HTML at all", source(format="table", host_column=0), b"", []),
 ]  # fmt: skip
