@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,24 @@ def test_sources_come_from_a_json_variable_or_a_yaml_file(tmp_path: object) -> N
 def test_bad_harvest_settings_fail_at_start_naming_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         Settings.from_env(env)
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("sources:\n  - url: https://lists.example/p\n    format: caf\u00e9\n".encode("latin-1"), "not UTF-8"),
+        (b"- url: https://lists.example/p\n  format: lines\n  format: table\n", "[0].format: given twice"),
+    ],
+    ids=["not UTF-8", "a key twice"],
+)
+def test_a_sources_file_that_is_not_utf8_or_repeats_a_key_is_a_config_error(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "sources.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=r"VCRAWL_PROXY_SOURCES") as raised:
+        Settings.from_env({"VCRAWL_PROXY_SOURCES": str(path), "VCRAWL_PROXY_CHECK_URL": "https://check.example/get"})
+    assert problem in str(raised.value)
 
 
 def test_beat_harvests_only_when_sources_are_set() -> None:
