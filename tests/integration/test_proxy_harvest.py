@@ -269,6 +269,54 @@ def test_an_odd_port_or_an_unparsable_page_fails_its_entry_or_source_not_the_har
     assert set(report.pool) == {"http://203.0.113.1:8080", "http://203.0.113.2:8080"}, report
 
 
+class ZrangeCount:
+    """A redis client that counts the ZRANGEs its pipelines send (the harvested pool's reads)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client, self.zranges = client, 0
+
+    def register_script(self, script: str) -> Any:
+        return self.client.register_script(script)
+
+    def pipeline(self, transaction: bool = True) -> Any:
+        pipe = self.client.pipeline(transaction=transaction)
+        zrange = pipe.zrange
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.zranges += 1
+            return zrange(*args, **kwargs)
+
+        pipe.zrange = counted  # type: ignore[method-assign]
+        return pipe
+
+
+def test_the_bench_reads_the_harvested_pool_only_when_harvesting_and_merges_it_once_per_refresh(
+    pool: redis.Redis,
+) -> None:
+    own, first, second = "http://203.0.113.1:8080", "http://203.0.113.2:8080", "http://203.0.113.3:8080"
+    write_pool(pool, [HarvestedProxy(first, 0.1), HarvestedProxy(own, 0.2)])
+    now = [0.0]
+    plain = ZrangeCount(pool)
+    health = ProxyHealth(plain, refresh_s=1.0, clock=lambda: now[0])  # no proxy sources configured
+    for step in range(3):
+        now[0] = step * 2.0  # a refresh each time
+        assert health.draw((own,), harvested=True) == own and health.has_healthy((own,), harvested=True)
+    assert plain.zranges == 0
+
+    counted = ZrangeCount(pool)
+    health = ProxyHealth(counted, refresh_s=1.0, clock=lambda: now[0], read_harvested=True)
+    cluster = (own,)
+    merged = health.pool(cluster, harvested=True)
+    assert merged == (own, first) and health.pool(cluster, harvested=True) is merged  # built once
+    assert {health.draw(cluster, harvested=True) for _ in range(50)} == {own, first}
+    assert health.has_healthy(cluster, harvested=True) and counted.zranges == 1  # one read per refresh
+    assert health.pool(cluster) == cluster  # a job's own list: no harvested proxy
+    write_pool(pool, [HarvestedProxy(second, 0.1)])
+    assert health.pool(cluster, harvested=True) is merged  # trusted until the next refresh
+    now[0] += 2.0
+    assert health.pool(cluster, harvested=True) == (own, second) and counted.zranges == 2
+
+
 def test_a_harvest_forgets_the_bench_records_of_the_proxies_it_drops_except_configured_ones(
     pool: redis.Redis,
 ) -> None:
