@@ -232,6 +232,32 @@ def test_a_check_that_fails_unexpectedly_rejects_its_candidate_not_the_run(
     assert len(unexpected) == 1 and "2 checks" in unexpected[0].getMessage()  # once per run, with the count
 
 
+class SlowChecks(Checks):
+    """Checks through a proxy take ``delay_s`` each (asking the check URL directly does not)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__({})
+        self.delay_s = delay_s
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        if request.proxy is not None:
+            time.sleep(self.delay_s)
+        return super().fetch(request)
+
+
+def test_checks_not_started_within_the_budget_are_left_and_running_ones_keep_their_verdict(pool: redis.Redis) -> None:
+    proxies = [f"http://203.0.113.{n}:8080" for n in range(1, 7)]
+    config = HarvestConfig((SOURCE,), ProxyCheck(CHECK_URL, 2.0), concurrency=2, budget_s=0.75)
+    started = time.monotonic()
+    # Two checks end at 0.5 s, two more run across the deadline (0.75 s) and end at 1 s; the last
+    # two never start.
+    report = harvest(config, Listing(proxies), SlowChecks(0.5), pool)
+    took_s = time.monotonic() - started
+    assert report.status == "done" and report.checked == 4, report
+    assert set(report.pool) == set(proxies[:4]), report
+    assert took_s < config.budget_s + 0.5 + 1.0  # the budget, one check's time, and slack
+
+
 class Pages:
     """A source fetcher without sockets: each source URL answers its page of ``bodies``."""
 
