@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fetchers.base import Fetcher, FetchRequest, FetchResult
+from fetchers.base import SLOW_REASONS, Fetcher, FetchRequest, FetchResult
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["CheckUnusable", "ProxyCheck", "Verdict", "check_proxy", "own_addresses", "seen_addresses"]
@@ -131,7 +131,7 @@ def check_proxy(fetcher: Fetcher, check: ProxyCheck, proxy: str, own: frozenset[
     try:
         result = fetcher.fetch(request)
     except (FetchFailed, DownloadFailed) as exc:
-        reason = "too_slow" if exc.reason in ("total_timeout", "timeout", "too_slow") else exc.reason
+        reason = "too_slow" if exc.reason in SLOW_REASONS else exc.reason
         return Verdict(proxy, reason)
     latency_s = round(result.elapsed_s, 4)
     answer = _answer(result)
