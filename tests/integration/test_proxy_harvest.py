@@ -157,6 +157,9 @@ def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
     assert main(["proxies", "--json"]) == 0  # `vcrawl proxies`, on the session's Redis
     listing = json.loads(capsys.readouterr().out)
     assert [entry["proxy"] for entry in listing["harvested"]] == again["pool"] and listing["cooling"] == {}
+    # `vcrawl proxies --harvest` runs the task's body here, with this process's settings: no sources.
+    assert main(["proxies", "--harvest", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "no_sources"
 
 
 def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_check_url_changes_nothing(
