@@ -168,6 +168,8 @@ VERDICTS = [
     ("the client in X-Forwarded-For",
      Answers({"origin": "203.0.113.7", "headers": {"X-Forwarded-For": "198.51.100.1"}}), "transparent", "transparent"),
     ("the client in origin", Answers({"origin": "198.51.100.1, 203.0.113.7"}), "transparent", "transparent"),
+    ("the client as IPv4-mapped IPv6",
+     Answers({"origin": "203.0.113.7", "headers": {"X-Real-IP": "::ffff:198.51.100.1"}}), "transparent", "transparent"),
     ("too slow", Answers({"origin": "203.0.113.7"}, elapsed_s=1.5), "too_slow", ""),
     ("not the check's JSON", Answers(b"<html>login</html>"), "bad_answer", ""),
     ("an error page", Answers({"origin": "x"}, status=403), "http_403", ""),
@@ -188,5 +190,6 @@ def test_a_dead_proxy_fails_its_check_with_the_fetchers_reason() -> None:
 
 def test_the_own_address_comes_from_a_direct_check() -> None:
     assert own_addresses(Answers({"origin": "198.51.100.1"}), CHECK) == OWN
+    assert own_addresses(Answers({"origin": "::ffff:198.51.100.1"}), CHECK) == OWN  # a dual-stack check server
     with pytest.raises(CheckUnusable, match="bad_answer"):
         own_addresses(Answers(b"hello"), CHECK)
