@@ -13,6 +13,7 @@ from typing import Protocol
 from engine.alerts import Alert
 from engine.outcomes import FetchOutcome, Retry
 from fetchers import IdentityPool, ProxyHealth, is_proxy_fault
+from fetchers.base import SLOW_REASONS
 from frontier import Entry, host_key
 from vcrawl import names
 
@@ -31,9 +32,9 @@ __all__ = [
 
 # Signals that the host itself is down or overloaded: the whole host waits.
 HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_timeout"})
-# A URL's own time trouble (a tarpit, a huge slow page): it waits behind its host's other URLs,
-# unless most of the host's requests end this way (the host's failure budget, SLOW_HOST_BUDGET).
-SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
+# SLOW_REASONS (fetchers.base) are a URL's own time trouble (a tarpit, a huge slow page): it waits
+# behind its host's other URLs, unless most of the host's requests end this way (the host's failure
+# budget, SLOW_HOST_BUDGET).
 # politeness.retry_after "auto" (the default): a 429/503 makes only its URL wait, unless the host
 # answered the first requests of THROTTLE_STREAK URLs in a row with one: then it is throttling the
 # crawl and pauses as a whole.

@@ -6,12 +6,13 @@ One run (``harvest``), fired by beat every ``VCRAWL_PROXY_HARVEST_EVERY_S``:
 2. asks the check URL directly for the crawler's own address (it fails: the run stops, the pool
    stays as it was);
 3. fetches each proxy source with the static fetcher (its network guard, timeouts and body cap)
-   and reads its candidates (``fetchers.proxy_lists``); a source that fails is logged and skipped;
+   and reads its candidates (``fetchers.proxy_lists``); a source that fails, or whose page cannot
+   be parsed (``unreadable``), is logged and skipped;
 4. checks the proxies already in the pool again, then the new candidates (at most
    ``VCRAWL_PROXY_CANDIDATES_MAX`` in all), ``VCRAWL_PROXY_CHECK_CONCURRENCY`` at a time
-   (``fetchers.proxy_check``); checks not done within the run's budget are left: a pool member
-   not checked keeps its place; a check that fails unexpectedly rejects its candidate only
-   (``check_error``);
+   (``fetchers.proxy_check``); checks not started within the run's budget are cancelled (the
+   running ones end within their timeout): a pool member not checked keeps its place; a check
+   that fails unexpectedly rejects its candidate only (``check_error``);
 5. writes the pool: the fastest ``VCRAWL_PROXY_POOL_MAX`` that passed; the ones that failed are
    dropped, with their bench records (``fetchers.proxies``) unless they are ``VCRAWL_PROXIES``.
 """
@@ -22,7 +23,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -219,7 +220,12 @@ def _read_sources(config: HarvestConfig, fetcher: Fetcher) -> tuple[dict[str, st
             logger.warning("proxy source %s not read: %s", source.url, exc.reason)
             read[source.url] = exc.reason
             continue
-        found = read_source(source, result.body)
+        try:
+            found = read_source(source, result.body)
+        except Exception as exc:  # a page read_source trips on (a bug) fails its source, not the run
+            logger.warning("proxy source %s not read: its page could not be parsed: %r", source.url, exc, exc_info=exc)
+            read[source.url] = "unreadable"
+            continue
         read[source.url] = len(found)
         for proxy in found:
             listed.setdefault(proxy, source.url)
@@ -229,34 +235,33 @@ def _read_sources(config: HarvestConfig, fetcher: Fetcher) -> tuple[dict[str, st
 def _check_all(
     config: HarvestConfig, fetcher: Fetcher, candidates: Sequence[str], own: frozenset[str], deadline: float
 ) -> dict[str, Verdict]:
-    """Check ``candidates``, ``config.concurrency`` at a time, until ``deadline`` (time.monotonic)."""
+    """Check ``candidates`` (at most ``candidates_max``: the caller cuts them), ``config.concurrency``
+    at a time, starting checks until ``deadline`` (time.monotonic).
+
+    At the deadline the checks not started are cancelled and the running ones are waited for: each
+    gives up at the check fetcher's timeout (the latency bound), so a run's checks take at most the
+    budget plus one check's timeout. A check that finishes meanwhile keeps its verdict.
+    """
     verdicts: dict[str, Verdict] = {}
     errors: list[Exception] = []
-    waiting = iter(candidates)
-    running: dict[Future[Verdict], str] = {}
-    with ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="proxy-check") as pool:
-        while True:
-            while len(running) < config.concurrency and time.monotonic() < deadline:
-                proxy = next(waiting, None)
-                if proxy is None:
-                    break
-                running[pool.submit(check_proxy, fetcher, config.check, proxy, own)] = proxy
-            if not running:
-                break
-            done, _ = wait(running, timeout=max(0.0, deadline - time.monotonic()) + 1.0, return_when=FIRST_COMPLETED)
-            if not done and time.monotonic() >= deadline:
-                logger.warning("proxy harvest: budget of %.0f s spent; %d checks left", config.budget_s, len(running))
-                for future in running:
-                    future.cancel()
-                break
-            for future in done:
-                proxy = running.pop(future)
-                try:
-                    verdicts[proxy] = future.result()
-                except Exception as exc:  # a bug or an unwrapped error in one check fails that candidate, not the run
-                    logger.debug("proxy check of %s failed unexpectedly: %r", proxy, exc)
-                    errors.append(exc)
-                    verdicts[proxy] = Verdict(proxy, "check_error")
+    pool = ThreadPoolExecutor(max_workers=config.concurrency, thread_name_prefix="proxy-check")
+    try:
+        futures = {pool.submit(check_proxy, fetcher, config.check, proxy, own): proxy for proxy in candidates}
+        _, not_done = wait(futures, timeout=max(0.0, deadline - time.monotonic()))
+        if not_done:
+            logger.warning("proxy harvest: budget of %.0f s spent; %d checks not done (the running ones may "
+                           "finish, the others are cancelled)", config.budget_s, len(not_done))  # fmt: skip
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for future, proxy in futures.items():
+        if future.cancelled():
+            continue
+        try:
+            verdicts[proxy] = future.result()
+        except Exception as exc:  # a bug or an unwrapped error in one check fails that candidate, not the run
+            logger.debug("proxy check of %s failed unexpectedly: %r", proxy, exc)
+            errors.append(exc)
+            verdicts[proxy] = Verdict(proxy, "check_error")
     if errors:  # once per run: a broken check would otherwise log once per candidate
         logger.warning("proxy harvest: %d checks failed unexpectedly, their candidates rejected (check_error); "
                        "the first: %r", len(errors), errors[0], exc_info=errors[0])  # fmt: skip

@@ -13,6 +13,7 @@ from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = [
     "RETRYABLE_STATUSES",
+    "SLOW_REASONS",
     "FetchLimits",
     "FetchRequest",
     "FetchResult",
@@ -23,6 +24,9 @@ __all__ = [
 
 # Statuses where the same request may succeed later (RFC 9110 §15.5.9, §15.6; RFC 6585 §4).
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
+"""Failure reasons of a request given up for time: no byte for the read timeout, the total timeout
+spent, or a body slower than the minimum rate (``FetchLimits``)."""
 
 
 @dataclass(frozen=True)

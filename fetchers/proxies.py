@@ -23,9 +23,9 @@ masked, value = ``<until ms>:<strikes>`` on Redis's clock. A proxy that fails ag
 use after a cool-off gets twice the time, up to a cap; a response through it clears the record.
 Every process reads the hash at most once per ``refresh_s`` and keeps what it marks itself.
 
-Harvested proxies (``fetchers.proxy_pool``, filled by the proxy harvest) are read with the bench:
-a pool drawn with ``harvested=True`` (a job without its own proxy list) has them too, and the
-same bench applies to them.
+Harvested proxies (``fetchers.proxy_pool``, filled by the proxy harvest) are read with the bench
+when proxy sources are configured (``read_harvested``): a pool drawn with ``harvested=True`` (a job
+without its own proxy list) has them too, and the same bench applies to them.
 """
 
 from __future__ import annotations
@@ -227,6 +227,8 @@ class ProxyHealth:
         cooloff_s: the first cool-off of a failing proxy; doubled each time it fails again
             on its first use after one, up to ``cooloff_max_s``.
         refresh_s: how long this process trusts its copy of the bench (at most a second).
+        read_harvested: read the harvested pool with the bench (proxy sources are configured);
+            without it, ``harvested=True`` adds nothing and no refresh reads the pool.
     """
 
     def __init__(
@@ -236,6 +238,7 @@ class ProxyHealth:
         cooloff_max_s: float = 900.0,
         refresh_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        read_harvested: bool = False,
     ) -> None:
         if cooloff_max_s < cooloff_s:
             raise ValueError(f"cooloff_max_s ({cooloff_max_s:g}) must be at least cooloff_s ({cooloff_s:g})")
@@ -246,35 +249,54 @@ class ProxyHealth:
         self._clear = client.register_script(_lua("proxy_clear"))
         self._lock = threading.Lock()
         self._until: dict[str, float] = {}  # masked proxy -> end of its cool-off, on self._clock
-        self._harvested: tuple[str, ...] = ()  # the harvested pool, fastest first
+        self._read_harvested = read_harvested
+        self._harvested: tuple[str, ...] = ()  # the harvested pool, fastest first; a new tuple per refresh
+        # The last merged pool: (the _harvested it was built from, the pool given, pool + harvested);
+        # built once per refresh (and pool), not on every draw.
+        self._merged: tuple[tuple[str, ...] | None, Sequence[str], Sequence[str]] = (None, (), ())
         self._read_at = float("-inf")
 
     @classmethod
     def from_settings(cls, settings: Settings, client: Any) -> ProxyHealth:
-        """The bench with the cluster's cool-off (``VCRAWL_PROXY_COOLOFF_S``, ``..._MAX_S``)."""
-        return cls(client, settings.proxy_cooloff_s, settings.proxy_cooloff_max_s)
+        """The bench with the cluster's cool-off (``VCRAWL_PROXY_COOLOFF_S``, ``..._MAX_S``), and the
+        harvested pool when ``VCRAWL_PROXY_SOURCES`` is set."""
+        return cls(
+            client, settings.proxy_cooloff_s, settings.proxy_cooloff_max_s, read_harvested=bool(settings.proxy_sources)
+        )
 
     def draw(self, pool: Sequence[str], rng: random.Random | None = None, harvested: bool = False) -> str | None:
         """A proxy of ``pool`` (with the harvested ones if ``harvested``) to send a request through
         (see ``pick_proxy``); None for no pool."""
-        pool = self.pool(pool, harvested)
-        if not pool:
+        with_harvested = harvested and self._read_harvested
+        if not pool and not with_harvested:
             return None
-        return pick_proxy(pool, self._current(), self._clock(), rng)
+        until = self._current()
+        return pick_proxy(self._merge(pool, with_harvested), until, self._clock(), rng)
 
     def has_healthy(self, pool: Sequence[str], harvested: bool = False) -> bool:
         """True if some proxy of ``pool`` (with the harvested ones if ``harvested``) is not cooling off."""
-        pool = self.pool(pool, harvested)
         until, now = self._current(), self._clock()
-        return any(until.get(_name(proxy), 0.0) <= now for proxy in pool)
+        return any(until.get(_name(proxy), 0.0) <= now for proxy in self._merge(pool, harvested))
 
     def pool(self, pool: Sequence[str], harvested: bool = False) -> Sequence[str]:
         """``pool``, followed by the harvested proxies it does not have yet if ``harvested``."""
-        if not harvested:
+        if harvested and self._read_harvested:
+            self._current()
+        return self._merge(pool, harvested)
+
+    def _merge(self, pool: Sequence[str], harvested: bool) -> Sequence[str]:
+        """``pool`` with the harvested proxies it lacks (as of the last refresh), cached per refresh."""
+        if not (harvested and self._read_harvested):
             return pool
-        self._current()
-        extra = [proxy for proxy in self._harvested if proxy not in pool]
-        return [*pool, *extra] if extra else pool
+        built_from, given, merged = self._merged
+        current = self._harvested
+        if built_from is current and (given is pool or given == pool):
+            return merged
+        have = set(pool)
+        extra = [proxy for proxy in current if proxy not in have]
+        merged = (*pool, *extra) if extra else pool
+        self._merged = (current, pool, merged)  # one assignment: threads see an old or a new entry, whole
+        return merged
 
     def cooling(self) -> dict[str, float]:
         """Masked proxy -> seconds of cool-off left, for the proxies cooling off now."""
@@ -324,8 +346,9 @@ class ProxyHealth:
             pipe = self._redis.pipeline(transaction=False)
             pipe.time()
             pipe.hgetall(redis_keys.proxy_health())
-            pipe.zrange(redis_keys.proxy_pool(), 0, -1)
-            (seconds, micros), raw, harvested = pipe.execute()
+            if self._read_harvested:
+                pipe.zrange(redis_keys.proxy_pool(), 0, -1)
+            (seconds, micros), raw, *harvested = pipe.execute()
         except redis.RedisError as exc:
             logger.warning("could not read the proxy bench from Redis: %r", exc)
             return self._until
@@ -334,7 +357,8 @@ class ProxyHealth:
         for field, value in raw.items():
             until_ms = int(_text(value).split(":", 1)[0])
             fresh[_text(field)] = now + (until_ms - server_ms) / 1000
-        self._harvested = tuple(_text(proxy) for proxy in harvested)
+        if harvested:
+            self._harvested = tuple(_text(proxy) for proxy in harvested[0])
         with self._lock:
             # A mark of this process newer than the read is kept; a record cleared elsewhere goes.
             for name, end in self._until.items():

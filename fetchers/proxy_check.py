@@ -20,9 +20,10 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from fetchers.base import Fetcher, FetchRequest, FetchResult
+from fetchers.base import SLOW_REASONS, Fetcher, FetchRequest, FetchResult
+from fetchers.netguard import embedded_ipv4
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["CheckUnusable", "ProxyCheck", "Verdict", "check_proxy", "own_addresses", "seen_addresses"]
@@ -91,14 +92,21 @@ def seen_addresses(answer: Mapping[str, Any]) -> frozenset[str]:
 
 
 def _address(token: str) -> str | None:
-    """The address in a token, normalised (an IPv4 ``a.b.c.d:port`` loses its port)."""
-    for text in (token, token.rsplit(":", 1)[0] if token.count(":") == 1 else None):
-        if text is None:
-            continue
+    """The address in a token, normalised: an IPv4 ``a.b.c.d:port`` loses its port, and an IPv6
+    address that stands for an IPv4 one (``::ffff:a.b.c.d``, as a dual-stack server shows an IPv4
+    client) is that IPv4 address, so either form of the crawler's address is recognised.
+
+    >>> _address("203.0.113.9:8080"), _address("::ffff:203.0.113.9"), _address("2001:DB8::7"), _address("::1")
+    ('203.0.113.9', '203.0.113.9', '2001:db8::7', '::1')
+    """
+    # As it is first: stripping ".:" (a sentence's full stop) would cut "::ffff:..." and "::1".
+    texts = [token, token.strip(".:")] + ([token.rsplit(":", 1)[0].strip(".:")] if token.count(":") == 1 else [])
+    for text in texts:
         try:
-            return str(ipaddress.ip_address(text.strip(".:")))
+            address = ipaddress.ip_address(text)
         except ValueError:
             continue
+        return str(embedded_ipv4(address) or address)
     return None
 
 
@@ -118,7 +126,7 @@ def own_addresses(fetcher: Fetcher, check: ProxyCheck) -> frozenset[str]:
     own = frozenset(_address(part.strip()) for part in str(answer["origin"]).split(","))
     if None in own or not own:
         raise CheckUnusable(check.check_url, f"origin is not a list of addresses: {answer['origin']!r}")
-    return frozenset(address for address in own if address is not None)
+    return cast("frozenset[str]", own)  # None refused just above
 
 
 def check_proxy(fetcher: Fetcher, check: ProxyCheck, proxy: str, own: frozenset[str]) -> Verdict:
@@ -131,7 +139,7 @@ def check_proxy(fetcher: Fetcher, check: ProxyCheck, proxy: str, own: frozenset[
     try:
         result = fetcher.fetch(request)
     except (FetchFailed, DownloadFailed) as exc:
-        reason = "too_slow" if exc.reason in ("total_timeout", "timeout", "too_slow") else exc.reason
+        reason = "too_slow" if exc.reason in SLOW_REASONS else exc.reason
         return Verdict(proxy, reason)
     latency_s = round(result.elapsed_s, 4)
     answer = _answer(result)

@@ -21,7 +21,7 @@ __all__ = ["candidate_url", "read_source"]
 logger = logging.getLogger(__name__)
 
 # host:port, an IPv6 host in brackets ([2001:db8::1]:3128).
-_HOST_PORT = re.compile(r"^\s*(?:\[([0-9A-Fa-f:.]+)\]|([0-9A-Za-z.-]+)):(\d{1,5})\b")
+_HOST_PORT = re.compile(r"^\s*(?:\[([0-9A-Fa-f:.]+)\]|([0-9A-Za-z.-]+)):([0-9]{1,5})\b")
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z]{2,63}$")
 
 
@@ -32,9 +32,13 @@ def candidate_url(scheme: str, host: str, port: str | int) -> str | None:
     ('http://203.0.113.7:8080', 'http://[2001:db8::1]:3128')
     >>> candidate_url("http", "proxy.example.net", "0"), candidate_url("http", "<b>x</b>", "80")
     (None, None)
+    >>> candidate_url("http", "203.0.113.7", "80\u00b2"), candidate_url("http", "203.0.113.7", "\u0668\u0660")
+    (None, None)
     """
     host, text = host.strip().strip("[]"), str(port).strip()
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    # str.isdigit() is true for "²" (int() refuses it) and for other scripts' digits ("٨٠", which
+    # int() reads as 80): a port is ASCII digits only, as in frontier.urls' authorities.
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
         return None
     try:
         address = ipaddress.ip_address(host)
@@ -79,7 +83,7 @@ def _lines(text: str) -> Iterator[tuple[str, str]]:
 def _table(source: ProxySource, text: str) -> Iterator[tuple[str, str]]:
     try:
         document = lxml.html.document_fromstring(text)
-    except (etree.ParserError, ValueError):  # an empty or unparsable page lists nothing
+    except (etree.LxmlError, ValueError):  # an empty or unparsable page lists nothing
         return
     tables = document.xpath("//table")
     if source.table >= len(tables):

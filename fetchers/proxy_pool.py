@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from fetchers.proxies import _name, _text
 from vcrawl import redis_keys
-from vcrawl.jobs import masked_url
 
 __all__ = ["HarvestedProxy", "read_pool", "write_pool"]
 
@@ -36,10 +36,7 @@ class HarvestedProxy:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HarvestedProxy:
         """Read back ``to_dict``'s form (unknown keys ignored: written by a newer version)."""
-        known = {
-            name: data[name] for name in ("proxy", "latency_s", "anonymity", "source", "checked_at") if name in data
-        }
-        return cls(**known)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 def read_pool(client: Any) -> list[HarvestedProxy]:
@@ -67,7 +64,7 @@ def write_pool(client: Any, pool: Sequence[HarvestedProxy], forget: Iterable[str
     A bench record goes only when its proxy succeeds again or the whole bench expires: a proxy that
     left the pool is drawn no more, so without this its record would stay while others are marked.
     """
-    names = sorted({masked_url(proxy) for proxy in forget})  # the bench's fields (fetchers.proxies)
+    names = sorted({_name(proxy) for proxy in forget})  # the bench's fields (fetchers.proxies)
     pipe = client.pipeline(transaction=True)
     pipe.delete(redis_keys.proxy_pool(), redis_keys.proxy_pool_info())
     if names:
@@ -76,7 +73,3 @@ def write_pool(client: Any, pool: Sequence[HarvestedProxy], forget: Iterable[str
         pipe.zadd(redis_keys.proxy_pool(), {entry.proxy: round(entry.latency_s * 1000, 1) for entry in pool})
         pipe.hset(redis_keys.proxy_pool_info(), mapping={entry.proxy: json.dumps(entry.to_dict()) for entry in pool})
     pipe.execute()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -29,7 +29,6 @@ from engine import log_stream as _log_stream
 from engine import status as _status
 from engine.api_pages import check_secrets
 from engine.nodes import RingKeeper, node_queue, nodes_listing
-from engine.proxy_harvest import harvest_with_settings as _harvest_with_settings
 from engine.trail import STATES, TERMINAL_STATES
 from fetchers.proxy_pool import read_pool as _read_proxy_pool
 from frontier import load_filters
@@ -356,7 +355,7 @@ def proxy_pool() -> dict[str, Any]:
 
 def harvest_proxies_now() -> dict[str, Any]:
     """Run one proxy harvest in this process, as beat's firing does on a worker; its report."""
-    return _harvest_with_settings(deps.settings(), deps.redis_client()).to_dict()
+    return harvest_proxies()  # the task's own body, called in this process (no worker, no broker)
 
 
 def schedule_store() -> ScheduleStore:

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
 from vcrawl.errors import InvalidTask
+from vcrawl.job_yaml import parse_job_yaml
 
 __all__ = ["SOURCE_FORMATS", "ProxySource", "dump_proxy_sources", "load_proxy_sources"]
 
@@ -100,7 +99,8 @@ def load_proxy_sources(raw: str) -> tuple[ProxySource, ...]:
     """Sources from a JSON array, or from the JSON/YAML file at path ``raw`` (a list, or ``sources:`` list).
 
     Raises:
-        InvalidTask: unreadable file, bad JSON/YAML, or a bad source (``field`` says which, ``sources[i]...``).
+        InvalidTask: unreadable file (or not UTF-8), bad JSON/YAML, a key given twice, or a bad source
+            (``field`` says which, ``sources[i]...``).
     """
     text = raw.strip()
     if not text.startswith("["):
@@ -108,10 +108,9 @@ def load_proxy_sources(raw: str) -> tuple[ProxySource, ...]:
             text = Path(text).read_text(encoding="utf-8")
         except OSError as exc:
             raise InvalidTask("file", f"cannot read {raw!r}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)  # YAML is a superset of JSON
-    except yaml.YAMLError as exc:
-        raise InvalidTask("sources", f"is not valid JSON or YAML: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise InvalidTask("file", f"cannot read {raw!r}: not UTF-8 text ({exc})") from None
+    data = parse_job_yaml(text, "sources")  # YAML is a superset of JSON; a key given twice is refused
     if isinstance(data, Mapping) and set(data) == {"sources"}:
         data = data["sources"]
     if not isinstance(data, list):

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+import engine.proxy_harvest
 from cli.local_redis import LocalRedis
 from cli.main import main
 from engine.proxy_harvest import HarvestConfig, harvest, harvest_with_settings
@@ -156,6 +157,9 @@ def test_only_good_proxies_join_the_pool_and_the_bound_keeps_the_fastest(
     assert main(["proxies", "--json"]) == 0  # `vcrawl proxies`, on the session's Redis
     listing = json.loads(capsys.readouterr().out)
     assert [entry["proxy"] for entry in listing["harvested"]] == again["pool"] and listing["cooling"] == {}
+    # `vcrawl proxies --harvest` runs the task's body here, with this process's settings: no sources.
+    assert main(["proxies", "--harvest", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "no_sources"
 
 
 def test_the_pool_keeps_every_good_proxy_under_a_larger_bound_and_a_failing_check_url_changes_nothing(
@@ -229,6 +233,117 @@ def test_a_check_that_fails_unexpectedly_rejects_its_candidate_not_the_run(
     assert set(report.pool) == {proxies[0], proxies[2], proxies[4]} == {entry.proxy for entry in read_pool(pool)}
     unexpected = [record for record in caplog.records if "unexpectedly" in record.getMessage()]
     assert len(unexpected) == 1 and "2 checks" in unexpected[0].getMessage()  # once per run, with the count
+
+
+class SlowChecks(Checks):
+    """Checks through a proxy take ``delay_s`` each (asking the check URL directly does not)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__({})
+        self.delay_s = delay_s
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        if request.proxy is not None:
+            time.sleep(self.delay_s)
+        return super().fetch(request)
+
+
+def test_checks_not_started_within_the_budget_are_left_and_running_ones_keep_their_verdict(pool: redis.Redis) -> None:
+    proxies = [f"http://203.0.113.{n}:8080" for n in range(1, 7)]
+    config = HarvestConfig((SOURCE,), ProxyCheck(CHECK_URL, 2.0), concurrency=2, budget_s=0.75)
+    started = time.monotonic()
+    # Two checks end at 0.5 s, two more run across the deadline (0.75 s) and end at 1 s; the last
+    # two never start.
+    report = harvest(config, Listing(proxies), SlowChecks(0.5), pool)
+    took_s = time.monotonic() - started
+    assert report.status == "done" and report.checked == 4, report
+    assert set(report.pool) == set(proxies[:4]), report
+    assert took_s < config.budget_s + 0.5 + 1.0  # the budget, one check's time, and slack
+
+
+class Pages:
+    """A source fetcher without sockets: each source URL answers its page of ``bodies``."""
+
+    def __init__(self, bodies: Mapping[str, str]) -> None:
+        self.bodies = bodies
+
+    def fetch(self, request: FetchRequest) -> FetchResult:
+        return FetchResult(request.url, request.url, 200, body=self.bodies[request.url].encode())
+
+
+def test_an_odd_port_or_an_unparsable_page_fails_its_entry_or_source_not_the_harvest(
+    pool: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = ProxySource("http://127.0.0.1:9/table.html", "table", host_column=0, port_column=1)
+    regex = ProxySource("http://127.0.0.1:9/list.js", "regex", pattern=r"(?P<host>[\d.]+):(?P<port>\w+)")
+    broken = ProxySource("http://127.0.0.1:9/broken.txt")
+    pages = Pages({
+        table.url: "<table><tr><td>203.0.113.8</td><td>80\N{SUPERSCRIPT TWO}</td></tr>"
+                   "<tr><td>203.0.113.1</td><td>8080</td></tr></table>",
+        regex.url: "203.0.113.9:\u0668\u0660 203.0.113.2:8080",  # Arabic-Indic 80: not a port
+        broken.url: "203.0.113.3:8080",
+    })  # fmt: skip
+    read_source = engine.proxy_harvest.read_source
+
+    def trips_on_broken(source: ProxySource, body: bytes) -> list[str]:
+        if source is broken:
+            raise RuntimeError("a page the reader trips on")
+        return read_source(source, body)
+
+    monkeypatch.setattr(engine.proxy_harvest, "read_source", trips_on_broken)
+    config = HarvestConfig((table, regex, broken), ProxyCheck(CHECK_URL, 1.0))
+    report = harvest(config, pages, Checks({}), pool)
+    assert report.status == "done", report
+    assert report.sources == {table.url: 1, regex.url: 1, broken.url: "unreadable"}
+    assert set(report.pool) == {"http://203.0.113.1:8080", "http://203.0.113.2:8080"}, report
+
+
+class ZrangeCount:
+    """A redis client that counts the ZRANGEs its pipelines send (the harvested pool's reads)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client, self.zranges = client, 0
+
+    def register_script(self, script: str) -> Any:
+        return self.client.register_script(script)
+
+    def pipeline(self, transaction: bool = True) -> Any:
+        pipe = self.client.pipeline(transaction=transaction)
+        zrange = pipe.zrange
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.zranges += 1
+            return zrange(*args, **kwargs)
+
+        pipe.zrange = counted  # type: ignore[method-assign]
+        return pipe
+
+
+def test_the_bench_reads_the_harvested_pool_only_when_harvesting_and_merges_it_once_per_refresh(
+    pool: redis.Redis,
+) -> None:
+    own, first, second = "http://203.0.113.1:8080", "http://203.0.113.2:8080", "http://203.0.113.3:8080"
+    write_pool(pool, [HarvestedProxy(first, 0.1), HarvestedProxy(own, 0.2)])
+    now = [0.0]
+    plain = ZrangeCount(pool)
+    health = ProxyHealth(plain, refresh_s=1.0, clock=lambda: now[0])  # no proxy sources configured
+    for step in range(3):
+        now[0] = step * 2.0  # a refresh each time
+        assert health.draw((own,), harvested=True) == own and health.has_healthy((own,), harvested=True)
+    assert plain.zranges == 0
+
+    counted = ZrangeCount(pool)
+    health = ProxyHealth(counted, refresh_s=1.0, clock=lambda: now[0], read_harvested=True)
+    cluster = (own,)
+    merged = health.pool(cluster, harvested=True)
+    assert merged == (own, first) and health.pool(cluster, harvested=True) is merged  # built once
+    assert {health.draw(cluster, harvested=True) for _ in range(50)} == {own, first}
+    assert health.has_healthy(cluster, harvested=True) and counted.zranges == 1  # one read per refresh
+    assert health.pool(cluster) == cluster  # a job's own list: no harvested proxy
+    write_pool(pool, [HarvestedProxy(second, 0.1)])
+    assert health.pool(cluster, harvested=True) is merged  # trusted until the next refresh
+    now[0] += 2.0
+    assert health.pool(cluster, harvested=True) == (own, second) and counted.zranges == 2
 
 
 def test_a_harvest_forgets_the_bench_records_of_the_proxies_it_drops_except_configured_ones(

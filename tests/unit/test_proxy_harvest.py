@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +55,13 @@ FORMATS = [
      b"<table><tr><td>203.0.113.7:8080</td></tr><tr><td>junk</td></tr></table>", ["http://203.0.113.7:8080"]),
     ("regex", source(format="regex", pattern=r'"ip":"(?P<host>[^"]+)","port":(?P<port>\d+)'), REGEX,
      ["http://203.0.113.7:8080", "http://198.51.100.4:3128"]),
+    # str.isdigit() takes "\N{SUPERSCRIPT TWO}" (int() refuses it) and Arabic-Indic digits (int() reads 80):
+    # neither is a port; the other rows are read all the same.
+    ("a port not in ASCII digits", source(format="table", host_column=0, port_column=1),
+     "<table><tr><td>203.0.113.8</td><td>80\N{SUPERSCRIPT TWO}</td></tr><tr><td>203.0.113.7</td><td>8080</td></tr>"
+     "</table>".encode(), ["http://203.0.113.7:8080"]),
+    ("regex, a port not in ASCII digits", source(format="regex", pattern=r"(?P<host>[\d.]+):(?P<port>\w+)"),
+     "203.0.113.8:\u0668\u0660 203.0.113.7:8080 [2001:db8::5]:\u0668\u0660".encode(), ["http://203.0.113.7:8080"]),
     ("table missing", source(format="table", table=5, host_column=0), TABLE, []),
     ("not HTML at all", source(format="table", host_column=0), b"", []),
 ]  # fmt: skip
@@ -110,6 +118,24 @@ def test_bad_harvest_settings_fail_at_start_naming_the_variable(env: dict[str, s
         Settings.from_env(env)
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ("sources:\n  - url: https://lists.example/p\n    format: caf\u00e9\n".encode("latin-1"), "not UTF-8"),
+        (b"- url: https://lists.example/p\n  format: lines\n  format: table\n", "[0].format: given twice"),
+    ],
+    ids=["not UTF-8", "a key twice"],
+)
+def test_a_sources_file_that_is_not_utf8_or_repeats_a_key_is_a_config_error(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "sources.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=r"VCRAWL_PROXY_SOURCES") as raised:
+        Settings.from_env({"VCRAWL_PROXY_SOURCES": str(path), "VCRAWL_PROXY_CHECK_URL": "https://check.example/get"})
+    assert problem in str(raised.value)
+
+
 def test_beat_harvests_only_when_sources_are_set() -> None:
     assert PROXY_HARVEST_TASK not in celery_settings(Settings())["beat_schedule"]
     settings = Settings(proxy_sources=(source(),), proxy_check_url="https://check.example/get",
@@ -142,6 +168,8 @@ VERDICTS = [
     ("the client in X-Forwarded-For",
      Answers({"origin": "203.0.113.7", "headers": {"X-Forwarded-For": "198.51.100.1"}}), "transparent", "transparent"),
     ("the client in origin", Answers({"origin": "198.51.100.1, 203.0.113.7"}), "transparent", "transparent"),
+    ("the client as IPv4-mapped IPv6",
+     Answers({"origin": "203.0.113.7", "headers": {"X-Real-IP": "::ffff:198.51.100.1"}}), "transparent", "transparent"),
     ("too slow", Answers({"origin": "203.0.113.7"}, elapsed_s=1.5), "too_slow", ""),
     ("not the check's JSON", Answers(b"<html>login</html>"), "bad_answer", ""),
     ("an error page", Answers({"origin": "x"}, status=403), "http_403", ""),
@@ -162,5 +190,6 @@ def test_a_dead_proxy_fails_its_check_with_the_fetchers_reason() -> None:
 
 def test_the_own_address_comes_from_a_direct_check() -> None:
     assert own_addresses(Answers({"origin": "198.51.100.1"}), CHECK) == OWN
+    assert own_addresses(Answers({"origin": "::ffff:198.51.100.1"}), CHECK) == OWN  # a dual-stack check server
     with pytest.raises(CheckUnusable, match="bad_answer"):
         own_addresses(Answers(b"hello"), CHECK)
