@@ -10,7 +10,8 @@ from frontier.lifecycle import strategy_of
 from frontier.scripts import lua_source
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import JobSpec
-from vcrawl.priorities import INLINK_BONUS, INLINK_CAP, PrioritySpec
+from vcrawl.names import INLINK_BONUS, INLINK_CAP, SCORE_INLINK
+from vcrawl.priorities import PrioritySpec
 
 SEED = {"seeds": ["http://a.test/"]}
 
@@ -94,7 +95,7 @@ def test_the_priority_score_adds_pattern_sitemap_and_depth(
 
 
 def test_the_admission_script_raises_in_links_by_the_documented_bonus_and_cap() -> None:
-    admit = lua_source("admit")
+    admit = lua_source("admit")  # with vcrawl.names' values filled in
 
     assert f"<= {INLINK_CAP} then" in admit  # the in-link count is capped in the script
-    assert "'INCR', -1e11" in admit and INLINK_BONUS * 1e12 == 1e11  # the bonus in score units (x 1e12)
+    assert f"'INCR', -{SCORE_INLINK!r}" in admit and INLINK_BONUS * 1e12 == SCORE_INLINK == 1e11  # score units (x 1e12)
