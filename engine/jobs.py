@@ -398,7 +398,7 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     """
     check_job(spec, fetchers)
     now = time.time()
-    if not frontier.jobs.create(spec.id, spec.to_json(), now):
+    if not frontier.jobs.create(spec.id, spec.to_json(), now, strategy=spec.strategy):
         raise InvalidTask("id", f"a job {spec.id!r} exists already")
     runtime = runtimes.get(spec.id)
     admit_links(runtime, frontier, seed_links(spec, runtime.limits.max_redirects), done=0, token="seeds",
