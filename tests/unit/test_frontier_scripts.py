@@ -53,4 +53,3 @@ def test_a_number_becomes_a_lua_number_a_negative_one_in_parentheses() -> None:
     assert _lua_literal("admit", "INLINK_CAP") == "10"
     assert float(_lua_literal("admit", "SCORE_INLINK")) == names.SCORE_INLINK
     assert _lua_literal("admit", "SCORE_SITEMAP_FIRST") == f"({names.SCORE_SITEMAP_FIRST!r})"  # -{{X}} is no comment
-
