@@ -48,7 +48,7 @@ def start_cycle(
     if previous:  # the last cycle's filter may have had another size
         bloom_keys.update(job_bloom(JobSpec.from_dict(json.loads(previous)), client).keys)
     started = frontier.jobs.new_cycle(
-        spec.id, spec.to_json(), firing=firing, overlap=overlap, bloom_keys=sorted(bloom_keys)
+        spec.id, spec.to_json(), firing=firing, overlap=overlap, bloom_keys=sorted(bloom_keys), strategy=spec.strategy
     )
     if started.status == "one-off":
         raise InvalidTask("id", f"{spec.id!r} is a one-off job's id; a schedule needs a name of its own")

@@ -43,6 +43,7 @@ from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import ROBOTS_SITEMAPS, JobSpec, LimitsSpec
 from vcrawl.names import STRATEGY_PRIORITY
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
+from vcrawl.priorities import PriorityPatterns, compiled_priorities, url_priority
 from vcrawl.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -61,9 +62,6 @@ __all__ = [
 
 Link = tuple[str, int, int, int]  # (url, depth, redirects_left, sitemap level: 0 for a page)
 SourcedLink = tuple[str, int, int, int, str]  # a Link and the page (or redirect) it was found on
-
-SITEMAP_FIRST = 1000.0
-"""A priority job's priority for a sitemap to read: above any page's (its ``priority`` hints come first)."""
 
 _ADMIT_CHUNK = 1000  # URLs per admission script call: each call blocks Redis ~10 us per URL
 
@@ -89,6 +87,7 @@ class JobRuntime:
     recent: RecentUrls = field(default_factory=RecentUrls)  # URLs this process saw admitted or refused as seen
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets (VCRAWL_API_AUTH_*)
     filters: FilterChain | None = None  # the built-in filters, then the job's own; None: the built-ins
+    priorities: PriorityPatterns = ()  # a priority job's patterns, compiled once
 
     @property
     def job_id(self) -> str:
@@ -166,6 +165,7 @@ def build_runtime(
         limits=limits,
         api_auth=dict(settings.api_auth),
         filters=_worker_filters(spec),
+        priorities=compiled_priorities(spec.priorities),
     )
 
 
@@ -320,8 +320,8 @@ def admit_links(
     of chunks, so ``abandon_analysis`` can tell whether it already happened. In a scheduled
     job, links to URLs the history knows wait for their due time; ``seeds`` and ``known``
     (URLs due in this cycle) are queued whatever the history says. A priority job gives each
-    candidate its priority (``JobSpec.priority_of``, with ``sitemap_priorities``: a sitemap's
-    ``priority`` by listed URL); a sitemap to read goes before any page.
+    candidate its priority (``vcrawl.priorities.url_priority``, with ``sitemap_priorities``: a
+    sitemap's ``priority`` by listed URL); a sitemap to read goes before any page (``admit.lua``).
     """
     history_mode = 0 if not runtime.cycle else 1 if (seeds or known) else 2
     scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
@@ -333,6 +333,7 @@ def admit_links(
     by_priority = runtime.spec.strategy == STRATEGY_PRIORITY
     recent = runtime.recent if history_mode == 0 and not by_priority else None
     chain = runtime.filters if runtime.filters is not None else filter_chain(())
+    listed_priorities = sitemap_priorities or {}
     candidates: list[Candidate] = []
     local: set[str] = set()
     for url, depth, redirects_left, *kind in links:
@@ -354,9 +355,8 @@ def admit_links(
         local.add(canonical)
         entry = Entry(canonical, depth, 0, redirects_left, sitemap=sitemap)
         priority = 0.0
-        if by_priority:
-            listed = (sitemap_priorities or {}).get(url)
-            priority = SITEMAP_FIRST if sitemap else runtime.spec.priority_of(canonical, depth, listed)
+        if by_priority and not sitemap:  # a sitemap's score is the frontier's: ahead of every page
+            priority = url_priority(runtime.priorities, canonical, depth, listed_priorities.get(url))
         candidates.append(Candidate(host_key(canonical), entry, priority))
     chunks = [candidates[i : i + _ADMIT_CHUNK] for i in range(0, len(candidates), _ADMIT_CHUNK)] or [[]]
     result = Admission(False, False, 0, 0, 0)
@@ -398,7 +398,7 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     """
     check_job(spec, fetchers)
     now = time.time()
-    if not frontier.jobs.create(spec.id, spec.to_json(), now):
+    if not frontier.jobs.create(spec.id, spec.to_json(), now, strategy=spec.strategy):
         raise InvalidTask("id", f"a job {spec.id!r} exists already")
     runtime = runtimes.get(spec.id)
     admit_links(runtime, frontier, seed_links(spec, runtime.limits.max_redirects), done=0, token="seeds",

@@ -131,7 +131,9 @@ class SitemapSink:
         if result.status == 200:
             sitemap = parse_sitemap(result.body)
             links, over = listed_links(sitemap, entry.sitemap, entry.depth, entry.redirects_left)
-            listed = {item.url: item.priority for item in sitemap.urls if item.priority is not None}
+            listed = None  # the listed URLs' priorities: only a priority job scores with them
+            if self._runtime.spec.strategy == names.STRATEGY_PRIORITY:
+                listed = {item.url: item.priority for item in sitemap.urls if item.priority is not None}
             self.admit(entry.url, links, listed)
             found = len(links)
             if sitemap.kind != "index":

@@ -25,13 +25,13 @@ class JobLifecycle:
         self._scripts = scripts
         self._redis = scripts.client
 
-    def create(self, job_id: str, spec_json: str, now: float) -> bool:
-        """Record a new running job; False if the id is taken."""
+    def create(self, job_id: str, spec_json: str, now: float, strategy: str = names.STRATEGY_BREADTH_FIRST) -> bool:
+        """Record a new running job (``strategy``: its spec's, for the frontier's scripts); False if the id is taken."""
         meta = redis_keys.job(job_id)
         if not self._redis.hsetnx(meta, names.META_SPEC, spec_json):
             return False
         fields = {names.META_STATE: names.STATE_RUNNING, names.META_CREATED_AT: now, names.META_PENDING: 0,
-                  names.META_ADMITTED: 0, names.META_STRATEGY: strategy_of(spec_json)}  # fmt: skip
+                  names.META_ADMITTED: 0, names.META_STRATEGY: strategy}  # fmt: skip
         pipe = self._redis.pipeline(transaction=False)
         pipe.hset(meta, mapping=fields)
         pipe.zadd(redis_keys.JOBS, {job_id: now})
@@ -48,12 +48,14 @@ class JobLifecycle:
         overlap: str = "skip",
         bloom_keys: Sequence[str] = (),
         cycles_kept: int = 100,
+        strategy: str = names.STRATEGY_BREADTH_FIRST,
     ) -> CycleStart:
         """Start the next cycle of a scheduled job (creating the job on its first firing).
 
         ``firing`` identifies the schedule's firing: the same firing again resumes the cycle it
         started (a redelivered start). A firing while a cycle runs is skipped and counted, or with
-        ``overlap="cancel"`` cancels that cycle first. ``bloom_keys``: the Bloom segments to clear.
+        ``overlap="cancel"`` cancels that cycle first. ``bloom_keys``: the Bloom segments to clear;
+        ``strategy``: the spec's, for the frontier's scripts.
         """
         keys = [
             *job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
@@ -63,8 +65,7 @@ class JobLifecycle:
             redis_keys.job_todo(job_id),
             redis_keys.job_cycles(job_id),
             redis_keys.job_delays(job_id),
-            redis_keys.job_queued_urls(job_id),  # per cycle, like the Bloom filter
-            redis_keys.job_inlinks(job_id),
+            *job_keys(job_id, "queued_urls", "inlinks"),  # per cycle, like the Bloom filter
             *bloom_keys,
         ]
         args = _new_cycle_argv(
@@ -73,6 +74,7 @@ class JobLifecycle:
             overlap=overlap,
             qprefix=redis_keys.job_queue_prefix(job_id),
             cycles_kept=cycles_kept,
+            strategy=strategy,
         )
         status, cycle, due = self._scripts.run("new_cycle", keys, args)
         result = CycleStart(text(status), int(cycle), int(due))
@@ -137,9 +139,10 @@ class JobLifecycle:
     def update_spec(self, job_id: str, spec_json: str) -> int | None:
         """Replace a running or paused job's spec; return its new revision (None: not running).
 
-        Workers pick the new spec up within ``RuntimeCache``'s recheck time.
+        Workers pick the new spec up within ``RuntimeCache``'s recheck time. Its strategy stays
+        (``engine.jobs.LIVE_KEYS``: it cannot change while the job runs).
         """
-        revision = self._scripts.run("update_spec", [redis_keys.job(job_id)], [spec_json, strategy_of(spec_json)])
+        revision = self._scripts.run("update_spec", [redis_keys.job(job_id)], [spec_json])
         return None if revision is None else int(revision)
 
     def spec_rev(self, job_id: str) -> int:
@@ -166,8 +169,7 @@ class JobLifecycle:
         if text(self._redis.hget(redis_keys.job(job_id), names.META_STATE)) != names.STATE_RUNNING:
             self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
             if filter_keys:
-                keys = [redis_keys.job(job_id), *filter_keys, redis_keys.job_queued_urls(job_id),
-                        redis_keys.job_inlinks(job_id)]  # fmt: skip
+                keys = [redis_keys.job(job_id), *filter_keys, *job_keys(job_id, "queued_urls", "inlinks")]
                 self._scripts.run("drop_filter", keys, [])
 
     def raw_state(self, job_id: str) -> dict[str, str]:
@@ -179,15 +181,8 @@ class JobLifecycle:
         return [text(job) for job in self._redis.zrevrange(redis_keys.JOBS, 0, limit - 1)]
 
 
-def _new_cycle_argv(*, firing: str, spec_json: str, overlap: str, qprefix: str, cycles_kept: int) -> list[str | int]:
+def _new_cycle_argv(
+    *, firing: str, spec_json: str, overlap: str, qprefix: str, cycles_kept: int, strategy: str
+) -> list[str | int]:
     """ARGV of ``new_cycle.lua``, in its order."""
-    return [firing, spec_json, overlap, qprefix, cycles_kept, strategy_of(spec_json)]
-
-
-def strategy_of(spec_json: str) -> str:
-    """The crawl strategy a job spec (JSON) names, for the frontier's scripts (meta's strategy field).
-
-    >>> strategy_of('{"seeds": [], "strategy": "priority"}'), strategy_of('{"seeds": []}')
-    ('priority', 'breadth-first')
-    """
-    return str(json.loads(spec_json).get("strategy", names.STRATEGY_BREADTH_FIRST))
+    return [firing, spec_json, overlap, qprefix, cycles_kept, strategy]

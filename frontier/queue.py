@@ -23,17 +23,16 @@ from frontier.history import UrlHistory
 from frontier.records import Admission, AdmitRequest, Batch, BatchRelease, Entry, PumpResult
 from frontier.scripts import ScriptLoader, job_keys, text
 from frontier.statistics import stats_day, stats_minute
-from vcrawl import redis_keys
+from vcrawl import names, redis_keys
 
 __all__ = ["FrontierQueue"]
 
 logger = logging.getLogger(__name__)
 
-# Breadth-first score = depth * _DEPTH_WEIGHT + arrival sequence: FIFO within a depth (admit.lua has the
-# other strategies'). A requeue at the front of its depth: depth * _DEPTH_WEIGHT (depth-first and
-# priority jobs: release.lua gives it back the score it was leased with).
-_DEPTH_WEIGHT = 1e12
-_BACK_OF_QUEUE = 2000 * _DEPTH_WEIGHT  # deeper than any depth a job allows (release.lua: above 2e15)
+# Breadth-first score = depth * SCORE_DEPTH + arrival sequence: FIFO within a depth (admit.lua has the
+# other strategies'). A requeue at the front of its depth: depth * SCORE_DEPTH (depth-first and
+# priority jobs: release.lua gives it back the score it was leased with); at the back: plus
+# SCORE_BACK_OF_QUEUE.
 _UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
 _ALREADY_RELEASED = -2  # release.lua: this release ran before (a retried call)
 
@@ -79,8 +78,7 @@ class FrontierQueue:
             cap=cap,
             qprefix=redis_keys.job_queue_prefix(job_id),
         )
-        keys = [*job_keys(job_id, "meta", "ready", "busy", "leases", "delays"), redis_keys.job_queued_urls(job_id),
-                redis_keys.job_inlinks(job_id)]  # fmt: skip
+        keys = job_keys(job_id, "meta", "ready", "busy", "leases", "delays", "queued_urls", "inlinks")
         raw = self._scripts.run("pump", keys, args)
         head, now, cycle = text(raw[0]), float(text(raw[1])), int(text(raw[2]))
         if head == "stopped":
@@ -130,7 +128,7 @@ class FrontierQueue:
             redis_keys.job_released(job_id),
             redis_keys.job_day_stats(job_id, stats_day(now)),
             redis_keys.job_day_host_stats(job_id, stats_day(now)),
-            redis_keys.job_queued_urls(job_id),
+            *job_keys(job_id, "queued_urls"),
         ]
         args = _release_argv(batch, release, self._stats_ttl_s, self._day_stats_ttl_s)
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
@@ -151,7 +149,7 @@ class FrontierQueue:
         """
         day = stats_day(time.time())
         keys = [*job_keys(job_id, "meta", "ready", "next", "busy", "leases"), redis_keys.job_day_stats(job_id, day),
-                redis_keys.job_day_host_stats(job_id, day), redis_keys.job_queued_urls(job_id)]  # fmt: skip
+                redis_keys.job_day_host_stats(job_id, day), *job_keys(job_id, "queued_urls")]  # fmt: skip
         args = [redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms, self._day_stats_ttl_s]  # its ARGV 1-4
         requeued, failed = self._scripts.run("reclaim", keys, args)
         return int(requeued), int(failed)
@@ -169,10 +167,7 @@ class FrontierQueue:
         """
         if not batch_ids:
             return 0
-        keys = [
-            *job_keys(job_id, "meta", "ready", "next", "busy", "leases", "delays"),
-            redis_keys.job_queued_urls(job_id),
-        ]
+        keys = job_keys(job_id, "meta", "ready", "next", "busy", "leases", "delays", "queued_urls")
         args = [redis_keys.job_queue_prefix(job_id), interval_ms, *batch_ids]  # hand_over.lua's ARGV
         return int(self._scripts.run_with_wake("hand_over", keys, args, wake=True))
 
@@ -215,7 +210,8 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
     keys.extend(segments)
     keys.extend(redis_keys.job_queue(job_id, host) for host in hosts)
     keys.extend((redis_keys.job_delays(job_id), redis_keys.job_history(job_id), redis_keys.job_due(job_id)))
-    keys.extend((redis_keys.job_queued_urls(job_id), redis_keys.job_inlinks(job_id), redis_keys.job_released(job_id)))
+    keys.extend(job_keys(job_id, "queued_urls", "inlinks"))
+    keys.append(redis_keys.job_released(job_id))
     counters, history = _counter_args(request.counters), _history_args(request.history)
     head = {  # ARGV 1-10, in admit.lua's order
         "max_pages": request.max_pages,
@@ -243,9 +239,9 @@ def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int, day_ttl
     """ARGV of ``release.lua`` (documented at its top)."""
     requeue: list[str | float] = []
     for entry in release.requeue:  # at the front of their depth: next in line
-        requeue.extend((entry.depth * _DEPTH_WEIGHT, entry.encode()))
+        requeue.extend((entry.depth * names.SCORE_DEPTH, entry.encode()))
     for entry in release.requeue_back:  # behind everything the host has queued
-        requeue.extend((_BACK_OF_QUEUE + entry.depth * _DEPTH_WEIGHT, entry.encode()))
+        requeue.extend((names.SCORE_BACK_OF_QUEUE + entry.depth * names.SCORE_DEPTH, entry.encode()))
     history = _history_args(release.history)
     failures = [json.dumps(failure, separators=(",", ":")) for failure in release.failures]
     head = {  # ARGV 1-14, in release.lua's order

@@ -6,10 +6,12 @@ How a script's text is made (``lua_source``):
    installed wheel has it too. Each file starts with a comment block saying what its KEYS and
    ARGV are and what it returns.
 2. Scripts that keep time or finish a job's URLs start with the shared prelude
-   ``frontier/lua/_common.lua`` (``clock_ms``, ``settle``); ``_WITH_COMMON`` says which.
-3. Every ``{{NAME}}`` is replaced by the value of ``vcrawl.names.NAME`` as a Lua string literal,
-   so job states, meta fields and counter names are spelled once, in Python
-   (``{{STATE_RUNNING}}`` becomes ``'running'``). An unknown name is an error at load time.
+   ``frontier/lua/_common.lua`` (``clock_ms``, ``settle``, ``live_priority``, ``requeue``);
+   ``_WITH_COMMON`` says which.
+3. Every ``{{NAME}}`` is replaced by the value of ``vcrawl.names.NAME`` as a Lua literal, so job
+   states, meta fields, counter names and queue scores are spelled once, in Python
+   (``{{STATE_RUNNING}}`` becomes ``'running'``, ``{{INLINK_CAP}}`` becomes ``10``). An unknown
+   name is an error at load time.
 
 ``ScriptLoader`` registers each script on the client the first time it is used (no Redis call:
 redis-py only hashes the text) and runs it; a script Redis lost (restart, SCRIPT FLUSH) is loaded
@@ -19,6 +21,7 @@ again on the next call.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import threading
 import time
@@ -51,14 +54,18 @@ def lua_source(name: str) -> str:
     body = (folder / f"{name}.lua").read_text(encoding="utf-8")
     if name in _WITH_COMMON:
         body = (folder / "_common.lua").read_text(encoding="utf-8") + "\n" + body
-    return _PLACEHOLDER.sub(lambda match: _lua_string(name, match.group(1)), body)
+    return _PLACEHOLDER.sub(lambda match: _lua_literal(name, match.group(1)), body)
 
 
-def _lua_string(script: str, placeholder: str) -> str:
+def _lua_literal(script: str, placeholder: str) -> str:
+    """A name's value as Lua: a string literal, or a number (``repr``: exact, ``1e+16`` is Lua too;
+    a negative one in parentheses, so ``-{{NAME}}`` never makes a ``--`` comment)."""
     value = getattr(names, placeholder, None) if placeholder.isupper() else None
-    if not isinstance(value, str):
-        raise ValueError(f"frontier/lua/{script}.lua: no name {{{{{placeholder}}}}} in vcrawl.names")
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return repr(value) if value >= 0 else f"({value!r})"
+    raise ValueError(f"frontier/lua/{script}.lua: no name {{{{{placeholder}}}}} in vcrawl.names")
 
 
 class ReplicaWait:
@@ -155,7 +162,8 @@ class ScriptLoader:
 
 
 def job_keys(job_id: str, *parts: str) -> list[str]:
-    """The keys of a job's frontier structures named by ``parts`` (meta, ready, next, busy, leases, delays)."""
+    """The keys of a job's frontier structures named by ``parts`` (meta, ready, next, busy, leases, delays,
+    queued_urls, inlinks)."""
     makers = {
         "meta": redis_keys.job,
         "ready": redis_keys.job_ready,
@@ -163,6 +171,8 @@ def job_keys(job_id: str, *parts: str) -> list[str]:
         "busy": redis_keys.job_busy,
         "leases": redis_keys.job_leases,
         "delays": redis_keys.job_delays,
+        "queued_urls": redis_keys.job_queued_urls,
+        "inlinks": redis_keys.job_inlinks,
     }
     return [makers[part](job_id) for part in parts]
 

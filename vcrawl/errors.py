@@ -25,6 +25,8 @@ Attributes are plain ``str``/``int``/``float``.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "AnalysisFailed",
     "AttemptsExhausted",
@@ -42,6 +44,7 @@ __all__ = [
     "StorageRefused",
     "UnknownComponent",
     "VcrawlError",
+    "checked_regex",
     "kind_of",
 ]
 
@@ -82,6 +85,18 @@ def kind_of(value: object) -> str:
     ('list', 'null')
     """
     return "null" if value is None else type(value).__name__
+
+
+def checked_regex(pattern: str, where: str) -> re.Pattern[str]:
+    """``pattern`` compiled, for a spec's or payload's key ``where``.
+
+    Raises:
+        InvalidTask: not a regex Python can compile (also a huge repeat count, deep nesting).
+    """
+    try:
+        return re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise InvalidTask(where, f"invalid regex {pattern!r}: {exc}") from None
 
 
 class UnknownComponent(PermanentError, ValueError):

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from vcrawl.errors import InvalidTask, kind_of
+from vcrawl.errors import InvalidTask, checked_regex, kind_of
 from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.job_yaml import parse_job_yaml
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
 from vcrawl.payloads import DownloadTask, Rule
-from vcrawl.priorities import PrioritySpec, parse_priorities, url_priority
+from vcrawl.priorities import PrioritySpec, compiled_priorities, parse_priorities, url_priority
 
 __all__ = [
     "DedupSpec",
@@ -205,8 +205,9 @@ class JobSpec:
         return _DEFAULT_RULE
 
     def priority_of(self, url: str, depth: int, sitemap_priority: float | None = None) -> float:
-        """A URL's score when admitted in a priority job (``vcrawl.priorities.url_priority``)."""
-        return url_priority(self.priorities, url, depth, sitemap_priority)
+        """A URL's score when admitted in a priority job (``vcrawl.priorities.url_priority``; a job's
+        runtime keeps the patterns compiled instead: ``engine.jobs.JobRuntime.priorities``)."""
+        return url_priority(compiled_priorities(self.priorities), url, depth, sitemap_priority)
 
     def with_id(self, job_id: str) -> JobSpec:
         """A copy under another id."""
@@ -440,15 +441,8 @@ def _str_list(value: Any, where: str, required: bool = False) -> tuple[str, ...]
 def _regexes(value: Any, where: str) -> tuple[str, ...]:
     patterns = _str_list(value, where)
     for index, pattern in enumerate(patterns):
-        _compile(pattern, f"{where}[{index}]")
+        checked_regex(pattern, f"{where}[{index}]")
     return patterns
-
-
-def _compile(pattern: str, where: str) -> None:
-    try:
-        re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as exc:  # a huge repeat count, deep nesting
-        raise InvalidTask(where, f"invalid regex {pattern!r}: {exc}") from None
 
 
 def _bool(value: Any, where: str) -> bool:

@@ -1,4 +1,4 @@
-"""The words a crawl job is kept in: its states, its meta-hash fields and its counters, in one place.
+"""The words a crawl job is kept in: its states, its meta-hash fields, its counters and queue scores, in one place.
 
 A job lives in one Redis hash (``redis_keys.job``): its spec, state, timestamps, the
 frontier's bookkeeping and the counters of what happened. Python and the frontier's Lua
@@ -45,6 +45,8 @@ __all__ = [
     "HOST_SLOW",
     "HOST_STORED",
     "HOST_THROTTLED",
+    "INLINK_BONUS",
+    "INLINK_CAP",
     "META_ADMITTED",
     "META_BATCH_SEQ",
     "META_CREATED_AT",
@@ -73,6 +75,11 @@ __all__ = [
     "PREFIX_STATUS",
     "REASON_LEASE_EXPIRED",
     "REASON_MAX_PAGES",
+    "SCORE_BACK_OF_QUEUE",
+    "SCORE_DEPTH",
+    "SCORE_HUNDREDTH",
+    "SCORE_INLINK",
+    "SCORE_SITEMAP_FIRST",
     "STATE_CANCELLED",
     "STATE_COMPLETED",
     "STATE_FAILED",
@@ -138,6 +145,24 @@ STRATEGY_DEPTH_FIRST = "depth-first"
 STRATEGY_PRIORITY = "priority"
 """Higher priority score first (the job's priorities, the sitemap, depth, in-links), also across hosts."""
 STRATEGIES = (STRATEGY_BREADTH_FIRST, STRATEGY_DEPTH_FIRST, STRATEGY_PRIORITY)
+
+# Queue scores (lowest first), spelled here once for Python and the frontier's scripts
+# (frontier/lua/admit.lua has the formula per strategy).
+
+SCORE_DEPTH = 1e12
+"""A score's unit per link followed from a seed: a depth's URLs share one band (``arrival`` sequence within)."""
+SCORE_BACK_OF_QUEUE = 2000 * SCORE_DEPTH
+"""Added to requeue a URL behind everything its host has queued: deeper than any depth a job allows."""
+SCORE_SITEMAP_FIRST = -1001 * SCORE_DEPTH
+"""A sitemap to read in a depth-first or priority job: ahead of every depth (max_depth <= 1000) and priority."""
+SCORE_HUNDREDTH = 1e10
+"""A priority job's score per hundredth of a URL's priority (higher priority: lower score)."""
+INLINK_BONUS = 0.1
+"""What each link to a queued URL found later adds to its priority (``frontier/lua/admit.lua``)."""
+INLINK_CAP = 10
+"""In-links counted at most: a hub linked from every page gains ``INLINK_CAP * INLINK_BONUS``."""
+SCORE_INLINK = round(INLINK_BONUS * 100) * SCORE_HUNDREDTH
+"""``INLINK_BONUS`` in score units: what one in-link takes off a queued URL's score."""
 
 # The frontier's bookkeeping in the meta hash (numbers, reported with the counters).
 

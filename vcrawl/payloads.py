@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vcrawl.api_rules import ApiSpec, check_auth_name
-from vcrawl.errors import InvalidTask, kind_of
+from vcrawl.errors import InvalidTask, checked_regex, kind_of
 
 __all__ = [
     "MAX_URL_LENGTH",
@@ -158,10 +158,7 @@ class Rule:
         pattern = data.get("pattern")
         if not isinstance(pattern, str):
             raise InvalidTask(f"{where}.pattern", "is required and must be a regex string")
-        try:
-            re.compile(pattern)
-        except (re.error, OverflowError, RecursionError) as exc:  # a huge repeat count, deep nesting
-            raise InvalidTask(f"{where}.pattern", f"invalid regex {pattern!r}: {exc}") from None
+        checked_regex(pattern, f"{where}.pattern")
         try:
             values = _typed(data, required=("page_type",), optional=("js_function", "analyzer", "wait_for", "auth"))
             return cls(**values)

@@ -2,7 +2,8 @@
 
 A URL's score when it is admitted is its first matching pattern's priority (0 for none), plus its
 sitemap's ``priority`` (0.5 when none), minus 0.1 per link followed from a seed. The frontier adds
-0.1 per link to it found while it waits in its queue, for at most 10 (``frontier/lua/admit.lua``).
+0.1 per link to it found while it waits in its queue, for at most 10 (``vcrawl.names.INLINK_BONUS``,
+``INLINK_CAP``: ``frontier/lua/admit.lua`` reads them there).
 """
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vcrawl.errors import InvalidTask, kind_of
+from vcrawl.errors import InvalidTask, checked_regex, kind_of
 
 __all__ = [
     "DEPTH_PENALTY",
-    "INLINK_BONUS",
-    "INLINK_CAP",
     "PRIORITY_BOUND",
     "SITEMAP_DEFAULT_PRIORITY",
+    "PriorityPatterns",
     "PrioritySpec",
+    "compiled_priorities",
     "parse_priorities",
     "url_priority",
 ]
@@ -31,10 +32,6 @@ SITEMAP_DEFAULT_PRIORITY = 0.5
 """A URL's sitemap part when no sitemap gave it one (the sitemap protocol's default)."""
 DEPTH_PENALTY = 0.1
 """What each link followed from a seed takes off a URL's priority."""
-INLINK_BONUS = 0.1
-"""What each link to a queued URL found later adds to its priority (``frontier/lua/admit.lua``)."""
-INLINK_CAP = 10
-"""In-links counted at most: a hub linked from every page gains ``INLINK_CAP * INLINK_BONUS``."""
 
 
 @dataclass(frozen=True)
@@ -45,16 +42,23 @@ class PrioritySpec:
     priority: float
 
 
-def url_priority(
-    priorities: tuple[PrioritySpec, ...], url: str, depth: int, sitemap_priority: float | None = None
-) -> float:
+PriorityPatterns = tuple[tuple[re.Pattern[str], float], ...]
+"""A job's priorities with each pattern compiled (``compiled_priorities``)."""
+
+
+def compiled_priorities(priorities: tuple[PrioritySpec, ...]) -> PriorityPatterns:
+    """Each pattern compiled once (a job's runtime keeps them), with its priority."""
+    return tuple((re.compile(p.pattern), p.priority) for p in priorities)
+
+
+def url_priority(patterns: PriorityPatterns, url: str, depth: int, sitemap_priority: float | None = None) -> float:
     """A URL's score when admitted (higher: fetched sooner), to two decimals.
 
-    >>> shop = (PrioritySpec("/shop/", 10),)
+    >>> shop = compiled_priorities((PrioritySpec("/shop/", 10),))
     >>> url_priority(shop, "http://a.test/shop/1", 2), url_priority(shop, "http://a.test/x", 1, 0.9)
     (10.3, 0.8)
     """
-    part = next((p.priority for p in priorities if re.search(p.pattern, url)), 0.0)
+    part = next((priority for regex, priority in patterns if regex.search(url)), 0.0)
     sitemap = SITEMAP_DEFAULT_PRIORITY if sitemap_priority is None else sitemap_priority
     return round(part + sitemap - DEPTH_PENALTY * depth, 2)
 
@@ -80,10 +84,7 @@ def _item(raw: Any, where: str) -> PrioritySpec:
     pattern, priority = raw.get("pattern"), raw.get("priority")
     if not isinstance(pattern, str) or not pattern:
         raise InvalidTask(f"{where}.pattern", f"must be a non-empty regex, got {pattern!r}")
-    try:
-        re.compile(pattern)
-    except (re.error, OverflowError, RecursionError) as exc:
-        raise InvalidTask(f"{where}.pattern", f"invalid regex {pattern!r}: {exc}") from None
+    checked_regex(pattern, f"{where}.pattern")
     if isinstance(priority, bool) or not isinstance(priority, int | float) or not abs(priority) <= PRIORITY_BOUND:
         raise InvalidTask(f"{where}.priority", f"must be a number from -100 to 100, got {priority!r}")
     return PrioritySpec(pattern, float(priority))

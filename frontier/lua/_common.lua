@@ -18,3 +18,20 @@ local function settle(meta, done, now)
   end
   return 0
 end
+
+-- Whether the job is live (running or paused), and whether it is a live priority job: only such
+-- a job's requeued URLs go back into queued_urls (a stopped job's was deleted, drop_filter.lua,
+-- and would never be again). One HMGET.
+local function live_priority(meta)
+  local state, strategy = unpack(redis.call('HMGET', meta, {{META_STATE}}, {{META_STRATEGY}}))
+  local live = state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}
+  return live, live and strategy == {{STRATEGY_PRIORITY}}
+end
+
+-- Put a leased entry (`member`, its URL `url` if known) back in its host's queue `q` with `score`
+-- (its kept score, pump.lua, or its depth's front); with `index` (queued_urls of a live priority
+-- job, else false) it is there again too, for in-links to find (admit.lua).
+local function requeue(q, score, member, index, url)
+  redis.call('ZADD', q, score, member)
+  if index then redis.call('HSET', index, url or cjson.decode(member).u, member) end
+end

@@ -22,19 +22,23 @@
 -- job's current one does nothing (a late analysis of a finished cycle); the history records of
 -- the pages it finishes are written in the same step, so no cycle ends before they are.
 --
--- The queue score follows the job's strategy (meta's strategy field): breadth-first
--- depth * 1e12 + seq (shallower first, FIFO within a depth); depth-first -depth * 1e12 - seq
--- (deeper first, LIFO within a depth); priority -priority * 1e10 + seq (higher first, FIFO
--- within a priority). A priority job keeps each queued URL's entry in queued_urls; a link to a
--- URL still queued (a duplicate) raises its score by 0.1 (vcrawl.priorities.INLINK_BONUS), for at most
--- 10 in-links (INLINK_CAP), counted in inlinks.
+-- The queue score follows the job's strategy (meta's strategy field; the constants are
+-- vcrawl.names.SCORE_*): breadth-first depth * SCORE_DEPTH + seq (shallower first, FIFO within a
+-- depth); depth-first -depth * SCORE_DEPTH - seq (deeper first, LIFO within a depth); priority
+-- -priority (hundredths) * SCORE_HUNDREDTH + seq (higher first, FIFO within a priority). In both
+-- of the latter a sitemap to read scores SCORE_SITEMAP_FIRST - seq, ahead of every page. A
+-- priority job keeps each queued URL's entry in queued_urls; a link to a URL still queued (a
+-- duplicate) raises its score by names.INLINK_BONUS (SCORE_INLINK), for at most INLINK_CAP
+-- in-links, counted in inlinks.
 local meta, ready, nextk, busy, tokens = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local now = clock_ms()
 local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local token, k, nseg = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local history_mode, cycle, nhist = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local i = 11
-if cycle > 0 and tonumber(redis.call('HGET', meta, {{META_CYCLE}}) or '0') ~= cycle then
+local current, strategy, state, admitted = unpack(redis.call('HMGET', meta, {{META_CYCLE}}, {{META_STRATEGY}},
+                                                             {{META_STATE}}, {{META_ADMITTED}}))
+if cycle > 0 and tonumber(current or '0') ~= cycle then
   -- A late analysis of an earlier cycle: its pages are not lost, they are due in a later cycle.
   local nhosts_at = i + 2 * tonumber(ARGV[7]) + 3 * nhist
   local hist, due = KEYS[7 + nseg + tonumber(ARGV[nhosts_at])], KEYS[8 + nseg + tonumber(ARGV[nhosts_at])]
@@ -50,7 +54,6 @@ end
 -- queued, and will be fetched and finished again. Finishing them now would count them twice.
 local released, analysed_batch = KEYS[#KEYS], ARGV[#ARGV]
 local queued_urls, inlinks = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
-local strategy = redis.call('HGET', meta, {{META_STRATEGY}})
 local by_priority, lifo = strategy == {{STRATEGY_PRIORITY}}, strategy == {{STRATEGY_DEPTH_FIRST}}
 if analysed_batch ~= '' and done > 0 and redis.call('HDEL', released, analysed_batch) == 0
     and (token == '' or redis.call('SISMEMBER', tokens, token) == 0) then
@@ -75,9 +78,8 @@ for j = first_hist, first_hist + 3 * nhist - 1, 3 do
   redis.call('HSET', hist, ARGV[j], ARGV[j + 1])
   redis.call('ZADD', due, ARGV[j + 2], ARGV[j])
 end
-local state = redis.call('HGET', meta, {{META_STATE}})
 local running = state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}  -- a paused job still takes its links
-local admitted = tonumber(redis.call('HGET', meta, {{META_ADMITTED}}) or '0')
+admitted = tonumber(admitted or '0')
 local fresh, dup, over, known = 0, 0, 0, 0
 local touched = {}
 local get, set = {}, {}
@@ -102,9 +104,9 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
   if seen then
     dup = dup + 1
     local queued = by_priority and redis.call('HGET', queued_urls, url)
-    if queued and redis.call('HINCRBY', inlinks, url, 1) <= 10 then
+    if queued and redis.call('HINCRBY', inlinks, url, 1) <= {{INLINK_CAP}} then
       -- XX: only while it is still queued (never adds a URL a pump took meanwhile)
-      redis.call('ZADD', KEYS[5 + nseg + hi], 'XX', 'INCR', -1e11, queued)
+      redis.call('ZADD', KEYS[5 + nseg + hi], 'XX', 'INCR', -{{SCORE_INLINK}}, queued)
     end
   elseif history_mode == 2 and redis.call('HEXISTS', hist, url) == 1 then
     known = known + 1
@@ -117,15 +119,15 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
   else
     redis.call('BITFIELD', seg, unpack(set))
     local seq = redis.call('HINCRBY', meta, {{META_SEQ}}, 1)
-    local score = depth * 1e12 + seq
-    if by_priority then
-      score = -priority * 1e10 + seq
-      redis.call('HSET', queued_urls, url, member)
-    elseif lifo and sitemap then
-      score = -1001e12 - seq  -- ahead of every depth (max_depth <= 1000): its hints come first
+    local score = depth * {{SCORE_DEPTH}} + seq
+    if sitemap and (by_priority or lifo) then
+      score = {{SCORE_SITEMAP_FIRST}} - seq  -- ahead of every page: its hints come first
+    elseif by_priority then
+      score = -priority * {{SCORE_HUNDREDTH}} + seq
     elseif lifo then
-      score = -depth * 1e12 - seq
+      score = -depth * {{SCORE_DEPTH}} - seq
     end
+    if by_priority then redis.call('HSET', queued_urls, url, member) end
     redis.call('ZADD', KEYS[5 + nseg + hi], score, member)
     if not sitemap then admitted = admitted + 1 end
     fresh = fresh + 1

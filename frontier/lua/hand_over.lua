@@ -13,11 +13,8 @@
 local meta, ready, nextk, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local qprefix, interval = ARGV[1], tonumber(ARGV[2])
 local now = clock_ms()
--- Only a running or paused job's URLs go back into queued_urls: a stopped job's was deleted
--- (drop_filter.lua) and would never be again.
-local state = redis.call('HGET', meta, {{META_STATE}})
-local by_priority = (state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}})
-  and redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
+local _, by_priority = live_priority(meta)
+local index = by_priority and KEYS[7]
 local back = 0
 for i = 3, #ARGV do
   local raw = redis.call('HGET', leases, ARGV[i])
@@ -26,8 +23,7 @@ for i = 3, #ARGV do
     redis.call('HDEL', leases, ARGV[i])
     for n, member in ipairs(lease.e) do
       local entry = cjson.decode(member)
-      redis.call('ZADD', qprefix .. lease.h, lease.p and lease.p[n] or entry.d * 1e12, member)
-      if by_priority then redis.call('HSET', KEYS[7], entry.u, member) end
+      requeue(qprefix .. lease.h, lease.p and lease.p[n] or entry.d * {{SCORE_DEPTH}}, member, index, entry.u)
       back = back + 1
     end
     if redis.call('HINCRBY', busy, lease.h, -1) <= 0 then

@@ -22,7 +22,7 @@
 -- the bonus its score kept).
 local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local queued_urls, inlinks = KEYS[6], KEYS[7]
-local strategy = redis.call('HGET', meta, {{META_STRATEGY}})
+local strategy, cycle, state = unpack(redis.call('HMGET', meta, {{META_STRATEGY}}, {{META_CYCLE}}, {{META_STATE}}))
 local by_priority = strategy == {{STRATEGY_PRIORITY}}
 local keep_scores = by_priority or strategy == {{STRATEGY_DEPTH_FIRST}}
 local now = clock_ms()
@@ -31,8 +31,8 @@ local interval, lease_ms, cap, qprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), t
 -- The nonce keeps ids unique when the sequence goes back: a failover to a replica that missed the
 -- primary's last writes hands out numbers already given to batches whose analyses still run.
 local nonce = ARGV[8]
-local out = {'-1', tostring(now), redis.call('HGET', meta, {{META_CYCLE}}) or '0'}
-if redis.call('HGET', meta, {{META_STATE}}) ~= {{STATE_RUNNING}} then
+local out = {'-1', tostring(now), cycle or '0'}
+if state ~= {{STATE_RUNNING}} then
   out[1] = 'stopped'
   return out
 end
@@ -44,17 +44,20 @@ if room > 0 then
   if by_priority then
     -- The due hosts by their best URL (lowest score), then by due time. The window grows with
     -- the room (16 hosts per batch that fits, at most 256): one batch's pick costs 16 reads.
+    -- When every due host fits in the room, each gets its batch anyway: no ranking needed.
     local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, math.min(256, room * 16))
-    local best, order = {}, {}
-    for n, host in ipairs(due) do
-      local head = redis.call('ZRANGE', qprefix .. host, 0, 0, 'WITHSCORES')
-      best[host] = head[2] and tonumber(head[2]) or math.huge
-      order[host] = n
+    if #due > room then
+      local best, order = {}, {}
+      for n, host in ipairs(due) do
+        local head = redis.call('ZRANGE', qprefix .. host, 0, 0, 'WITHSCORES')
+        best[host] = head[2] and tonumber(head[2]) or math.huge
+        order[host] = n
+      end
+      table.sort(due, function(a, b)
+        if best[a] ~= best[b] then return best[a] < best[b] end
+        return order[a] < order[b]
+      end)
     end
-    table.sort(due, function(a, b)
-      if best[a] ~= best[b] then return best[a] < best[b] end
-      return order[a] < order[b]
-    end)
     hosts = {}
     for n = 1, math.min(room, #due) do hosts[n] = due[n] end
   else
@@ -81,15 +84,15 @@ if room > 0 then
       if #popped == 0 then
         redis.call('ZREM', ready, host)
       else
-        local entries, scores = {}, {}
+        local entries, scores, urls = {}, {}, {}
         for j = 1, #popped, 2 do
           entries[#entries + 1] = popped[j]
           scores[#scores + 1] = popped[j + 1]  -- a string: cjson would round a number to 14 digits
-          if by_priority then
-            local url = cjson.decode(popped[j]).u
-            redis.call('HDEL', queued_urls, url)
-            redis.call('HDEL', inlinks, url)
-          end
+          if by_priority then urls[#urls + 1] = cjson.decode(popped[j]).u end
+        end
+        if #urls > 0 then  -- at most frontier_batch (<= 1000) URLs: well within unpack's limit (~8000)
+          redis.call('HDEL', queued_urls, unpack(urls))
+          redis.call('HDEL', inlinks, unpack(urls))
         end
         local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1) .. '.' .. nonce
         redis.call('HINCRBY', busy, host, 1)

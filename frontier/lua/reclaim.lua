@@ -14,11 +14,8 @@ local meta, ready, nextk, busy, leases = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEY
 local qprefix, max_attempts, interval = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local failed_name = {{PREFIX_FAILED}} .. {{REASON_LEASE_EXPIRED}}
 local now = clock_ms()
--- Only a running or paused job's URLs go back into queued_urls: a stopped job's was deleted
--- (drop_filter.lua) and would never be again.
-local state = redis.call('HGET', meta, {{META_STATE}})
-local by_priority = (state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}})
-  and redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
+local _, by_priority = live_priority(meta)
+local index = by_priority and KEYS[8]
 local all = redis.call('HGETALL', leases)
 local back, failed = 0, 0
 for j = 1, #all, 2 do
@@ -32,9 +29,8 @@ for j = 1, #all, 2 do
       if entry.a > max_attempts then
         lease_failed = lease_failed + 1
       else
-        local again = cjson.encode(entry)
-        redis.call('ZADD', qprefix .. lease.h, lease.p and lease.p[n] or entry.d * 1e12, again)
-        if by_priority then redis.call('HSET', KEYS[8], entry.u, again) end
+        requeue(qprefix .. lease.h, lease.p and lease.p[n] or entry.d * {{SCORE_DEPTH}}, cjson.encode(entry), index,
+                entry.u)
         requeued = requeued + 1
       end
     end

@@ -24,7 +24,7 @@
 -- The host's next time: a pause after the batch started, never before it ended, and later
 -- still when the host asked to be left alone (host_delay_ms from now).
 -- A depth-first or priority job's lease has its URLs' scores (pump.lua): a URL requeued at the
--- front (a score below 2e15, the back of the queue) gets its own score back; a running or paused
+-- front (a score below names.SCORE_BACK_OF_QUEUE) gets its own score back; a running or paused
 -- priority job's requeued URLs are in queued_urls again, for in-links to find (admit.lua).
 local meta, ready, nextk, busy, leases, q = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, host, pause, host_delay = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -40,13 +40,7 @@ redis.call('HDEL', leases, id)
 local now = clock_ms()
 local lease = cjson.decode(raw)
 local started = lease.s or now
-local kept = {}  -- URL -> its score when leased (depth-first and priority jobs)
-for n, score in ipairs(lease.p or {}) do kept[cjson.decode(lease.e[n]).u] = score end
-local state = redis.call('HGET', meta, {{META_STATE}})
-local live = state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}
--- Only a live job's URLs go back into queued_urls: a stopped job's was deleted (drop_filter.lua)
--- and would never be again.
-local by_priority = live and redis.call('HGET', meta, {{META_STRATEGY}}) == {{STRATEGY_PRIORITY}}
+local live, by_priority = live_priority(meta)
 local nxt = math.max(now, started + pause, now + host_delay)
 if delay > 0 then
   redis.call('HSET', KEYS[7], host, delay)
@@ -66,14 +60,19 @@ elseif string.sub(throttle, 1, 1) == '+' then
   redis.call('HINCRBY', KEYS[11], {{HOST_THROTTLED}} .. host, tonumber(string.sub(throttle, 2)))
 end
 local i = 15
+local kept = {}  -- URL -> its score when leased (depth-first and priority jobs), if any is requeued
+if nreq > 0 and lease.p then
+  for n, score in ipairs(lease.p) do kept[cjson.decode(lease.e[n]).u] = score end
+end
+local index = by_priority and KEYS[16]
 for _ = 1, nreq do
   local score, member = ARGV[i], ARGV[i + 1]
-  if lease.p or by_priority then
-    local url = cjson.decode(member).u
-    if tonumber(score) < 2e15 and kept[url] then score = kept[url] end
-    if by_priority then redis.call('HSET', KEYS[16], url, member) end
+  local url = nil
+  if lease.p then  -- a priority job's lease always has p (pump.lua)
+    url = cjson.decode(member).u
+    if tonumber(score) < {{SCORE_BACK_OF_QUEUE}} and kept[url] then score = kept[url] end
   end
-  redis.call('ZADD', q, score, member)
+  requeue(q, score, member, index, url)
   i = i + 2
 end
 for _ = 1, nhist do

@@ -41,7 +41,7 @@ def client(private_redis: LocalRedis) -> redis.Redis:
 def _job(client: redis.Redis, frontier: Frontier, *hosts: str, **spec: Any) -> Any:
     job = JobSpec.from_dict({"id": f"s-{uuid.uuid4().hex[:8]}", "seeds": ["http://a.test/"], "sitemaps": False,
                              "max_pages": 1000, **spec})  # fmt: skip
-    assert frontier.jobs.create(job.id, job.to_json(), time.time())
+    assert frontier.jobs.create(job.id, job.to_json(), time.time(), strategy=job.strategy)
     for host in hosts or (HOST,):  # hosts fetched before: full batches at once (no robots.txt wait)
         client.hset(redis_keys.job_next(job.id), host, 0)
     return build_runtime(job, Settings(), session=None, client=client)
@@ -227,7 +227,8 @@ def test_each_cycle_takes_its_specs_strategy_and_a_fresh_url_index(client: redis
     job_id = f"s-{uuid.uuid4().hex[:8]}"
     first = JobSpec.from_dict({"id": job_id, "seeds": ["http://a.test/"], "strategy": "priority", "sitemaps": False})
     bloom_keys = build_runtime(first, Settings(), session=None, client=client).bloom.keys
-    assert frontier.jobs.new_cycle(job_id, first.to_json(), firing="f1", bloom_keys=bloom_keys).cycle == 1
+    assert frontier.jobs.new_cycle(job_id, first.to_json(), firing="f1", bloom_keys=bloom_keys,
+                                   strategy=first.strategy).cycle == 1  # fmt: skip
     runtime = build_runtime(first, Settings(), session=None, client=client, cycle=1)
     _admit(runtime, frontier, "t1", ("a.test/x", 1), ("a.test/y", 1))
     _admit(runtime, frontier, "t2", ("a.test/y", 2))
@@ -235,7 +236,8 @@ def test_each_cycle_takes_its_specs_strategy_and_a_fresh_url_index(client: redis
     assert client.hlen(redis_keys.job_queued_urls(job_id)) == 2 and client.hlen(redis_keys.job_inlinks(job_id)) == 1
 
     second = JobSpec.from_dict({**first.to_dict(), "strategy": "depth-first"})
-    started = frontier.jobs.new_cycle(job_id, second.to_json(), firing="f2", overlap="cancel", bloom_keys=bloom_keys)
+    started = frontier.jobs.new_cycle(job_id, second.to_json(), firing="f2", overlap="cancel", bloom_keys=bloom_keys,
+                                      strategy=second.strategy)  # fmt: skip
 
     assert started.cycle == 2 and frontier.jobs.raw_state(job_id)["strategy"] == "depth-first"
     assert not client.exists(redis_keys.job_queued_urls(job_id), redis_keys.job_inlinks(job_id))

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from frontier.scripts import _lua_string, lua_source
+from frontier.scripts import _lua_literal, lua_source
 from vcrawl import names
 
 SCRIPTS = sorted(
@@ -44,7 +44,12 @@ def test_names_reach_the_lua_as_string_literals() -> None:
 
 def test_an_unknown_name_is_an_error_at_load_time() -> None:
     with pytest.raises(ValueError, match="NO_SUCH_NAME"):
-        _lua_string("admit", "NO_SUCH_NAME")
+        _lua_literal("admit", "NO_SUCH_NAME")
     with pytest.raises(ValueError, match="ACTIVE_STATES"):
-        _lua_string("admit", "ACTIVE_STATES")  # a tuple, not one name
+        _lua_literal("admit", "ACTIVE_STATES")  # a tuple, not one name
 
+
+def test_a_number_becomes_a_lua_number_a_negative_one_in_parentheses() -> None:
+    assert _lua_literal("admit", "INLINK_CAP") == "10"
+    assert float(_lua_literal("admit", "SCORE_INLINK")) == names.SCORE_INLINK
+    assert _lua_literal("admit", "SCORE_SITEMAP_FIRST") == f"({names.SCORE_SITEMAP_FIRST!r})"  # -{{X}} is no comment
