@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import TestSite
+from tests.waiting import wait_until
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -45,16 +46,6 @@ def job(site: TestSite, path: str = "/") -> dict[str, Any]:
         "rules": [{"pattern": "", "analyzer": "fields", "fields": {"title": "h1"}}],
         "revisit": {"initial_s": 0, "min_s": 0, "max_s": 0},
     }
-
-
-def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s}s: {what}")
 
 
 @pytest.fixture

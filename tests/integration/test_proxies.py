@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 import redis
@@ -22,6 +21,7 @@ from storage import Storage
 from tests.integration.conftest import api_server, run_job
 from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite
+from tests.waiting import wait_until
 from vcrawl import redis_keys
 from vcrawl.errors import FetchFailed
 from vcrawl.payloads import DownloadTask
@@ -57,15 +57,6 @@ def outcome(fetcher: StaticFetcher, health: ProxyHealth, url: str, proxy: str) -
         return fetch_through(fetcher, request(url, proxy), health).status
     except FetchFailed as exc:
         return exc.reason
-
-
-def wait_until(check: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 def benched_for_s(client: redis.Redis, proxy: str) -> float:
