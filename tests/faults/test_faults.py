@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
+from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE, queue_lists
 from cli.local_redis import LocalRedis
 from engine.status import job_status
 from frontier import Frontier
@@ -32,6 +33,7 @@ from storage.records import read_records
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.conftest import PLUGIN_SITE
 from tests.site import NOT_PAGES, TestSite
+from tests.waiting import wait_until
 from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -197,8 +199,10 @@ def test_a_host_down_mid_crawl_is_retried_when_back_and_slows_no_other_host(tmp_
     assert status["failed"] == {}, status
     assert fetched_flaky >= set(flaky_paths)
     assert status["retries"] >= 1  # the refused connections were retried with backoff
-    # The steady host kept its pace while the other was down: no gap much over its interval.
-    assert during and max(gaps, default=0) < 0.6, gaps
+    # The steady host kept its pace while the other was down: its interval is 0.1 s, a host held
+    # up by the down one would show a gap of about the 2.5 s outage. 1.5 s leaves room for a
+    # stall of the worker process on a loaded machine (a single 0.5 s one failed the old 0.6 s).
+    assert during and max(gaps, default=0) < 1.5, gaps
     assert set(steady_paths) <= {s.path for s in steady.seen}
 
 
@@ -258,6 +262,16 @@ def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fa
     assert not any((data / ".spool" / "records").iterdir())
 
 
+def dispatched_all_fetched(server: LocalRedis, job_id: str) -> bool:
+    """No fetch outstanding: every leased batch released, or every sent message done (acks_late:
+    a message leaves kombu's ``unacked`` hash when its task has run)."""
+    client = redis.Redis.from_url(server.url)
+    if Frontier(client).queue.in_flight(job_id) == 0:
+        return True
+    lists = [*queue_lists(DOWNLOAD_QUEUE), *queue_lists(DYNAMIC_QUEUE)]
+    return not any(client.llen(name) for name in lists) and client.hlen("unacked") == 0
+
+
 def test_the_pump_process_dies_and_another_one_resumes_dispatch(tmp_path: Path, fault_report: Note) -> None:
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
         env = cluster_env(fault_settings(server, tmp_path / "data"))
@@ -273,7 +287,9 @@ def test_the_pump_process_dies_and_another_one_resumes_dispatch(tmp_path: Path, 
                 time.sleep(0.02)
             os.kill(pumps[0].pid, signal.SIGKILL)
             pumps[0].wait(10)
-            time.sleep(1.5)  # what was dispatched before the kill is fetched by now
+            # What was dispatched before the kill is fetched first: no batch leased any more, or
+            # (the pump killed between a lease and its send) no download message left unacknowledged.
+            wait_until(lambda: dispatched_all_fetched(server, job_id), 30, "dispatched batches fetched")
             stalled_at = len(site.seen)
             time.sleep(1.5)
             fetched_without_pump = len(site.seen) - stalled_at
