@@ -74,8 +74,9 @@ def test_a_stopped_proxy_is_benched_for_every_worker_and_used_again_after_its_co
                 time.sleep(0.005)
             seconds, micros = client.time()
             bench_ends = time.monotonic() + (int(raw.split(":")[0]) - (seconds * 1000 + micros // 1000)) / 1000
-            # Back on the same port once every process has read the bench; benched until bench_ends.
-            time.sleep(REFRESH_S + 0.1)
+            # Back on the same port once every process has read the bench (within REFRESH_S; 0.5 s
+            # more for a slow process), still ~0.5 s inside the 2 s cool-off; benched until bench_ends.
+            time.sleep(REFRESH_S + 0.5)
             stopping.start()
             restarted = time.monotonic()
             frontier = Frontier(client)
@@ -96,7 +97,10 @@ def test_a_stopped_proxy_is_benched_for_every_worker_and_used_again_after_its_co
     assert 1 <= benched["failed"] <= 4 and set(benched["reasons"]) == {"proxy_error"}, stats
     after = [seen.at for seen in stopping.seen if seen.at > restarted]
     assert after, "the recovered proxy was not used again after its cool-off"
-    assert min(after) >= bench_ends - 0.05, f"traffic {bench_ends - min(after):.3f} s before its cool-off ended"
+    # 0.25 s for the clocks' reads and Redis round trips behind bench_ends; a process ignoring the
+    # bench would use the proxy as soon as it is back, ~0.5 s before bench_ends.
+    early = bench_ends - min(after)
+    assert early <= 0.25, f"traffic {early:.3f} s before its cool-off ended"
     assert benched["ok"] == stopping.forwarded > 10
     assert sum(row["ok"] for row in stats.values()) == status["pages_fetched"] == 2 * (PAGES + 1)
     assert record is None  # it worked again: its record is cleared
