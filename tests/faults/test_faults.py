@@ -225,7 +225,7 @@ def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fa
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
         data = tmp_path / "data"
         env = {**cluster_env(fault_settings(server, data)), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
-               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.4"}  # fmt: skip
+               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
         paths = serve_pages(site, 20)
         job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.02, "jitter": 0},
                "rules": [{"pattern": "", "analyzer": "slow_words"}]}  # fmt: skip
@@ -236,7 +236,9 @@ def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fa
             deadline = time.monotonic() + 30
             while len(lines(started_log)) < 4 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            time.sleep(0.1)  # inside the 0.4 s analysis of the page whose start was logged last
+            # Inside the 0.8 s analysis of the page whose start was logged last: the kill must come
+            # before it ends, ~0.7 s from here (0.4 s analyses left only 0.3 s for a loaded machine).
+            time.sleep(0.1)
             os.kill(analysts[0].pid, signal.SIGKILL)
             analysts[0].wait(10)
             interrupted = lines(started_log)[-1]
