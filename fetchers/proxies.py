@@ -310,7 +310,7 @@ class ProxyHealth:
         name = _name(proxy)
         if reason is not None and is_proxy_fault(reason):
             self._bench(name, reason)
-        elif reason is None and name in self._until and self._until[name] <= self._clock():
+        elif reason is None and self._until.get(name, float("inf")) <= self._clock():  # one read: _until is swapped
             self._forgive(name)
 
     def _bench(self, name: str, reason: str) -> None:
@@ -336,12 +336,21 @@ class ProxyHealth:
         except redis.RedisError as exc:
             logger.warning("could not clear the record of proxy %s in Redis: %r", name, exc)
 
+    def forget_local(self, proxy: str | None = None) -> None:
+        """Drop this process's marks of ``proxy`` (of every proxy if None); the next use reads Redis."""
+        with self._lock:
+            if proxy is None:
+                self._until = {}
+            else:
+                self._until.pop(_name(proxy), None)
+            self._read_at = float("-inf")
+
     def _current(self) -> dict[str, float]:
         """This process's copy of the bench, read again from Redis when older than ``refresh_s``."""
-        now = self._clock()
-        if now - self._read_at < self._refresh_s:
+        started = self._clock()
+        if started - self._read_at < self._refresh_s:
             return self._until
-        self._read_at = now  # one read per interval, even when it fails
+        self._read_at = started  # one read per interval, even when it fails
         try:
             pipe = self._redis.pipeline(transaction=False)
             pipe.time()
@@ -352,6 +361,9 @@ class ProxyHealth:
         except redis.RedisError as exc:
             logger.warning("could not read the proxy bench from Redis: %r", exc)
             return self._until
+        # Redis read its clock during the round trip: taking ``now`` after it puts an end time read
+        # from Redis late by up to the round trip, never early (a benched proxy is never drawn early).
+        now = self._clock()
         server_ms = int(seconds) * 1000 + int(micros) // 1000
         fresh: dict[str, float] = {}
         for field, value in raw.items():

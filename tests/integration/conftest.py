@@ -36,6 +36,7 @@ from tests.celery_setup import LocalRedisProcess, LocalWorkerProcess, VcrawlTest
 from tests.cluster import cluster_env
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.site import TestSite
+from tests.waiting import wait_until
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
 
@@ -163,6 +164,20 @@ def _no_robots_rules_from_earlier_tests(request: pytest.FixtureRequest) -> None:
         client.delete(*stale)
 
 
+@pytest.fixture(autouse=True)
+def _no_proxy_marks_from_earlier_tests(request: pytest.FixtureRequest) -> None:
+    """Tests on the session's worker start with no proxy benched, in Redis or in this process.
+
+    The worker's bench keeps its own marks (60 s by default) whatever Redis says: a proxy an earlier
+    test benched must not keep a later test's proxy on the same reused port out of its pool.
+    """
+    if "worker" not in request.fixturenames:
+        return  # a test with its own Redis and workers: nothing of the session's is in its way
+    request.getfixturevalue("worker")
+    tasks.deps.redis_client().delete(redis_keys.proxy_health())
+    tasks.deps.proxy_health().forget_local()
+
+
 @pytest.fixture
 def site() -> Iterator[TestSite]:
     """A fresh local web site per test, with nothing remembered about its origin.
@@ -209,6 +224,16 @@ def run_job(
             return status
         time.sleep(0.05)
     raise AssertionError(f"job {job_id} still running after {timeout_s}s: {tasks.job_status(job_id)}")
+
+
+def wait_for_batches_released(job_id: str, timeout_s: float = 10.0) -> dict[str, Any]:
+    """Poll the job's status until no batch of it is leased (the fetches in flight at a cancel or
+    pause are done and counted); return that status."""
+    return wait_until(
+        lambda: (status := tasks.job_status(job_id, with_outputs=False))["in_flight_batches"] == 0 and status,
+        timeout_s,
+        f"job {job_id}'s batches released",
+    )
 
 
 def wait_for_end(task_id: str, timeout_s: float = 30.0) -> dict[str, Any]:

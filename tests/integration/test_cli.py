@@ -149,7 +149,10 @@ def test_interrupt_stops_promptly_and_leaves_no_redis_behind(site: TestSite, tmp
             process.kill()
             process.wait(5)
     assert process.returncode == 130
-    assert time.monotonic() - sent_at < 8
+    # What the run waits by design (cli/run.py), ~6.5 s here: the default --grace of 4 s (/stuck stays
+    # in flight all of it), 2 s for the workers' warm shutdown before they are killed, Redis's stop.
+    # 4 s of slack for a loaded machine (8 s left 1.5 s); an ignored interrupt would wait /stuck's 20 s.
+    assert time.monotonic() - sent_at < 4.0 + 2.0 + 4.0
     assert len(worker_pids) == 1
     for pid in [redis_pid, *worker_pids]:
         with pytest.raises(ProcessLookupError):

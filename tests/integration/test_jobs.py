@@ -17,7 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 import tasks
 from storage import lookup, read_response
 from storage.records import read_records
-from tests.integration.conftest import run_job
+from tests.integration.conftest import run_job, wait_for_batches_released
 from tests.site import NOT_PAGES, Response, TestSite
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import load_job_file
@@ -243,6 +243,9 @@ def test_cancel_stops_dispatch_at_once(site: TestSite) -> None:
     assert tasks.cancel_job(job_id)
     requests_at_cancel = sum(fetches(site).values())
     time.sleep(1.0)  # five more intervals: a running job would have fetched about five more pages
+    # The fetch in flight at the cancel is counted when its batch is released, which a loaded machine
+    # may delay past the second above: wait for that, not a fixed time.
+    wait_for_batches_released(job_id)
 
     status = tasks.job_status(job_id)
     assert status["state"] == "cancelled"
@@ -359,7 +362,10 @@ def test_cancel_with_a_backlog_on_many_hosts_stops_queued_batches_too() -> None:
         while sum(len(s.seen) for s in sites) < 40 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert tasks.cancel_job(job_id)
-        time.sleep(0.5)  # let what is in flight finish
+        # Let what is in flight finish: up to 8 threads fetch on until their batch next checks the
+        # job's state (every 0.2 s, plus the fetch under way), and queued batches must hand back.
+        wait_for_batches_released(job_id)
+        time.sleep(0.1)  # the last responses on their way back
         settled = sum(len(s.seen) for s in sites)
         time.sleep(1.5)
         after = sum(len(s.seen) for s in sites)

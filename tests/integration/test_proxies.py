@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+import tasks
 from cli.local_redis import LocalRedis
 from engine.fetch_step import FetchContext
 from engine.outcomes import Retry, Stored
@@ -32,12 +33,18 @@ LOOPBACK = NetworkPolicy(allowed=parse_networks(["127.0.0.0/8"]))
 
 
 @pytest.fixture
-def bench(redis_server: LocalRedis) -> Iterator[redis.Redis]:
-    """The session Redis, with no proxy benched before or after the test."""
+def bench(redis_server: LocalRedis, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
+    """The session Redis, with no proxy benched before or after the test, in Redis or in the
+    session worker's process (its marks outlive the hash by its 60 s cool-off)."""
+    on_worker = "worker" in request.fixturenames  # else the worker's bench may not be configured yet
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     client.delete(redis_keys.proxy_health())
+    if on_worker:
+        tasks.deps.proxy_health().forget_local()
     yield client
     client.delete(redis_keys.proxy_health())
+    if on_worker:
+        tasks.deps.proxy_health().forget_local()
     client.close()
 
 
@@ -135,15 +142,20 @@ def test_a_benched_proxy_is_skipped_during_its_cooloff_and_drawn_again_after_it(
         pool = (steady.url, flaky.url)
         flaky.stop()
         assert outcome(fetcher, health, site.url("/page"), flaky.url) == "proxy_error"
-        benched_at = time.monotonic()
+        # What is left of the 0.5 s cool-off once the failure is in (the fetch and a loaded machine
+        # eat into it); the draws are checked against that, not against a nominal 0.5 s.
+        benched_at, left = time.monotonic(), benched_for_s(bench, flaky.url)
+        assert left > 0.25, left
         flaky.start()  # back at once, but benched: no traffic until its cool-off ends
         draws = []
-        while time.monotonic() - benched_at < 0.4:
+        while time.monotonic() - benched_at < left - 0.15:
             draws.append(health.draw(pool))
             time.sleep(0.005)
-        assert set(draws) == {steady.url}, "a benched proxy was drawn during its cool-off"
+        assert draws and set(draws) == {steady.url}, "a benched proxy was drawn during its cool-off"
         wait_until(lambda: flaky.url in {health.draw(pool) for _ in range(20)}, 2.0, "drawn again after its cool-off")
-        assert time.monotonic() - benched_at >= 0.45
+        # The bench ends late (refresh_s 0.05, the read's round trip), never early: a proxy drawn
+        # before the end (the bug: a cool-off ignored or cut short) fails this.
+        assert time.monotonic() - benched_at >= left - 0.1
         assert outcome(fetcher, health, site.url("/page"), flaky.url) == 200
     assert bench.hget(redis_keys.proxy_health(), flaky.url) is None  # a response clears its record
 
@@ -163,7 +175,10 @@ def test_a_proxy_failing_again_at_once_is_benched_twice_as_long(fetcher: StaticF
         proxy.stop()
         assert outcome(fetcher, health, site.url("/page"), proxy.url) == "proxy_error"
         cooloffs.append(benched_for_s(bench, proxy.url))
-    assert cooloffs == pytest.approx([0.3, 0.5, 0.5, 0.3], abs=0.05)
+    # Read right after each mark, what is left can only be less than nominal (by the read's round
+    # trip, more on a loaded machine): one-sided, yet 0.3 and 0.5 (no doubling, or no cap) stay apart.
+    for nominal, left in zip([0.3, 0.5, 0.5, 0.3], cooloffs, strict=True):
+        assert nominal - 0.15 <= left <= nominal + 0.005, cooloffs
 
 
 def test_every_process_sees_a_benched_proxy_within_a_second(bench: redis.Redis) -> None:
@@ -173,8 +188,10 @@ def test_every_process_sees_a_benched_proxy_within_a_second(bench: redis.Redis) 
     assert {there.draw(pool) for _ in range(50)} == set(pool)  # read now; trusted for a second
     here.record(pool[0], "proxy_auth")
     marked = time.monotonic()
-    wait_until(lambda: {there.draw(pool) for _ in range(20)} == {pool[1]}, 1.5, "the other process skips it")
-    assert time.monotonic() - marked <= 1.1
+    wait_until(lambda: {there.draw(pool) for _ in range(20)} == {pool[1]}, 3.0, "the other process skips it")
+    # refresh_s is 1.0: seen after at most ~1 s plus a read and a poll; 1.5 s leaves room for a loaded
+    # machine, and a process that never reads again (the bug) never sees it (30 s cool-off).
+    assert time.monotonic() - marked <= 1.5
     assert set(bench.hkeys(redis_keys.proxy_health())) == {"http://user:***@127.0.0.1:9"}  # no password in Redis
 
 

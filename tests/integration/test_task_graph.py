@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import time
+from email.message import Message
 from pathlib import Path
+from typing import Any
 
 import pytest
 import vcrawl_test_plugin
@@ -21,6 +23,7 @@ from tests.integration.conftest import (
     wait_for_state,
 )
 from tests.site import Response, TestSite
+from tests.waiting import wait_until
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -137,20 +140,34 @@ def test_body_over_the_limit_is_too_large(site: TestSite, response: Response, vc
     assert stored_file(record, vcrawl_settings).parent.is_relative_to(vcrawl_settings.data)
 
 
+def alerts_for_task(sinks: AlertSinks, task_id: str) -> tuple[list[dict[str, Any]], list[Message]]:
+    """The webhook posts and emails about ``task_id``'s failed analysis.
+
+    The trail says ``analysis_failed`` before the alert goes out (SMTP and webhook, in the
+    worker), so wait up to 5 s for both; then 0.5 s more, in which a duplicate would arrive.
+    """
+
+    def matching() -> tuple[list[dict[str, Any]], list[Message]]:
+        hooks = [w for w in sinks.webhooks if w.get("details", {}).get("task_id") == task_id]
+        mails = [m for m in sinks.emails if task_id in (m.get_payload(decode=True) or b"").decode(errors="replace")]
+        return hooks, mails
+
+    wait_until(lambda: all(matching()), 5, f"an email and a webhook about task {task_id}")
+    time.sleep(0.5)
+    return matching()
+
+
 def test_failing_analyzer_gets_four_attempts_then_one_alert(site: TestSite, alert_sinks: AlertSinks) -> None:
     url = site.add_page("/buggy.html", PAGE)
     vcrawl_test_plugin.CALLS.clear()
-    emails_before, webhooks_before = len(alert_sinks.emails), len(alert_sinks.webhooks)
 
     record = wait_for_end(crawl.delay({"url": url, "analyzer": "always_fails"}).id)
-    time.sleep(0.5)  # a second (wrong) alert would arrive in this time
 
     assert record["state"] == "analysis_failed", record
     assert record["analysis_attempts"] == 4
     assert vcrawl_test_plugin.CALLS == [url] * 4
     assert "RuntimeError: analyzer bug" in record["error"]
-    emails = alert_sinks.emails[emails_before:]
-    webhooks = alert_sinks.webhooks[webhooks_before:]
+    webhooks, emails = alerts_for_task(alert_sinks, record["id"])
     assert len(emails) == 1 and len(webhooks) == 1
     assert url in emails[0]["Subject"] and emails[0]["To"] == "ops@example.test"
     assert webhooks[0]["details"]["task_id"] == record["id"]
@@ -162,7 +179,6 @@ def test_missing_stored_page_fails_analysis_at_once_with_an_alert(site: TestSite
     url = site.add_page("/vanishing.html", PAGE)
     record = wait_for_end(crawl.delay({"url": url}).id)
     Path(record["save_path"]).unlink()
-    webhooks_before = len(alert_sinks.webhooks)
     page = {
         "url": url, "final_url": url, "save_path": record["save_path"], "http_status": 200,
         "bytes": 1, "content_type": "text/html", "elapsed_s": 0.0, "headers": {},
@@ -174,8 +190,8 @@ def test_missing_stored_page_fails_analysis_at_once_with_an_alert(site: TestSite
     record = wait_for_state(record["id"], "analysis_failed")
     assert record["reason"] == "missing_page"
     assert record["analysis_attempts"] == 2  # the first, successful analysis and one failed attempt
-    time.sleep(0.3)
-    assert len(alert_sinks.webhooks) == webhooks_before + 1
+    webhooks, emails = alerts_for_task(alert_sinks, record["id"])
+    assert len(webhooks) == 1 and len(emails) == 1
 
 
 def test_user_agent_and_referer_are_drawn_from_the_lists(site: TestSite) -> None:

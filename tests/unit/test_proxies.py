@@ -12,6 +12,7 @@ import urllib3.exceptions
 from fetchers import FetchResult
 from fetchers.proxies import (
     PROXY_FAULTS,
+    ProxyHealth,
     is_proxy_fault,
     pick_proxy,
     proxy_counter,
@@ -133,3 +134,71 @@ def test_cooloff_settings() -> None:
     assert (Settings().proxy_cooloff_s, Settings().proxy_cooloff_max_s) == (60.0, 900.0)
     with pytest.raises(ConfigError, match="VCRAWL_PROXY_COOLOFF_MAX_S"):
         Settings.from_env({"VCRAWL_PROXY_COOLOFF_S": "1000"})  # over the default cap
+
+
+class BenchDouble:
+    """Test double, not Redis: the bench hash and clock ProxyHealth reads, and its mark script.
+
+    A pipeline's round trip takes ``round_trip_s`` on the local clock; Redis reads its own clock
+    halfway through it, as a real server does somewhere between the send and the answer.
+    """
+
+    def __init__(self, clock: list[float], round_trip_s: float = 0.0) -> None:
+        self.clock, self.round_trip_s = clock, round_trip_s
+        self.bench: dict[str, str] = {}  # masked proxy -> "<until ms>:<strikes>" on Redis's clock
+        self.server_offset_s = 5000.0  # Redis's clock is not the local one
+
+    def server_ms(self) -> int:
+        return round((self.clock[0] + self.server_offset_s) * 1000)
+
+    def register_script(self, source: str) -> object:
+        def mark(keys: list[str], args: list[object]) -> list[int]:
+            name, base_ms = str(args[0]), int(args[1])  # a fresh mark, as proxy_mark.lua makes it
+            self.bench[name] = f"{self.server_ms() + base_ms}:1"
+            return [base_ms, 0, 1]
+
+        return mark if "strikes" in source else (lambda keys, args: 1)  # proxy_mark.lua; proxy_clear.lua
+
+    def pipeline(self, transaction: bool = True) -> BenchDouble:
+        return self
+
+    def time(self) -> None:
+        pass
+
+    def hgetall(self, key: str) -> None:
+        pass
+
+    def execute(self) -> list[object]:
+        self.clock[0] += self.round_trip_s / 2
+        now_ms = self.server_ms()
+        answer = [(now_ms // 1000, (now_ms % 1000) * 1000), dict(self.bench)]
+        self.clock[0] += self.round_trip_s / 2
+        return answer
+
+
+def health_on(bench: BenchDouble, **options: float) -> ProxyHealth:
+    return ProxyHealth(bench, clock=lambda: bench.clock[0], **options)
+
+
+def test_a_cooloff_read_from_redis_ends_late_by_the_round_trip_never_early() -> None:
+    bench = BenchDouble([100.0], round_trip_s=0.2)
+    bench.bench["http://p.proxy:1"] = f"{bench.server_ms() + 5000}:1"  # benched by another worker: ends at 105.0
+    left = health_on(bench).cooling()["http://p.proxy:1"]  # read over a 0.2 s round trip: now 100.2
+    assert 4.8 <= left <= 4.9 + 1e-6  # 4.8 true; up to 4.9 (Redis read its clock 0.1 s in); 4.7 had `now` been early
+
+
+def test_forget_local_drops_this_processs_marks_and_reads_redis_again() -> None:
+    bench = BenchDouble([100.0])
+    health = health_on(bench, cooloff_s=30.0, refresh_s=1.0)
+    pool = ["http://a.proxy:1", "http://b.proxy:1"]
+    health.record(pool[0], "proxy_error")
+    health.record(pool[1], "proxy_error")
+    bench.bench.clear()  # the Redis hash deleted (as a test's fixture does): the marks stay in this process
+    assert set(health.cooling()) == {"http://a.proxy:1", "http://b.proxy:1"}
+    health.forget_local(pool[0])
+    assert set(health.cooling()) == {"http://b.proxy:1"}
+    health.forget_local()
+    assert health.cooling() == {} and health.has_healthy(pool)
+    bench.bench["http://a.proxy:1"] = f"{bench.server_ms() + 9000}:1"  # benched elsewhere since
+    health.forget_local()
+    assert set(health.cooling()) == {"http://a.proxy:1"}  # read from Redis at once, not after refresh_s
