@@ -58,7 +58,7 @@ def test_an_analysis_worker_killed_mid_chord_loses_nothing(tmp_path: Path, fault
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
         settings = fault_settings(server, tmp_path / "data")
         env = {**cluster_env(settings), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
-               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.4"}  # fmt: skip
+               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
         serve_pages(site, 30)
         workers = [start_worker(env, "crawler", tmp_path / "crawler.log")]
         analysis: subprocess.Popen[str] | None = None
@@ -72,7 +72,7 @@ def test_an_analysis_worker_killed_mid_chord_loses_nothing(tmp_path: Path, fault
             deadline = time.monotonic() + 60
             while len(lines(started_log)) < 3 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            time.sleep(0.1)  # inside the 0.4 s map of the chunk whose start was logged last
+            time.sleep(0.1)  # inside the 0.8 s map of the chunk whose start was logged last (0.7 s spare)
             os.kill(workers[0].pid, signal.SIGKILL)
             killed_at = time.monotonic()
             workers[0].wait(10)
