@@ -11,7 +11,6 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-import tasks
 from cli.local_redis import LocalRedis
 from engine.fetch_step import FetchContext
 from engine.outcomes import Retry, Stored
@@ -33,18 +32,13 @@ LOOPBACK = NetworkPolicy(allowed=parse_networks(["127.0.0.0/8"]))
 
 
 @pytest.fixture
-def bench(redis_server: LocalRedis, request: pytest.FixtureRequest) -> Iterator[redis.Redis]:
-    """The session Redis, with no proxy benched before or after the test, in Redis or in the
-    session worker's process (its marks outlive the hash by its 60 s cool-off)."""
-    on_worker = "worker" in request.fixturenames  # else the worker's bench may not be configured yet
+def bench(redis_server: LocalRedis) -> Iterator[redis.Redis]:
+    """The session Redis, with no proxy benched in it before or after the test (the session
+    worker's own marks are dropped for each test on it: ``_no_proxy_marks_from_earlier_tests``)."""
     client = redis.Redis.from_url(redis_server.url, decode_responses=True)
     client.delete(redis_keys.proxy_health())
-    if on_worker:
-        tasks.deps.proxy_health().forget_local()
     yield client
     client.delete(redis_keys.proxy_health())
-    if on_worker:
-        tasks.deps.proxy_health().forget_local()
     client.close()
 
 
@@ -179,6 +173,38 @@ def test_a_proxy_failing_again_at_once_is_benched_twice_as_long(fetcher: StaticF
     # trip, more on a loaded machine): one-sided, yet 0.3 and 0.5 (no doubling, or no cap) stay apart.
     for nominal, left in zip([0.3, 0.5, 0.5, 0.3], cooloffs, strict=True):
         assert nominal - 0.15 <= left <= nominal + 0.005, cooloffs
+
+
+def end_bench_on_redis_clock(client: redis.Redis, proxy: str) -> None:
+    """Date ``proxy``'s bench entry back to end now on Redis's clock, keeping its strikes: the
+    cool-off is over without waiting for it (a minute and more at the shipped settings)."""
+    strikes = client.hget(redis_keys.proxy_health(), proxy).split(":")[1]
+    seconds, micros = client.time()
+    client.hset(redis_keys.proxy_health(), proxy, f"{seconds * 1000 + micros // 1000 - 1}:{strikes}")
+
+
+def test_at_the_shipped_cooloffs_a_proxy_is_benched_a_minute_doubling_to_15_minutes(bench: redis.Redis) -> None:
+    """The twin of the two tests above (0.3-2 s cool-offs to stay fast), at the shipped settings:
+    60 s, doubled at each failure right after a cool-off, capped at 900 s, a minute again once a
+    response cleared the record. Time passes on a local clock here and on Redis's clock by dating
+    the entry back (``end_bench_on_redis_clock``); the shipped 1 s refresh is kept."""
+    shipped = Settings()
+    now = [1000.0]
+    health = ProxyHealth(bench, shipped.proxy_cooloff_s, shipped.proxy_cooloff_max_s, clock=lambda: now[0])
+    pool = ["http://127.0.0.1:9", "http://127.0.0.1:19"]
+    cooloffs = []
+    for _ in range(6):
+        health.record(pool[0], "proxy_error")
+        cooloffs.append(round(benched_for_s(bench, pool[0])))
+        assert {health.draw(pool) for _ in range(20)} == {pool[1]}  # benched, in this process at once
+        now[0] += cooloffs[-1] + 0.5
+        end_bench_on_redis_clock(bench, pool[0])
+        assert pool[0] in {health.draw(pool) for _ in range(50)}  # drawn again after its cool-off
+    assert cooloffs == [60, 120, 240, 480, 900, 900]
+    health.record(pool[0], None)  # a response through it: its record is cleared
+    assert bench.hget(redis_keys.proxy_health(), pool[0]) is None
+    health.record(pool[0], "proxy_error")
+    assert round(benched_for_s(bench, pool[0])) == 60
 
 
 def test_every_process_sees_a_benched_proxy_within_a_second(bench: redis.Redis) -> None:

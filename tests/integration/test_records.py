@@ -17,6 +17,7 @@ import pytest
 
 from storage import Storage
 from storage.records import RecordWriter, export_records, read_records, recover_spools
+from tasks.deps import FETCH_LOG_IDLE_S
 from tests.waiting import wait_until
 
 
@@ -129,17 +130,17 @@ def test_an_idle_writer_ships_its_part_after_the_age_limit(tmp_path: Path) -> No
 def test_a_part_ships_once_no_line_came_for_idle_s_and_not_while_lines_come(tmp_path: Path) -> None:
     store = Storage(str(tmp_path))
     opened, shipped = [], []
-    # A line every 0.1 s for 1.5 s, longer than idle_s: a part shipped at idle_s after its first
-    # line (not its last) would show. A sleep may overshoot by 0.9 s before the writer looks idle
-    # (idle_s=0.3 left 0.2 s, and a loaded machine took it).
-    writer = RecordWriter(store, "r", max_part_age_s=3600, writer_id="w", idle_s=1.0,
+    # The idle time of a worker's fetch log, as shipped (2 s). A line every 0.1 s for 2.5 s, longer
+    # than idle_s: a part shipped at idle_s after its first line (not its last) would show. A sleep
+    # may overshoot by 1.9 s before the writer looks idle (idle_s=0.3 left 0.2 s: a loaded machine took it).
+    writer = RecordWriter(store, "r", max_part_age_s=3600, writer_id="w", idle_s=FETCH_LOG_IDLE_S,
                           on_open=opened.append, on_ship=shipped.append)  # fmt: skip
-    for n in range(15):
+    for n in range(25):
         writer.append(record(n))
         time.sleep(0.1)
     assert store.list_files("r") == [] and opened == ["w"]
-    wait_until(lambda: store.list_files("r"), 5, "the idle part shipped")
-    assert [r["data"]["fields"]["n"] for r in read_records(store, "r")] == list(range(15))
+    wait_until(lambda: store.list_files("r"), FETCH_LOG_IDLE_S + 5, "the idle part shipped")
+    assert [r["data"]["fields"]["n"] for r in read_records(store, "r")] == list(range(25))
     assert shipped == ["w"]
 
 
