@@ -264,11 +264,10 @@ def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fa
     assert not any((data / ".spool" / "records").iterdir())
 
 
-def dispatched_all_fetched(server: LocalRedis, job_id: str) -> bool:
+def dispatched_all_fetched(frontier: Frontier, client: redis.Redis, job_id: str) -> bool:
     """No fetch outstanding: every leased batch released, or every sent message done (acks_late:
     a message leaves kombu's ``unacked`` hash when its task has run)."""
-    client = redis.Redis.from_url(server.url)
-    if Frontier(client).queue.in_flight(job_id) == 0:
+    if frontier.queue.in_flight(job_id) == 0:
         return True
     lists = [*queue_lists(DOWNLOAD_QUEUE), *queue_lists(DYNAMIC_QUEUE)]
     return not any(client.llen(name) for name in lists) and client.hlen("unacked") == 0
@@ -291,14 +290,15 @@ def test_the_pump_process_dies_and_another_one_resumes_dispatch(tmp_path: Path, 
             pumps[0].wait(10)
             # What was dispatched before the kill is fetched first: no batch leased any more, or
             # (the pump killed between a lease and its send) no download message left unacknowledged.
-            wait_until(lambda: dispatched_all_fetched(server, job_id), 30, "dispatched batches fetched")
+            client = redis.Redis.from_url(server.url)
+            frontier = Frontier(client)
+            wait_until(lambda: dispatched_all_fetched(frontier, client, job_id), 30, "dispatched batches fetched")
             stalled_at = len(site.seen)
             time.sleep(1.5)
             fetched_without_pump = len(site.seen) - stalled_at
             assert fetched_without_pump == 0 and stalled_at < len(paths)  # no pump, no dispatch
             pumps.append(start_worker(env, "pump-1", tmp_path / "pump-1.log", queues="vcrawl.faults.idle"))
             resumed_at = time.monotonic()
-            frontier = Frontier(redis.Redis.from_url(server.url))
             status = wait_done(lambda: frontier, job_id, 60)
             fault_report(completed_s_after_new_pump=round(time.monotonic() - resumed_at, 1))
         finally:

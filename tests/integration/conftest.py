@@ -55,6 +55,22 @@ class AlertSinks:
     smtp_port: int = 0
     webhook_url: str = ""
 
+    def received(
+        self, webhook: Callable[[dict[str, Any]], bool], email: Callable[[Message], bool], timeout_s: float = 5.0
+    ) -> tuple[list[dict[str, Any]], list[Message]]:
+        """The webhook posts and emails that match, once both kinds came (within ``timeout_s``), and
+        0.5 s more in which a duplicate would arrive. Alerts go out after the state that causes them
+        is written, from the worker, over SMTP and HTTP: a test polls for them, never sleeps a guess."""
+
+        def matching() -> tuple[list[dict[str, Any]], list[Message]]:
+            return [w for w in self.webhooks if webhook(w)], [m for m in self.emails if email(m)]
+
+        deadline = time.monotonic() + timeout_s
+        while not all(matching()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        return matching()
+
 
 class _SmtpHandler:
     def __init__(self, sinks: AlertSinks) -> None:

@@ -39,17 +39,11 @@ def run(job: dict[str, Any], timeout_s: float = 30.0) -> dict[str, Any]:
 
 def alerts_about(sinks: AlertSinks, words: str, timeout_s: float = 5.0) -> tuple[list[dict[str, Any]], list[Any]]:
     """Webhook posts and emails whose subject contains ``words`` (waits briefly for late ones)."""
-
-    def matching() -> tuple[list[dict[str, Any]], list[Any]]:
-        hooks = [w for w in sinks.webhooks if words in w["subject"]]
-        mails = [m for m in sinks.emails if words in " ".join(str(m["Subject"]).split())]  # long subjects fold
-        return hooks, mails
-
-    deadline = time.monotonic() + timeout_s
-    while not all(matching()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)  # a duplicate would have arrived by now
-    return matching()
+    return sinks.received(
+        lambda hook: words in hook["subject"],
+        lambda mail: words in " ".join(str(mail["Subject"]).split()),  # long subjects fold
+        timeout_s,
+    )
 
 
 def test_a_host_whose_urls_mostly_fail_raises_one_alert(site: TestSite, alert_sinks: AlertSinks) -> None:

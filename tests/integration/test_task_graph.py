@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from email.message import Message
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from tests.integration.conftest import (
     wait_for_state,
 )
 from tests.site import Response, TestSite
-from tests.waiting import wait_until
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -141,20 +139,11 @@ def test_body_over_the_limit_is_too_large(site: TestSite, response: Response, vc
 
 
 def alerts_for_task(sinks: AlertSinks, task_id: str) -> tuple[list[dict[str, Any]], list[Message]]:
-    """The webhook posts and emails about ``task_id``'s failed analysis.
-
-    The trail says ``analysis_failed`` before the alert goes out (SMTP and webhook, in the
-    worker), so wait up to 5 s for both; then 0.5 s more, in which a duplicate would arrive.
-    """
-
-    def matching() -> tuple[list[dict[str, Any]], list[Message]]:
-        hooks = [w for w in sinks.webhooks if w.get("details", {}).get("task_id") == task_id]
-        mails = [m for m in sinks.emails if task_id in (m.get_payload(decode=True) or b"").decode(errors="replace")]
-        return hooks, mails
-
-    wait_until(lambda: all(matching()), 5, f"an email and a webhook about task {task_id}")
-    time.sleep(0.5)
-    return matching()
+    """The webhook posts and emails about ``task_id``'s failed analysis."""
+    return sinks.received(
+        lambda hook: hook.get("details", {}).get("task_id") == task_id,
+        lambda mail: task_id in (mail.get_payload(decode=True) or b"").decode(errors="replace"),
+    )
 
 
 def test_failing_analyzer_gets_four_attempts_then_one_alert(site: TestSite, alert_sinks: AlertSinks) -> None:

@@ -6,6 +6,8 @@ import json
 import logging
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -22,6 +24,19 @@ def _never_connects() -> object:
 def _shipper(queue_size: int = 100) -> StreamShipper:
     return StreamShipper(_never_connects, maxlen=1000, queue_size=queue_size, default_level=logging.WARNING,
                          poll_s=60)  # type: ignore[arg-type]  # fmt: skip
+
+
+@contextmanager
+def _logging_to(shipper: StreamShipper) -> Iterator[logging.Logger]:
+    """A fresh logger whose lines go to ``shipper`` only; the shipper is closed after."""
+    source = logging.getLogger(f"tests.unit.logs.{uuid.uuid4().hex[:8]}")
+    source.propagate = False
+    source.addHandler(shipper)
+    try:
+        yield source
+    finally:
+        source.removeHandler(shipper)
+        shipper.close()
 
 
 def test_a_loggers_stream_level_is_its_own_or_its_nearest_parents() -> None:
@@ -52,16 +67,10 @@ def test_lowering_a_stream_level_lowers_the_logger_and_restores_it_after() -> No
 
 def test_emit_never_raises_and_counts_what_it_drops() -> None:
     shipper = _shipper(queue_size=1)
-    source = logging.getLogger(f"tests.unit.logs.{uuid.uuid4().hex[:8]}")
-    source.propagate = False
-    source.addHandler(shipper)
-    try:
+    with _logging_to(shipper) as source:
         for index in range(50):
             source.warning("line %d", index)
         source.info("below the stream's level: not even queued")
-    finally:
-        source.removeHandler(shipper)
-        shipper.close()
     assert shipper.dropped >= 48 and shipper.shipped == 0
 
 
@@ -127,17 +136,11 @@ def test_a_query_reads_the_shipped_level_number_whatever_its_name(
 
 def test_flush_waits_until_the_queued_lines_are_sent_or_dropped() -> None:
     shipper = _shipper()
-    source = logging.getLogger(f"tests.unit.logs.{uuid.uuid4().hex[:8]}")
-    source.propagate = False
-    source.addHandler(shipper)
-    try:
+    with _logging_to(shipper) as source:
         for index in range(3):
             source.warning("line %d", index)
         shipper.flush(timeout_s=10)
         assert shipper.dropped == 3  # Redis is away: dropped, and flush knew they were done with
-    finally:
-        source.removeHandler(shipper)
-        shipper.close()
 
 
 def test_level_names_are_checked() -> None:
