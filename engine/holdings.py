@@ -14,7 +14,16 @@ from typing import Protocol
 from engine.batch import FETCH_ID_PREFIX
 from frontier.nodes import Membership
 
-__all__ = ["GRACE_S", "SKEW_S", "HeldMessage", "Holder", "Holdings", "held_fetch_batches", "orphans"]
+__all__ = [
+    "GRACE_S",
+    "SKEW_S",
+    "HeldMessage",
+    "Holder",
+    "Holdings",
+    "claims_said_since",
+    "held_fetch_batches",
+    "orphans",
+]
 
 GRACE_S = 5.0  # a message younger than this is never swept: its worker may not have said it holds it yet
 SKEW_S = 2.0  # clocks of machines differ (kombu stamps deliveries with the worker's clock)
@@ -86,6 +95,37 @@ def orphans(
         if node is None or node.down_at_ms is None:
             claimed |= holder.tags
     return sorted(tag for tag, at in delivered.items() if at < cutoff and tag not in claimed)
+
+
+def claims_said_since(
+    holders: Mapping[str, Holder], membership: Membership, words_before: Mapping[str, int]
+) -> frozenset[str] | None:
+    """What the members hold, once every live member has said it again since ``words_before``
+    (member -> the time of its word then); None while one has not.
+
+    A word from before (a Redis failover keeps the replica's copy) may lack a message its member
+    took a moment before, and still runs. Clock-free: a word is new when its time is not the one
+    noted then. Members declared down claim nothing; their messages were handed over.
+
+    >>> from frontier.nodes import NodeInfo, NodeRegistration
+    >>> alive = NodeInfo(NodeRegistration("a", 0, "q"), True, 100_000)
+    >>> m = Membership(100_000, 30_000, (alive,))
+    >>> claims_said_since({"a": Holder("a", 99_000, frozenset({"t1"}))}, m, {"a": 99_000}) is None
+    True
+    >>> sorted(claims_said_since({"a": Holder("a", 99_500, frozenset({"t1"}))}, m, {"a": 99_000}))
+    ['t1']
+    """
+    for node in membership.nodes:
+        if node.alive:
+            holder = holders.get(node.name)
+            if holder is None or words_before.get(node.name) == holder.at_ms:
+                return None
+    return frozenset(
+        tag
+        for name, holder in holders.items()
+        if (node := membership.node(name)) is None or node.down_at_ms is None
+        for tag in holder.tags
+    )
 
 
 def held_fetch_batches(messages: Iterable[HeldMessage]) -> dict[str, list[str]]:

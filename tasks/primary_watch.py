@@ -1,4 +1,4 @@
-"""After a failover (or a restart) of Redis: the messages taken before it go back on their queues at once.
+"""After a failover (or a restart) of Redis: the messages taken before it and held by nobody go back.
 
 A worker that took a message from the old primary notes it in kombu's ``unacked`` hash, and the
 replica Sentinel promotes has that note. The worker's connection broke with the old primary,
@@ -9,16 +9,20 @@ visibility timeout (an hour). Its batch's URLs wait for their lease to run out (
 
 So every worker watches the primary's identity (``run_id``, which a promoted replica or a
 restarted server does not share with the server before it). One worker at a time notes
-``run_id`` and the time every second; the first look that finds another ``run_id`` puts back
-every unacknowledged message taken before the last note made on the old server (plus a second):
-those were taken from it. A message taken after the failover, by a worker already reconnected, is
-younger and left alone, and so is one a live worker said it holds (``tasks.holdings``): it runs
-on and is acknowledged on the new connection. One that was only slow runs again, which vcrawl's
-tasks allow (an admission runs once, a stale lease fetches nothing).
+``run_id`` and the time every second. The first look that finds another ``run_id`` notes the
+change and every member's last word on what it holds (``tasks.holdings``); those words came from
+the old server and may lack a message taken a moment before it went, which its worker still runs.
+Once every live member has said again what it holds (it does with every heartbeat, two seconds
+apart), every unacknowledged message taken before the last note on the old server (plus a second)
+that no member holds goes back on its queue. A message a worker still runs is left to it: it is
+acknowledged on the new connection, or, if that fails, put back by the sweep once it is done,
+where it finds its batch released. Put back while it still ran, a fetch would run twice at once,
+two requests to one host within its interval.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Collection
@@ -26,6 +30,7 @@ from typing import Any
 
 from celery import Celery
 
+from engine.holdings import claims_said_since
 from engine.periodic import Periodic
 from frontier.scripts import text
 from tasks import deps
@@ -54,29 +59,37 @@ def requeue_taken_before(app: Celery, cutoff_s: float, keep: Collection[str] = (
     return len(tags)
 
 
-def claimed_by_members(app: Celery) -> set[str]:
-    """Delivery tags the members not declared down said they hold: a worker that still runs one
-    acknowledges it on its new connection; one whose acknowledgement fails leaves it to the sweep."""
-    down = set(deps.node_registry().down_records())
-    return {tag for name, holder in BrokerHoldings(app).holders().items() if name not in down for tag in holder.tags}
-
-
 def look_at_primary(app: Celery, now: float | None = None) -> int:
-    """One look (by one worker at a time): note the primary; after a change, requeue what was taken
-    from the server before. Returns how many messages went back."""
+    """One look (by one worker at a time): note the primary; after a change, once every live member
+    has said again what it holds, put back what was taken from the server before and is held by
+    nobody. Returns how many messages went back."""
     client = deps.redis_client()
     if not client.set(redis_keys.primary_watch_lock(), "1", nx=True, px=int(LOOK_EVERY_S * 900)):
         return 0  # another worker looked a moment ago
     now = time.time() if now is None else now
     run_id = str(client.info("server")["run_id"])
     noted: dict[str, Any] = client.hgetall(redis_keys.primary_watch())
-    client.hset(redis_keys.primary_watch(), mapping={"run_id": run_id, "seen_at": repr(now)})
-    if not noted or noted.get("run_id") == run_id:
+    holdings = BrokerHoldings(app)
+    look = {"run_id": run_id, "seen_at": repr(now)}
+    if noted and noted.get("run_id") != run_id:
+        # A change while one is still pending keeps the older messages in: the later cutoff covers them.
+        cutoff = max(float(noted.get("seen_at") or 0) + _MARGIN_S, float(noted.get("cutoff") or 0))
+        words = {name: holder.at_ms for name, holder in holdings.holders().items()}
+        look |= {"cutoff": repr(cutoff), "words": json.dumps(words)}
+        logger.warning("Redis primary changed (run_id %s -> %s): messages taken from the old one and held by no "
+                       "worker go back once every live worker has said what it holds", noted.get("run_id"),
+                       run_id)  # fmt: skip
+    client.hset(redis_keys.primary_watch(), mapping=look)
+    pending = look if "cutoff" in look else noted
+    if not pending.get("cutoff"):
         return 0
-    cutoff = float(noted.get("seen_at") or 0) + _MARGIN_S
-    requeued = requeue_taken_before(app, cutoff, keep=claimed_by_members(app))
-    logger.warning("Redis primary changed (run_id %s -> %s): %d message(s) taken from the old one put back",
-                   noted.get("run_id"), run_id, requeued)  # fmt: skip
+    claims = claims_said_since(holdings.holders(), deps.node_registry().membership(), json.loads(pending["words"]))
+    if claims is None:
+        return 0  # a live worker has not said since the change what it holds: ask again next look
+    requeued = requeue_taken_before(app, float(pending["cutoff"]), keep=claims)
+    client.hdel(redis_keys.primary_watch(), "cutoff", "words")
+    logger.warning("after the Redis primary changed, %d message(s) taken from the old one and held by no worker "
+                   "put back", requeued)  # fmt: skip
     return requeued
 
 

@@ -209,11 +209,12 @@ def judge(crawl: Crawl, status: dict[str, Any], kills: list[float], note: Note, 
         for path in crawl.expected[site.base]
         if not (crawl.data / job_page_location(crawl.job_id, 0, (url := site.url(path)))).exists()
     ]
-    gaps = [
-        later - earlier
+    pairs = [
+        (later.at - earlier.at, site.base, earlier, later)
         for site in crawl.sites
-        for earlier, later in itertools.pairwise(sorted(s.at for s in site.seen))  # robots.txt and sitemap too
+        for earlier, later in itertools.pairwise(sorted(site.seen, key=lambda s: s.at))  # robots.txt and sitemap too
     ]
+    gaps = [gap for gap, *_ in pairs]
     stalls = no_progress(crawl, kills)
     note(state=status["state"], pages_expected=crawl.total, pages_stored=status["pages_stored"],
          pages_lost=lost, pages_unstored=len(unstored), fetched_twice=twice, robots_violations=robots_violations,
@@ -224,7 +225,9 @@ def judge(crawl: Crawl, status: dict[str, Any], kills: list[float], note: Note, 
     assert {base: fetched[base] for base in seen} == {base: set(paths) for base, paths in crawl.expected.items()}
     assert unstored == [] and status["pages_stored"] == crawl.total, (unstored[:5], status)
     assert robots_violations == 0
-    assert min(gaps) >= INTERVAL_S, sorted(gaps)[:5]
+    short = [(round(gap, 4), base, [(s.path, round(s.at - kills[0], 3), s.client_port) for s in pair])
+             for gap, base, *pair in pairs if gap < INTERVAL_S]  # fmt: skip
+    assert not short, f"gaps below the interval (paths, seconds after the first kill, client port): {short}"
     limit = len(crawl.sites) * failovers if twice_limit is None else twice_limit
     assert twice <= limit, {base: c.most_common(2) for base, c in seen.items()}
 
