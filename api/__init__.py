@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from api.server import JobApi, make_server
+from api.http import HttpLimits, make_server
+from api.server import JobApi
 
-__all__ = ["JobApi", "make_server", "real_api"]
+__all__ = ["HttpLimits", "JobApi", "make_server", "real_api"]
 
 
 def real_api(token: str | None) -> JobApi:

@@ -20,14 +20,20 @@ def _op(
         "summary": summary,
         "responses": {ok: {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}}},
     }
+    if body is not None:  # the body's own refusals (docs/security.md, "Limits")
+        errors = tuple(sorted({*errors, "400", "408", "413"}))
     for code in errors:
         operation["responses"][code] = {
             "description": {
+                "400": "a malformed body: its Content-Length or chunks, or YAML that is not UTF-8",
                 "401": "no or wrong bearer token",
                 "403": "a cross-site request (Origin or Sec-Fetch-Site), or a non-loopback Host without a token",
                 "404": "no such job",
+                "408": "the request took longer than the server's request timeout (10 s)",
                 "409": "not in that state",
-                "422": "invalid: `field` names the bad key",
+                "413": "a body over the server's cap (1 MiB)",
+                "422": "invalid: `field` names the bad key, or the document breaks a limit (depth, size, numbers, "
+                "YAML aliases and merge keys)",
             }[code],
             "content": {"application/json": {"schema": _ERROR}},
         }

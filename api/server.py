@@ -1,9 +1,10 @@
 """The job API and dashboard (``vcrawl serve``): JSON over HTTP, a bearer token on every ``/api/`` call.
 
-``JobApi.handle`` is a plain function of (method, path, query, headers, body) to (status,
-headers, body), so routing and auth are testable without sockets; ``serve`` wraps it in the
-standard library's threading HTTP server. The dashboard (``/``) is one static page that reads
-only this API.
+``JobApi.handle`` is a plain function of (method, target, headers, a body reader) to (status,
+headers, body), so routing and auth are testable without sockets; ``api.http`` serves it over
+HTTP. It reads the body only once the request passed its checks, and reads JSON and YAML bodies
+within ``vcrawl.documents``' limits. The dashboard (``/``) is one static page (with its script
+and styles as files, so its Content-Security-Policy allows no inline code) that reads only this API.
 
 Cross-site requests (docs/security.md): a request that changes something is refused when the
 browser says it comes from another site (``Sec-Fetch-Site``) or another origin (``Origin``
@@ -21,22 +22,30 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from api.openapi import openapi_document
+from vcrawl.documents import parse_json, parse_yaml
 from vcrawl.errors import InvalidTask
-from vcrawl.job_yaml import parse_job_yaml
 from vcrawl.jobs import masked_url
 
-__all__ = ["JobApi", "cross_site_refusal", "make_server"]
+__all__ = ["JobApi", "RequestRefused", "cross_site_refusal", "json_response"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_BODY = 1024 * 1024
+# Every answer refuses to be framed (a hidden Cancel button under another site's page: clickjacking).
+_API_POLICY = "default-src 'none'; frame-ancestors 'none'"
+_PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+                "form-action 'self'; base-uri 'none'; frame-ancestors 'none'")  # fmt: skip
+# The dashboard's files: path -> (resource, content type).
+_PAGES = {
+    "/": ("dashboard.html", "text/html; charset=utf-8"),
+    "/dashboard": ("dashboard.html", "text/html; charset=utf-8"),
+    "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
+    "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
+}
 _CHANGES = frozenset({"POST", "PATCH", "PUT", "DELETE"})  # the methods a cross-site page must not send
 _YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
 _JOB = r"(?P<job>[A-Za-z0-9][A-Za-z0-9._:%-]{0,200})"
@@ -90,24 +99,30 @@ class JobApi:
         self._routes = [(method, re.compile(pattern + "$"), handler) for method, pattern, handler in route]
 
     def handle(
-        self, method: str, target: str, headers: Mapping[str, str], body: bytes
+        self, method: str, target: str, headers: Mapping[str, str], read_body: Callable[[], bytes]
     ) -> tuple[int, dict[str, str], bytes]:
-        """Answer one request: (status, headers, body)."""
+        """Answer one request: (status, headers, body).
+
+        ``read_body`` is called only for a request that passed the cross-site and token checks
+        and names an endpoint; it raises ``RequestRefused`` for a body over the limits.
+        """
         parts = urlsplit(target)
         path, query = parts.path, parse_qs(parts.query)
-        if method == "GET" and path in ("/", "/dashboard"):
-            page = resources.files("api").joinpath("dashboard.html").read_bytes()
-            return 200, {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}, page
+        if method in ("GET", "HEAD") and path in _PAGES:
+            name, content_type = _PAGES[path]
+            page = resources.files("api").joinpath(name).read_bytes()
+            return 200, {"Content-Type": content_type, "Cache-Control": "no-store",
+                         "Content-Security-Policy": _PAGE_POLICY}, page  # fmt: skip
         if method == "GET" and path == "/openapi.json":
-            return _json(200, openapi_document())
+            return json_response(200, openapi_document())
         if not path.startswith("/api/"):
-            return _json(404, {"error": f"no such page: {path}"})
+            return json_response(404, {"error": f"no such page: {path}"})
         named = {name.lower(): value for name, value in headers.items()}
         if (refusal := cross_site_refusal(method, named, loopback_only=self.token is None)) is not None:
             logger.warning("refused %s %s: %s", method, path, refusal)
-            return _json(403, {"error": refusal})
-        if not self._authorized(headers.get("Authorization") or headers.get("authorization") or ""):
-            status, extra, payload = _json(401, {"error": "missing or wrong bearer token"})
+            return json_response(403, {"error": refusal})
+        if not self._authorized(named.get("authorization", "")):
+            status, extra, payload = json_response(401, {"error": "missing or wrong bearer token"})
             return status, {**extra, "WWW-Authenticate": 'Bearer realm="vcrawl"'}, payload
         allowed = []
         for route_method, pattern, handler in self._routes:
@@ -118,15 +133,16 @@ class JobApi:
             if route_method == method:
                 params = {name: unquote(value) for name, value in match.groupdict().items()}
                 try:
-                    return handler(query=query, body=_json_body(body, named.get("content-type", "")), **params)
+                    body = _Body(read_body(), named.get("content-type", ""))
+                    return handler(query=query, body=body, **params)
                 except InvalidTask as exc:
-                    return _json(422, {"error": exc.problem, "field": exc.field})
-                except _Refused as exc:
-                    return _json(exc.status, {"error": exc.message})
+                    return json_response(422, {"error": exc.problem, "field": exc.field})
+                except RequestRefused as exc:
+                    return json_response(exc.status, {"error": exc.message})
         if allowed:
-            status, extra, payload = _json(405, {"error": f"{method} not allowed here"})
+            status, extra, payload = json_response(405, {"error": f"{method} not allowed here"})
             return status, {**extra, "Allow": ", ".join(allowed)}, payload
-        return _json(404, {"error": f"no such endpoint: {path}"})
+        return json_response(404, {"error": f"no such endpoint: {path}"})
 
     def _authorized(self, header: str) -> bool:
         if self.token is None:
@@ -134,23 +150,23 @@ class JobApi:
         scheme, _, given = header.partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
-    # Handlers: each returns _json(...) or raises InvalidTask / _Refused.
+    # Handlers: each returns json_response(...) or raises InvalidTask / RequestRefused.
 
-    def _list_jobs(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _list_jobs(self, query: dict[str, list[str]], body: _Body) -> tuple[int, dict[str, str], bytes]:
         limit = _int_param(query, "limit", 50, 1, 1000)
         status_of = self.job_summary or self.job_status
         jobs = [status_of(job_id) for job_id in self.jobs(limit)]
-        return _json(200, {"jobs": [_summary(status) for status in jobs if status is not None]})
+        return json_response(200, {"jobs": [_summary(status) for status in jobs if status is not None]})
 
-    def _create_job(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        job_id = self.start_job(_body_mapping(body))
-        return _json(201, {"id": job_id, "status": self.job_status(job_id)})
+    def _create_job(self, query: dict[str, list[str]], body: _Body) -> tuple[int, dict[str, str], bytes]:
+        job_id = self.start_job(body.mapping())
+        return json_response(201, {"id": job_id, "status": self.job_status(job_id)})
 
-    def _get_job(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
-        return _json(200, self._status(job))
+    def _get_job(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
+        return json_response(200, self._status(job))
 
     def _act(
-        self, query: dict[str, list[str]], body: bytes, job: str, action: str
+        self, query: dict[str, list[str]], body: _Body, job: str, action: str
     ) -> tuple[int, dict[str, str], bytes]:
         state = self._status(job)["state"]
         if action == "cancel":
@@ -160,33 +176,33 @@ class JobApi:
         else:
             done = self.resume(job) is not None
         if not done:
-            raise _Refused(409, f"cannot {action} job {job}: it is {state}")
-        return _json(200, {"job": job, "state": self._status(job)["state"]})
+            raise RequestRefused(409, f"cannot {action} job {job}: it is {state}")
+        return json_response(200, {"job": job, "state": self._status(job)["state"]})
 
-    def _configure(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _configure(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
-        spec = self.reconfigure(job, _body_mapping(body))
-        return _json(200, {"job": job, "spec_rev": self._status(job)["spec_rev"], **_live_settings(spec)})
+        spec = self.reconfigure(job, body.mapping())
+        return json_response(200, {"job": job, "spec_rev": self._status(job)["spec_rev"], **_live_settings(spec)})
 
-    def _get_config(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _get_config(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         status, spec = self._status(job), self.job_spec(job)
         if spec is None:
-            raise _Refused(404, f"no job {job!r}")
+            raise RequestRefused(404, f"no job {job!r}")
         live = _live_settings(spec)
-        return _json(200, {"job": job, "state": status["state"], "spec_rev": status["spec_rev"], **live})
+        return json_response(200, {"job": job, "state": status["state"], "spec_rev": status["spec_rev"], **live})
 
-    def _failures(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _failures(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
-        return _json(200, {"job": job, "failures": self.failures(job, _int_param(query, "limit", 50, 1, 200))})
+        return json_response(200, {"job": job, "failures": self.failures(job, _int_param(query, "limit", 50, 1, 200))})
 
-    def _hosts(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _hosts(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
         limit = _int_param(query, "limit", 20, 1, 10_000)
         rows = [{"host": host, **counts} for host, counts in self.host_stats(job).items()]
         rows.sort(key=lambda row: (-row["fetched"], row["host"]))
-        return _json(200, {"job": job, "hosts": rows[:limit], "total_hosts": len(rows)})
+        return json_response(200, {"job": job, "hosts": rows[:limit], "total_hosts": len(rows)})
 
-    def _stats(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _stats(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         status = self._status(job)
         minutes = _int_param(query, "minutes", 60, 1, 7 * 24 * 60)
         now = self.clock()
@@ -201,49 +217,78 @@ class JobApi:
             failed = sum(n for name, n in counters.items() if name.startswith("failed:"))
             out.append({"minute": minute * 60, "fetched": fetched, "pages_per_s": round(fetched / seconds, 3),
                         "stored": counters.get("stored", 0), "failed": failed, "statuses": statuses})  # fmt: skip
-        return _json(200, {"job": job, "minutes": out})
+        return json_response(200, {"job": job, "minutes": out})
 
-    def _daily(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _daily(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
         days, limit = _int_param(query, "days", 14, 1, 3660), _int_param(query, "limit", 50, 1, 10_000)
         report = self.daily(job, days, self.clock(), query.get("host", [""])[-1] or None)
         if report is None:
-            raise _Refused(404, f"no job {job!r}")
+            raise RequestRefused(404, f"no job {job!r}")
         hosts = report["hosts"]  # the busiest over the window first, at most `limit` of them
         busiest = sorted(hosts, key=lambda host: (-sum(day["pages_fetched"] for day in hosts[host]), host))[:limit]
-        return _json(200, {**report, "hosts": {host: hosts[host] for host in busiest}, "total_hosts": len(hosts)})
+        shown = {host: hosts[host] for host in busiest}
+        return json_response(200, {**report, "hosts": shown, "total_hosts": len(hosts)})
 
-    def _analyses(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _analyses(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
-        return _json(200, {"job": job, "runs": self.analyses(job, _int_param(query, "limit", 20, 1, 500))})
+        return json_response(200, {"job": job, "runs": self.analyses(job, _int_param(query, "limit", 20, 1, 500))})
 
-    def _logs(self, query: dict[str, list[str]], body: bytes, job: str) -> tuple[int, dict[str, str], bytes]:
+    def _logs(self, query: dict[str, list[str]], body: _Body, job: str) -> tuple[int, dict[str, str], bytes]:
         self._status(job)
         node, limit = query.get("node", [""])[-1] or None, _int_param(query, "limit", 100, 1, 1000)
         try:
             entries = self.logs(job, node, query.get("level", ["DEBUG"])[-1], limit)
         except ValueError as exc:  # the level: logs() checks it and names the levels
-            raise _Refused(400, str(exc)) from None
-        return _json(200, {"job": job, "lines": [{"id": entry_id, **fields} for entry_id, fields in entries]})
+            raise RequestRefused(400, str(exc)) from None
+        return json_response(200, {"job": job, "lines": [{"id": entry_id, **fields} for entry_id, fields in entries]})
 
-    def _queues(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
-        return _json(200, {"queues": self.queues()})
+    def _queues(self, query: dict[str, list[str]], body: _Body) -> tuple[int, dict[str, str], bytes]:
+        return json_response(200, {"queues": self.queues()})
 
-    def _nodes(self, query: dict[str, list[str]], body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _nodes(self, query: dict[str, list[str]], body: _Body) -> tuple[int, dict[str, str], bytes]:
         # ?hosts=1 lists the hosts each node owns (long on a big crawl); counts always
-        return _json(200, self.nodes(query.get("hosts", ["0"])[-1] in ("1", "true")))
+        return json_response(200, self.nodes(query.get("hosts", ["0"])[-1] in ("1", "true")))
 
     def _status(self, job: str) -> dict[str, Any]:
         status = self.job_status(job)
         if status is None:
-            raise _Refused(404, f"no job {job!r}")
+            raise RequestRefused(404, f"no job {job!r}")
         return status
 
 
-class _Refused(Exception):
+class RequestRefused(Exception):
+    """A request answered with ``status`` and ``message`` (a 4xx, or 501 for a transfer coding)."""
+
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
+        super().__init__(status, message)
         self.status, self.message = status, message
+
+
+@dataclass(frozen=True)
+class _Body:
+    """A request's body and its Content-Type."""
+
+    data: bytes
+    content_type: str
+
+    def mapping(self) -> dict[str, Any]:
+        """The body as a JSON object, or a YAML mapping (``Content-Type: application/yaml``, a job file's text).
+
+        Raises:
+            InvalidTask: ``body`` (JSON) or ``yaml`` for text that is not one or breaks a document limit.
+        """
+        if self.content_type.split(";", 1)[0].strip().lower() in _YAML_TYPES:
+            try:
+                text = self.data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RequestRefused(400, f"the body is not UTF-8: {exc}") from None
+            data = parse_yaml(text, "yaml")
+        else:
+            data = parse_json(self.data or b"null", "body")
+        if not isinstance(data, dict):
+            raise InvalidTask("body", "must be a JSON object")
+        return data
 
 
 def _summary(status: dict[str, Any]) -> dict[str, Any]:
@@ -309,74 +354,17 @@ def _live_settings(spec: Any) -> dict[str, Any]:
             "referers": spec.referers, "proxies": proxies}  # fmt: skip
 
 
-def _json_body(body: bytes, content_type: str) -> bytes:
-    """The body as JSON: a YAML body (``Content-Type: application/yaml``, a job file's text) is read here."""
-    if not body or content_type.split(";", 1)[0].strip().lower() not in _YAML_TYPES:
-        return body
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise _Refused(400, f"the body is not UTF-8: {exc}") from None
-    return json.dumps(parse_job_yaml(text, "yaml"), default=str).encode()
-
-
-def _body_mapping(body: bytes) -> dict[str, Any]:
-    try:
-        data = json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise _Refused(400, f"the body is not JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise InvalidTask("body", "must be a JSON object")
-    return data
-
-
 def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, high: int) -> int:
     raw = query.get(name, [str(default)])[-1]
     try:
         value = int(raw)
     except ValueError:
-        raise _Refused(400, f"{name} must be an integer, got {raw!r}") from None
+        raise RequestRefused(400, f"{name} must be an integer, got {raw!r}") from None
     return min(max(value, low), high)
 
 
-def _json(status: int, payload: Any) -> tuple[int, dict[str, str], bytes]:
+def json_response(status: int, payload: Any) -> tuple[int, dict[str, str], bytes]:
+    """An answer with ``payload`` as its JSON body."""
     body = json.dumps(payload, sort_keys=True, default=list).encode()
-    return status, {"Content-Type": "application/json", "Cache-Control": "no-store"}, body
-
-
-def make_server(api: JobApi, address: str, port: int) -> ThreadingHTTPServer:
-    """A threading HTTP server answering with ``api`` (call ``serve_forever``; ``server_address`` has the port)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        server_version = "vcrawl"
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > _MAX_BODY:
-                status, headers, body = _json(413, {"error": f"body over {_MAX_BODY} bytes"})
-                self.close_connection = True
-            else:
-                request_body = self.rfile.read(length) if length else b""
-                try:
-                    status, headers, body = api.handle(
-                        self.command, self.path, dict(self.headers.items()), request_body
-                    )
-                except Exception:  # a bug or Redis trouble: answer 500, keep serving
-                    logger.exception("%s %s failed", self.command, self.path)
-                    status, headers, body = _json(500, {"error": "internal error; see the server log"})
-            self.send_response(status, HTTPStatus(status).phrase)
-            for name, value in {**headers, "Content-Length": str(len(body))}.items():
-                self.send_header(name, value)
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(body)
-
-        do_GET = do_POST = do_PATCH = do_HEAD = _answer  # noqa: N815 - BaseHTTPRequestHandler's names
-
-        def log_message(self, format: str, *args: Any) -> None:
-            logger.info("%s %s", self.address_string(), format % args)
-
-    server = ThreadingHTTPServer((address, port), Handler)
-    server.daemon_threads = True
-    return server
+    return status, {"Content-Type": "application/json", "Cache-Control": "no-store",
+                    "Content-Security-Policy": _API_POLICY}, body  # fmt: skip

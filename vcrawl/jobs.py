@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from vcrawl.documents import MAX_DOCUMENT_BYTES, parse_json, parse_yaml
 from vcrawl.errors import InvalidTask, checked_regex, kind_of
 from vcrawl.job_filters import FilterSpec, parse_filters
-from vcrawl.job_yaml import parse_job_yaml
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
 from vcrawl.payloads import DownloadTask, Rule
 from vcrawl.priorities import PrioritySpec, compiled_priorities, parse_priorities, url_priority
@@ -249,23 +249,23 @@ def masked_url(url: str) -> str:
 
 
 def load_job_file(path: str | Path) -> JobSpec:
-    """Read a job from a ``.yaml``/``.yml`` or ``.json`` file.
+    """Read a job from a ``.yaml``/``.yml`` or ``.json`` file, within the job API's document limits.
 
     Raises:
-        InvalidTask: unreadable or malformed file (``field`` is ``file``), or a bad key.
+        InvalidTask: unreadable, too large or malformed file (``field`` is ``file``), or a bad key.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as file:
+            data = file.read(MAX_DOCUMENT_BYTES + 1)  # a larger file is refused unread
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidTask("file", f"cannot read {path}: {exc}") from None
-    if path.suffix != ".json":  # YAML as the job API reads it: a key given twice is refused, naming it
-        return JobSpec.from_dict(parse_job_yaml(text, "file"))
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidTask("file", f"{path} is not valid JSON: {exc}") from None
-    return JobSpec.from_dict(data)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InvalidTask("file", f"{path} is over {MAX_DOCUMENT_BYTES} bytes, the most a job document may hold")
+    # YAML as the job API reads it: a key given twice is refused, naming it
+    document = parse_json(data, "file") if path.suffix == ".json" else parse_yaml(text, "file")
+    return JobSpec.from_dict(document)
 
 
 def _scope(value: Any) -> ScopeSpec:

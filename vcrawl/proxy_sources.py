@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from vcrawl.documents import parse_yaml
 from vcrawl.errors import InvalidTask
-from vcrawl.job_yaml import parse_job_yaml
 
 __all__ = ["SOURCE_FORMATS", "ProxySource", "dump_proxy_sources", "load_proxy_sources"]
 
@@ -110,7 +110,7 @@ def load_proxy_sources(raw: str) -> tuple[ProxySource, ...]:
             raise InvalidTask("file", f"cannot read {raw!r}: {exc.strerror or exc}") from None
         except UnicodeDecodeError as exc:
             raise InvalidTask("file", f"cannot read {raw!r}: not UTF-8 text ({exc})") from None
-    data = parse_job_yaml(text, "sources")  # YAML is a superset of JSON; a key given twice is refused
+    data = parse_yaml(text, "sources")  # YAML is a superset of JSON; a key given twice is refused
     if isinstance(data, Mapping) and set(data) == {"sources"}:
         data = data["sources"]
     if not isinstance(data, list):

@@ -250,3 +250,23 @@ def test_a_form_on_another_site_cannot_start_a_job_without_a_token(
     assert refused and ("same-site" in refused[0] or "Origin" in refused[0]), refused
     new = set(tasks.list_jobs(1000)) - before
     assert not any(probe in (tasks.job_status(job) or {}).get("seeds", []) for job in new)
+
+
+@pytest.mark.browser
+def test_the_dashboard_cannot_be_framed_by_another_page(open_api_url: str, browser: WebDriver, site: TestSite) -> None:
+    # Clickjacking: a page elsewhere shows the dashboard (no token needed with --insecure-local) in a
+    # transparent frame over a button of its own, so a click lands on Cancel. The browser must not
+    # render the dashboard inside another page's frame at all.
+    site.add_page("/own", "<html><body><p id='own'>a page of the framing site</p></body></html>")
+    own = f"<iframe id='own' src='{site.url('/own')}'></iframe>"
+    site.add_page("/frames", f"<html><body><iframe id='dashboard' src='{open_api_url}/'></iframe>{own}</body></html>")
+    browser.get(site.url("/frames"))
+    browser.switch_to.frame("own")  # the control: a frame this page may show does render
+    assert until(browser, lambda d: d.find_elements(By.ID, "own"), "the framing site's own frame")
+    browser.switch_to.default_content()
+    browser.switch_to.frame("dashboard")
+    assert browser.find_elements(By.ID, "btn-cancel") == [] and browser.find_elements(By.ID, "new-job") == []
+    browser.switch_to.default_content()
+    browser.get(open_api_url + "/")  # the same page on its own renders, its script running under its CSP
+    until(browser, lambda d: d.find_element(By.ID, "login").is_displayed(), "the dashboard's script showed its login")
+    assert browser.find_element(By.TAG_NAME, "header").value_of_css_property("display") == "flex"  # its styles

@@ -107,9 +107,9 @@ def test_the_api_serves_the_days_with_the_busiest_hosts_first() -> None:
     asked: list[tuple[Any, ...]] = []
     api = _api({"j": {"job": "j", "by": "day", "days": [], "hosts": hosts, "totals": {}}}, asked)
 
-    status, _, body = api.handle("GET", "/api/jobs/j/daily?days=30&limit=2&host=", {}, b"")
-    missing, _, _ = api.handle("GET", "/api/jobs/nope/daily", {}, b"")
-    bad, _, _ = api.handle("GET", "/api/jobs/j/daily?days=many", {}, b"")
+    status, _, body = api.handle("GET", "/api/jobs/j/daily?days=30&limit=2&host=", {}, lambda: b"")
+    missing, _, _ = api.handle("GET", "/api/jobs/nope/daily", {}, lambda: b"")
+    bad, _, _ = api.handle("GET", "/api/jobs/j/daily?days=many", {}, lambda: b"")
 
     answer = json.loads(body)
     assert status == 200 and list(answer["hosts"]) == ["b.test", "c.test"] and answer["total_hosts"] == 3
