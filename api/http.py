@@ -141,6 +141,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
+        self.rfile.close()  # the plain socket file the base class made; ours waits no longer than the deadline
         self._reader = _DeadlineReader(self.connection)
         self.rfile = io.BufferedReader(self._reader)
 
