@@ -25,6 +25,7 @@ __all__ = [
     "RESULTS_DIR",
     "SINGLE_TASK_AREAS",
     "job_page_location",
+    "job_result_location",
     "page_location",
     "result_location",
     "single_task_area_problem",
@@ -75,6 +76,17 @@ def job_page_location(job_id: str, cycle: int, url: str) -> str:
     'jobs/shop/cycle-3/pages/example.com/a__2dce0a4c50.html'
     """
     return f"{_job_folder(job_id, cycle if cycle else None)}/{page_location(url)}"
+
+
+def job_result_location(job_id: str, analyzer: str, cycle: int | None) -> str:
+    """Where a batch analyzer's result over a job (or over one cycle of it) is written.
+
+    >>> job_result_location("shop", "site-report", None)
+    'jobs/shop/results/site-report.json'
+    >>> job_result_location("shop", "site-report", 3)
+    'jobs/shop/cycle-3/results/site-report.json'
+    """
+    return f"{_job_folder(job_id, cycle)}/{RESULTS_DIR}/{analyzer}.json"
 
 
 def single_task_area_problem(relative: str) -> str | None:

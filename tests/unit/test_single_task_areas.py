@@ -15,6 +15,7 @@ from storage import (
     Storage,
     WebHdfsBackend,
     job_page_location,
+    job_result_location,
     page_location,
     result_location,
     single_task_area_problem,
@@ -58,7 +59,8 @@ def test_the_defaults_are_inside_the_areas_and_job_files_are_not() -> None:
     assert SINGLE_TASK_AREAS == ("pages", "results")
     for location in (page_location(URL), result_location(URL, "links"), result_location(URL, "fields")):
         assert single_task_area_problem(location) is None, location
-    for location in (job_page_location("pages", 0, URL), job_page_location("results", 2, URL)):
+    for location in (job_page_location("pages", 0, URL), job_result_location("results", "links", None),
+                     job_result_location("links", "site-report", 2)):  # fmt: skip
         assert location.startswith("jobs/") and single_task_area_problem(location) == OUTSIDE
 
 
