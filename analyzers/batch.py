@@ -3,7 +3,7 @@
 A batch analyzer's ``map`` turns one chunk of a job's crawled URLs into a partial result, and its
 ``reduce`` folds the partials of every chunk into the result. Both return JSON-ready dicts: the
 engine runs the maps as a Celery chord on the analysis queue, stores each partial, and writes
-what ``reduce`` returns to ``results/<job>/<analyzer>.json``. A partial must not depend on how
+what ``reduce`` returns to ``jobs/<job>/results/<analyzer>.json``. A partial must not depend on how
 the URLs were cut into chunks or in which order the chunks ran, so that ``reduce`` gives the same
 result for any ``--chunk``.
 

@@ -29,7 +29,8 @@ def add_analysis_commands(commands: Any) -> None:
         "analysis queue and one reduce. Built-in analyzers: site-report (per host: pages, bytes, status codes, "
         "content types, depth histogram, top outgoing domains, broken links with their referrers) and "
         "near-duplicates (clusters of identical and near-identical pages). The result is written to "
-        "results/<job>/<analyzer>.json under the data root; its location is printed.",
+        "jobs/<job>/results/<analyzer>.json under the data root (jobs/<job>/cycle-<n>/results/ with --cycle); "
+        "its location is printed.",
     )
     analyze.add_argument("job", help="the job id")
     analyze.add_argument("--analyzer", required=True, help="the batch analyzer's name (see `vcrawl analyzers`)")

@@ -7,8 +7,9 @@
    runs the analyzer's ``map`` (batch) or the per-page analyzer (replay), and stores the partial
    as ``part-<n>.json``. Storing under a fixed name makes a redelivered map harmless.
 3. ``reduce_run`` (the chord's body) folds the partials and writes the result:
-   ``results/<job>/<analyzer>.json`` (``results/<job>/cycle-<n>/...`` for one cycle), or for a
-   replay the summary beside its records, ``jobs/<job>/replays/<run>/``.
+   ``jobs/<job>/results/<analyzer>.json`` (``jobs/<job>/cycle-<n>/results/...`` for one cycle), or
+   for a replay the summary beside its records, ``jobs/<job>/replays/<run>/``. Like everything a job
+   writes, it stays in the job's folder (``storage.naming``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from analyzers.batch_registry import get_batch_analyzer
 from engine.analysis_runs import AnalysisRuns
 from engine.fetch_log import LoggedUrl, latest_by_url, read_fetch_log
 from frontier import canonical_url
-from storage import CdxEntry, Storage, read_response
+from storage import CdxEntry, Storage, job_result_location, read_response
 from vcrawl.errors import InvalidTask, MissingPage, RetryableError
 from vcrawl.payloads import FieldRule, field_rules
 
@@ -39,7 +40,6 @@ __all__ = [
     "map_chunk",
     "plan_run",
     "reduce_run",
-    "result_location",
 ]
 
 DEFAULT_CHUNK = 100  # URLs per map task: a few seconds of work, small enough to redo
@@ -81,11 +81,6 @@ class RunPlan:
 def run_folder(job_id: str, run_id: str) -> str:
     """Where a run's work files are kept, under the data root."""
     return f"jobs/{job_id}/analysis/{run_id}"
-
-
-def result_location(job_id: str, analyzer: str, cycle: int | None) -> str:
-    """Where a batch analyzer's result for a job (or one cycle of it) is written."""
-    return f"results/{job_id}/{'' if cycle is None else f'cycle-{cycle}/'}{analyzer}.json"
 
 
 def new_run_id(analyzer: str, now: float) -> str:
@@ -192,7 +187,7 @@ def reduce_run(store: Storage, runs: AnalysisRuns, job_id: str, run_id: str, par
         location = f"jobs/{job_id}/replays/{run_id}/summary.json"
         result = {**head, **_replay_totals(parts), "records_in": f"jobs/{job_id}/replays/{run_id}/records"}
     else:
-        location = result_location(job_id, plan.analyzer, plan.cycle)
+        location = job_result_location(job_id, plan.analyzer, plan.cycle)
         result = {**head, "urls": plan.urls, **get_batch_analyzer(plan.analyzer).reduce(parts)}
     result["generated_at"] = round(time.time(), 3)
     store.write_bytes(location, _dumps(result, indent=1))

@@ -2,7 +2,8 @@
 
 The fetch and the analysis are the crawl's one fetch step and one analysis step, the same a crawl
 job's batches use; this module adds what only a single task has: its payload's validation and
-storage paths, its host's pause (the host gate in ``tasks.fetch``), its result file.
+storage paths (confined to the single-task areas, ``pages/`` and ``results/`` of the data root:
+``storage.naming.single_task_area_problem``), its host's pause (the host gate in ``tasks.fetch``), its result file.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from engine.trail import StatusTrail
 from engine.validation import check_rule
 from fetchers import FetcherRegistry
 from frontier import Entry, HostGate, RobotsRules, host_key, origin
-from storage import Storage, page_location, result_location
+from storage import Storage, page_location, result_location, single_task_area_problem
 from vcrawl.errors import (
     AttemptsExhausted,
     DownloadFailed,
@@ -39,6 +40,7 @@ __all__ = [
     "SingleEnv",
     "analyze_page",
     "cached_robots",
+    "check_area",
     "fetch_single",
     "host_pause_s",
     "outcome_error",
@@ -50,6 +52,9 @@ __all__ = [
 
 def validate(data: Any, fetchers: FetcherRegistry, store: Storage) -> DownloadTask:
     """Check a payload against the schema and this process's registries; fill in paths.
+
+    Both paths must lie in the single-task areas (``pages/``, ``results/``), given or derived, so
+    a task can never write into a job's folder or vcrawl's own state.
 
     Raises:
         InvalidTask: naming the first wrong field.
@@ -169,9 +174,11 @@ def analyze_page(fetched: FetchedPage, job: AnalysisJob, store: Storage) -> Anal
     """Run the named analyzer on the stored page through the one analysis step; write its JSON result.
 
     Raises:
+        InvalidTask: the result path is outside the single-task areas (a message from another producer).
         MissingPage: the stored page is gone.
         UnknownComponent: no analyzer of that name in this process.
     """
+    check_area("result_path", store, job.result_path)
     if job.api is not None:
         result = single_result(read_api_page(store, fetched, job.api))
     else:
@@ -209,6 +216,26 @@ def _location(name: str, store: Storage, given: str | None, default: str) -> str
         resolved = store.resolve(location, default)
     except StorageRefused as exc:
         raise InvalidTask(name, str(exc)) from None
+    check_area(name, store, resolved, shown=location)
     if os.path.isabs(location) or "://" in location:
         return resolved
     return os.path.normpath(location)
+
+
+def check_area(name: str, store: Storage, location: str, shown: str | None = None) -> None:
+    """Refuse a single task's ``location`` unless it is a file in ``pages/`` or ``results/`` of the data root.
+
+    The check reads where the location really is under the root (``Storage.relative``: ``..``
+    folded, local symlinked directories followed), however it was spelled. ``shown`` is how the
+    message names the location (default: ``location`` itself).
+
+    Raises:
+        InvalidTask: naming ``name`` and where single tasks may write.
+    """
+    try:
+        problem = single_task_area_problem(store.relative(location))
+    except StorageRefused as exc:
+        raise InvalidTask(name, str(exc)) from None
+    if problem is not None:
+        shown = location if shown is None else shown
+        raise InvalidTask(name, f"{shown!r} {problem}")

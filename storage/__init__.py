@@ -4,14 +4,28 @@ from __future__ import annotations
 
 from storage.base import Backend, BackendFactory
 from storage.local import LocalBackend
-from storage.naming import job_page_location, page_location, result_location
+from storage.naming import (
+    JOBS_DIR,
+    PAGES_DIR,
+    RESULTS_DIR,
+    SINGLE_TASK_AREAS,
+    job_page_location,
+    job_result_location,
+    page_location,
+    result_location,
+    single_task_area_problem,
+)
 from storage.registry import BACKENDS, Storage
 from storage.warc import REVISIT_MIME, CdxEntry, WarcWriter, lookup, read_response
 from storage.webhdfs import WebHdfsBackend, webhdfs_factory
 
 __all__ = [
     "BACKENDS",
+    "JOBS_DIR",
+    "PAGES_DIR",
+    "RESULTS_DIR",
     "REVISIT_MIME",
+    "SINGLE_TASK_AREAS",
     "Backend",
     "BackendFactory",
     "CdxEntry",
@@ -20,9 +34,11 @@ __all__ = [
     "WarcWriter",
     "WebHdfsBackend",
     "job_page_location",
+    "job_result_location",
     "lookup",
     "page_location",
     "read_response",
     "result_location",
+    "single_task_area_problem",
     "webhdfs_factory",
 ]

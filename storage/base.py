@@ -25,6 +25,17 @@ class Backend(Protocol):
         """
         ...
 
+    def relative(self, location: str) -> str:
+        """Return where `location` lies under the root, as a ``/``-separated path (``pages/a.html``).
+
+        The path is taken from the form `resolve` returns, so ``..`` and (locally) symlinked parent
+        directories are already followed: it says where the file really is.
+
+        Raises:
+            StorageRefused: as `resolve`.
+        """
+        ...
+
     def open_write(self, location: str) -> AbstractContextManager[BinaryIO]:
         """Return a context manager yielding a binary file; readers see the data only after a clean exit.
 

@@ -92,6 +92,14 @@ class LocalBackend:
             raise _refuse(location, f"has a path component longer than {_NAME_MAX} bytes")
         return path
 
+    def relative(self, location: str) -> str:
+        """Return the real path of `location` relative to the root, ``/``-separated.
+
+        Raises:
+            StorageRefused: as `resolve`.
+        """
+        return os.path.relpath(self.resolve(location), self.root).replace(os.sep, "/")
+
     @contextmanager
     def open_write(self, location: str) -> Iterator[BinaryIO]:
         """Yield a binary file whose data appears at `location` only when the block exits cleanly.

@@ -1,6 +1,12 @@
-"""Default storage locations derived from URLs, relative to the data root.
+"""Default storage locations derived from URLs, relative to the data root, and who may write where.
 
-A location is ``<host>/<up to 3 directories>/<slug>__<hash>.<ext>``: readable segments made
+The data root is shared by areas that never overlap: a crawl job writes only under
+``jobs/<job id>/`` (``JOBS_DIR``), single ``crawl.delay`` tasks only under ``pages/`` and
+``results/`` (``SINGLE_TASK_AREAS``), and vcrawl's own state lives in dot-directories
+(``.spool/``, ``.vcrawl-redis/``). ``single_task_area_problem`` is the rule a single task's
+``save_path`` and ``result_path`` are held to.
+
+A page's or result's location is ``<host>/<up to 3 directories>/<slug>__<hash>.<ext>``: readable segments made
 only of ``[a-z0-9._-]``, plus the first 10 hex digits of the SHA-256 of the full URL so URLs that
 slug alike (query strings, case, punctuation) never share a file. Callers pass the canonical URL
 when equivalent spellings should share a location.
@@ -13,7 +19,26 @@ import re
 import unicodedata
 from urllib.parse import SplitResult, unquote, urlsplit
 
-__all__ = ["job_page_location", "page_location", "result_location"]
+__all__ = [
+    "JOBS_DIR",
+    "PAGES_DIR",
+    "RESULTS_DIR",
+    "SINGLE_TASK_AREAS",
+    "job_page_location",
+    "job_result_location",
+    "page_location",
+    "result_location",
+    "single_task_area_problem",
+]
+
+PAGES_DIR = "pages"
+"""Single tasks' pages (``page_location``); a job keeps its own ``pages/`` under its folder."""
+RESULTS_DIR = "results"
+"""Single tasks' analysis results (``result_location``); a job keeps its own ``results/`` under its folder."""
+JOBS_DIR = "jobs"
+"""One folder per crawl job, ``jobs/<job id>/``: everything the job writes."""
+SINGLE_TASK_AREAS = (PAGES_DIR, RESULTS_DIR)
+"""The top-level directories of the data root a single task's ``save_path``/``result_path`` may name."""
 
 _MAX_SEGMENT = 60  # characters per segment; keeps a location under ~400 characters overall
 _MAX_DIRS = 3
@@ -39,7 +64,7 @@ def page_location(url: str) -> str:
     >>> page_location("https://example.com/a/b/c/d/e/page")
     'pages/example.com/a/b/c/page__4f5bc4141d.html'
     """
-    return f"pages/{_stem(url)}.html"
+    return f"{PAGES_DIR}/{_stem(url)}.html"
 
 
 def job_page_location(job_id: str, cycle: int, url: str) -> str:
@@ -50,8 +75,41 @@ def job_page_location(job_id: str, cycle: int, url: str) -> str:
     >>> job_page_location("shop", 3, "https://example.com/a")
     'jobs/shop/cycle-3/pages/example.com/a__2dce0a4c50.html'
     """
-    version = f"cycle-{cycle}/" if cycle else ""
-    return f"jobs/{job_id}/{version}{page_location(url)}"
+    return f"{_job_folder(job_id, cycle if cycle else None)}/{page_location(url)}"
+
+
+def job_result_location(job_id: str, analyzer: str, cycle: int | None) -> str:
+    """Where a batch analyzer's result over a job (or over one cycle of it) is written.
+
+    >>> job_result_location("shop", "site-report", None)
+    'jobs/shop/results/site-report.json'
+    >>> job_result_location("shop", "site-report", 3)
+    'jobs/shop/cycle-3/results/site-report.json'
+    """
+    return f"{_job_folder(job_id, cycle)}/{RESULTS_DIR}/{analyzer}.json"
+
+
+def single_task_area_problem(relative: str) -> str | None:
+    """Why a single task may not write at ``relative`` (a path under the data root), or None if it may.
+
+    A single task writes a file under ``pages/`` or ``results/``, never into a hidden file or
+    directory there: other jobs' files, their records and vcrawl's own state are out of its reach.
+
+    >>> single_task_area_problem("pages/example.com/a.html") is None
+    True
+    >>> single_task_area_problem("jobs/shop/pages/a.html")
+    'is outside the single-task areas: a single task writes only under pages/ or results/ of the data root'
+    >>> single_task_area_problem("results/.cache/a.json")
+    "has the hidden component '.cache': a single task never writes hidden files or directories"
+    """
+    area, _, rest = relative.partition("/")
+    if area not in SINGLE_TASK_AREAS or not rest:
+        areas = " or ".join(f"{name}/" for name in SINGLE_TASK_AREAS)
+        return f"is outside the single-task areas: a single task writes only under {areas} of the data root"
+    for part in rest.split("/"):
+        if part.startswith("."):
+            return f"has the hidden component {part!r}: a single task never writes hidden files or directories"
+    return None
 
 
 def result_location(url: str, analyzer: str) -> str:
@@ -65,7 +123,12 @@ def result_location(url: str, analyzer: str) -> str:
     """
     if not _ANALYZER.match(analyzer):
         raise ValueError(f"not an analyzer name: {analyzer!r}")
-    return f"results/{analyzer}/{_stem(url)}.json"
+    return f"{RESULTS_DIR}/{analyzer}/{_stem(url)}.json"
+
+
+def _job_folder(job_id: str, cycle: int | None) -> str:
+    """A job's folder, or one cycle's folder inside it."""
+    return f"{JOBS_DIR}/{job_id}" + ("" if cycle is None else f"/cycle-{cycle}")
 
 
 def _stem(url: str) -> str:

@@ -87,6 +87,19 @@ class Storage:
         """
         return self._route(default if location is None else location)[1]
 
+    def relative(self, location: str) -> str:
+        """Return where `location` lies under the data root, ``/``-separated, after `resolve`'s checks.
+
+        The same for every spelling of one file: ``pages/a.html``, ``DATA/pages/a.html``,
+        ``file://DATA/pages/a.html`` or ``hdfs://nn:9870/DATA/pages/a.html`` all give ``pages/a.html``;
+        ``..`` and (locally) symlinked parent directories are followed first.
+
+        Raises:
+            StorageRefused: the location is outside the data root or names an unknown scheme.
+        """
+        backend, resolved = self._route(location)
+        return backend.relative(resolved)
+
     def open_write(self, location: str) -> AbstractContextManager[BinaryIO]:
         """Return a context manager yielding a binary file that appears at `location` on a clean exit.
 

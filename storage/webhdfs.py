@@ -147,6 +147,15 @@ class WebHdfsBackend:
         namenode, path = self._check(location)
         return f"hdfs://{namenode}{path}"
 
+    def relative(self, location: str) -> str:
+        """Return the normalized path of `location` relative to the root path (whichever NameNode it names).
+
+        Raises:
+            StorageRefused: as `resolve`.
+        """
+        path = self._check(location)[1]
+        return path[len(self._root_path) + 1 :]
+
     @contextmanager
     def open_write(self, location: str) -> Iterator[BinaryIO]:
         """Yield a binary file streamed to HDFS; it appears at `location` only when the block exits cleanly.

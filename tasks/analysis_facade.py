@@ -74,7 +74,7 @@ def analyze_job(
 ) -> str:
     """Run a batch analyzer over every stored page of a finished job (or one cycle) and wait for it.
 
-    Returns the location of the result (``results/<job>/<analyzer>.json`` under the data root).
+    Returns the location of the result (``jobs/<job>/results/<analyzer>.json`` under the data root).
 
     Raises:
         InvalidTask: see ``start_analysis``.

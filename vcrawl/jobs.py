@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from vcrawl.documents import MAX_DOCUMENT_BYTES, parse_json, parse_yaml
 from vcrawl.errors import InvalidTask, checked_regex, kind_of
+from vcrawl.header_values import check_header_value
 from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
 from vcrawl.payloads import DownloadTask, Rule
@@ -390,9 +391,13 @@ def _networks(value: Any) -> tuple[str, ...]:
 
 
 def _optional_pool(data: Mapping[str, Any], name: str) -> tuple[str, ...] | None:
+    """A header pool (``user_agents``, ``referers``, ``proxies``): every value is sent in a request header."""
     if data.get(name) is None:
         return None
-    return _str_list(data[name], name)
+    pool = _str_list(data[name], name)
+    for index, value in enumerate(data[name]):  # as given: a CR/LF at an end is refused, not trimmed away
+        check_header_value(value, f"{name}[{index}]")
+    return pool
 
 
 def _check_seed(url: str, where: str) -> None:

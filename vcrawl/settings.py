@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.header_values import control_character_problem
 from vcrawl.proxy_sources import ProxySource, dump_proxy_sources, load_proxy_sources
 from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
@@ -202,6 +203,7 @@ class Settings:
             raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
         for proxy in self.proxies:
             _check_url("VCRAWL_PROXIES", proxy, ("http", "https"))
+        self._check_header_values()
         self._check_proxy_harvest()
         if self.proxy_cooloff_max_s < self.proxy_cooloff_s:
             raise ConfigError(
@@ -259,6 +261,19 @@ class Settings:
                 f"VCRAWL_VISIBILITY_TIMEOUT_S={self.visibility_timeout_s:g} must exceed "
                 f"VCRAWL_MAX_RETRY_AFTER_S + VCRAWL_TOTAL_TIMEOUT_S = {longest_task_s:g}"
             )
+
+    def _check_header_values(self) -> None:
+        # Sent as HTTP header values (User-Agent, Referer, Proxy-Authorization, an api page's auth):
+        # a CR or LF would fail every fetch later, so refuse them at start-up.
+        pools = (("VCRAWL_USER_AGENTS", self.user_agents), ("VCRAWL_REFERERS", self.referers),
+                 ("VCRAWL_PROXIES", self.proxies))  # fmt: skip
+        for variable, values in pools:
+            for index, value in enumerate(values):
+                if (problem := control_character_problem(value)) is not None:
+                    raise ConfigError(f"{variable}[{index}] {problem}")  # no echo: a proxy URL may hold a password
+        for name, secret in self.api_auth.items():
+            if (problem := control_character_problem(secret.strip())) is not None:
+                raise ConfigError(f"{AUTH_PREFIX}{name} {problem}")
 
     def _check_proxy_harvest(self) -> None:
         if self.proxy_check_url is not None:
@@ -393,6 +408,11 @@ def _parse_bool(name: str, raw: str) -> bool:
 
 def _parse_list(name: str, raw: str) -> tuple[str, ...]:
     """A JSON array of strings, or one item per line (User-Agents contain commas)."""
+    return tuple(item.strip() for item in _list_items(name, raw))
+
+
+def _list_items(name: str, raw: str) -> list[str]:
+    """The non-blank items of a list variable as given (not stripped)."""
     if raw.startswith("["):
         try:
             items = json.loads(raw)
@@ -402,7 +422,19 @@ def _parse_list(name: str, raw: str) -> tuple[str, ...]:
             raise ConfigError(f"{name} must be a JSON array of strings, got {raw!r}")
     else:
         items = raw.splitlines()
-    return tuple(item.strip() for item in items if item.strip())
+    return [item for item in items if item.strip()]
+
+
+def _parse_header_list(name: str, raw: str) -> tuple[str, ...]:
+    """A list whose values are sent as HTTP header values: as ``_parse_list``, each item checked as given.
+
+    Line ends separate the items of the one-per-line form; a JSON item holding one is refused.
+    """
+    items = _list_items(name, raw)
+    for index, item in enumerate(items):
+        if (problem := control_character_problem(item)) is not None:
+            raise ConfigError(f"{name}[{index}] {problem}")  # no echo: a proxy URL may hold a password
+    return tuple(item.strip() for item in items)
 
 
 def _parse_networks(name: str, raw: str) -> tuple[str, ...]:
@@ -435,6 +467,9 @@ def _parse_proxy_sources(name: str, raw: str) -> tuple[ProxySource, ...]:
 # Fields whose variables read differently from other fields of their type.
 _FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {
     "allowed_networks": _parse_networks,
+    "user_agents": _parse_header_list,
+    "referers": _parse_header_list,
+    "proxies": _parse_header_list,
     "proxy_sources": _parse_proxy_sources,
     "log_format": lambda name, raw: raw.lower(),
     "log_stream_level": lambda name, raw: raw.upper(),

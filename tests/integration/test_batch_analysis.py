@@ -126,7 +126,9 @@ def test_a_chord_gives_the_site_report_a_direct_computation_gives(
 
     location = tasks.analyze_job(status["job"], "site-report", chunk=2, timeout_s=60)
 
-    assert location == str(Path(vcrawl_settings.data) / "results" / status["job"] / "site-report.json")
+    # In the job's own folder, like everything a job writes: never in the single tasks' results/.
+    assert location == str(Path(vcrawl_settings.data) / "jobs" / status["job"] / "results" / "site-report.json")
+    assert not (Path(vcrawl_settings.data) / "results" / status["job"]).exists()
     report = json.loads(Path(location).read_text())
     truth = direct_report(vcrawl_settings, status["job"], [site, other_site])
     assert set(report["hosts"]) == set(truth)
@@ -272,7 +274,7 @@ def test_a_job_runs_its_batch_analyzers_when_it_completes(
 ) -> None:
     build_sites(site, other_site)
     status = crawl(site, other_site, batch_analyzers=["site-report"])
-    result = Path(vcrawl_settings.data) / "results" / status["job"] / "site-report.json"
+    result = Path(vcrawl_settings.data) / "jobs" / status["job"] / "results" / "site-report.json"
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not result.exists():
@@ -422,21 +424,23 @@ def test_each_cycle_of_a_scheduled_job_gets_its_own_report(site: TestSite, vcraw
     site.add_versioned("/a", cycle_page(title="a"))
     b = site.add_versioned("/b", cycle_page(title="b"))
     spec = scheduled_job(site, "cycles-analysed", revisit=ALWAYS_DUE, batch_analyzers=["site-report"])
-    results = Path(vcrawl_settings.data) / "results" / "cycles-analysed"
+    folder = Path(vcrawl_settings.data) / "jobs" / "cycles-analysed"
 
     first = run_cycle(spec)
     b.change(cycle_page(title="b, second edition"))
     second = run_cycle(spec)
 
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(list(results.glob("cycle-*/site-report.json"))) < 2:
+    while time.monotonic() < deadline and len(list(folder.glob("cycle-*/results/site-report.json"))) < 2:
         time.sleep(0.1)
-    one = json.loads((results / "cycle-1" / "site-report.json").read_text())
-    two = json.loads((results / "cycle-2" / "site-report.json").read_text())
+    one = json.loads((folder / "cycle-1" / "results" / "site-report.json").read_text())
+    two = json.loads((folder / "cycle-2" / "results" / "site-report.json").read_text())
     assert one["totals"]["pages"] == first["stored"] == 3
     assert two["totals"]["pages"] == second["stored"] == 1  # only /b changed; the others were not stored again
     assert two["hosts"][urlsplit(site.base).netloc]["failed"] == {"unchanged": 2}
-    latest = json.loads(Path(tasks.analyze_job("cycles-analysed", "site-report", timeout_s=60)).read_text())
+    location = tasks.analyze_job("cycles-analysed", "site-report", timeout_s=60)
+    assert location == str(folder / "results" / "site-report.json")
+    latest = json.loads(Path(location).read_text())
     assert latest["totals"]["pages"] == 3 and latest["cycle"] is None  # every page as it is now
     assert latest["hosts"][urlsplit(site.base).netloc]["failed"] == {}
 

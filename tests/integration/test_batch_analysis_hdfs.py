@@ -53,7 +53,7 @@ def test_a_crawl_stored_on_hdfs_is_analysed_and_replayed_from_hdfs(tmp_path: Pat
             replayed = vcrawl(env, "reanalyze", job_id, "--analyzer", "fields", "--fields", str(rules), "--json")
         finally:
             stop_worker(worker)
-        report = json.loads(hdfs.read(f"/crawl/results/{job_id}/site-report.json") or b"{}")
+        report = json.loads(hdfs.read(f"/crawl/jobs/{job_id}/results/site-report.json") or b"{}")
         run = json.loads(replayed.stdout.splitlines()[-1]) if replayed.returncode == 0 else {}
         records = [
             json.loads(line)
@@ -64,7 +64,9 @@ def test_a_crawl_stored_on_hdfs_is_analysed_and_replayed_from_hdfs(tmp_path: Pat
 
     assert status["state"] == "completed" and status["pages_stored"] == 3, status
     assert analysed.returncode == 0, analysed.stderr
-    assert json.loads(analysed.stdout.splitlines()[-1])["result"].startswith(f"hdfs://{hdfs.namenode}/crawl/results/")
+    assert json.loads(analysed.stdout.splitlines()[-1])["result"] == (
+        f"hdfs://{hdfs.namenode}/crawl/jobs/{job_id}/results/site-report.json"
+    )
     assert fetch_log and report["totals"]["pages"] == 3
     host = report["hosts"][site.base.split("//")[1]]
     assert host["broken_links"] == {site.url("/missing"): {"status": 404, "referrers": [site.url("/"), site.url("/a")]}}

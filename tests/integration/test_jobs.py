@@ -307,12 +307,29 @@ def test_a_finished_job_leaves_no_bloom_filter_and_a_paused_one_keeps_it(site: T
         ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "fields": {"a": "h1[["}}]}, "rules[0].fields.a.css"),
         ({"seeds": ["http://x.test/"], "allowed_networks": ["10.0.0.0/33"]}, "allowed_networks[0]"),
         ({"seeds": ["http://x.test/"], "proxies": ["socks://p:1"]}, "proxies[0]"),
+        ({"seeds": ["http://x.test/"], "user_agents": ["ok/1", "bad/2\r\nX-Injected: 1"]}, "user_agents[1]"),
+        ({"seeds": ["http://x.test/"], "referers": ["https://r.test/\nX: 1"]}, "referers[0]"),
+        ({"seeds": ["http://x.test/"], "proxies": ["http://127.0.0.1:3128/\r\nX: 1"]}, "proxies[0]"),
     ],
 )
 def test_invalid_jobs_are_refused_with_the_path_of_the_bad_key(job: dict[str, Any], field: str) -> None:
     with pytest.raises(InvalidTask) as refused:
         tasks.start_job(job)
     assert refused.value.field == field
+
+
+def test_a_live_change_refuses_control_characters_in_header_values(site: TestSite) -> None:
+    site.add_page("/", page(*[f"/h{n}.html" for n in range(10)]))
+    job_id = tasks.start_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 5.0, "jitter": 0}})
+    try:
+        with pytest.raises(InvalidTask) as refused:
+            tasks.reconfigure_job(job_id, {"user_agents": ["ok/1", "bad/2\r\nX-Injected: 1"]})
+        assert refused.value.field == "user_agents[1]"
+        assert refused.value.problem.startswith("must not hold CR, LF or other control characters")
+        assert tasks.job_spec(job_id).user_agents is None  # nothing was changed
+        assert tasks.reconfigure_job(job_id, {"referers": ["https://r.test/"]}).referers == ("https://r.test/",)
+    finally:
+        tasks.cancel_job(job_id)
 
 
 def test_a_job_id_cannot_be_reused(site: TestSite) -> None:

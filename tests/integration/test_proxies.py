@@ -242,7 +242,7 @@ def test_a_single_download_draws_around_a_benched_proxy(
                             obey_robots=False)  # fmt: skip
 
     with ForwardProxy(mode="auth") as auth, ForwardProxy() as good:
-        task = DownloadTask(url=site.add_page("/one", "one"), save_path="proxies/one.html")
+        task = DownloadTask(url=site.add_page("/one", "one"), save_path="pages/proxies/one.html")
         failed = fetch_single(context(IdentityPool(("vcrawl-test",), (), (auth.url,))), task)
         assert isinstance(failed, Retry) and failed.reason == "proxy_auth"  # a 407 is retryable: another proxy may do
         pool = IdentityPool(("vcrawl-test",), (), (auth.url, good.url))

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 import redis
 
 from tasks import InvalidTask, crawl
+from tasks.crawl import validate
 from vcrawl.settings import Settings
 
 URL = "http://127.0.0.1:9/page.html"
+AREAS = "outside the single-task areas: a single task writes only under pages/ or results/ of the data root"
 
 CASES: list[tuple[str, Any, str, str]] = [
     ("not a dict", "http://x.test/", "task", "must be an object"),
@@ -44,7 +47,39 @@ CASES: list[tuple[str, Any, str, str]] = [
     ("save_path file url", {"url": URL, "save_path": "file:///etc/passwd"}, "save_path", "escapes"),
     ("save_path hdfs", {"url": URL, "save_path": "hdfs://nn:9870/x"}, "save_path", "hdfs"),
     ("result_path dotdot", {"url": URL, "result_path": "a/../../../x.json"}, "result_path", "escapes"),
-    ("same paths", {"url": URL, "save_path": "a.html", "result_path": "a.html"}, "result_path", "differ"),
+    ("same paths", {"url": URL, "save_path": "pages/a.html", "result_path": "pages/a.html"}, "result_path", "differ"),
+    # A single task writes only under pages/ and results/ of the data root ("{data}": its absolute path).
+    ("save_path in a job", {"url": URL, "save_path": "jobs/other-job/pages/x.html"}, "save_path", AREAS),
+    (
+        "result_path in a job's records",
+        {"url": URL, "result_path": "jobs/other-job/records/injected.jsonl"},
+        "result_path",
+        AREAS,
+    ),
+    (
+        "result_path a job's result",
+        {"url": URL, "result_path": "jobs/other-job/results/site-report.json"},
+        "result_path",
+        AREAS,
+    ),
+    ("save_path redis aof", {"url": URL, "save_path": ".vcrawl-redis/appendonly.aof"}, "save_path", AREAS),
+    ("result_path spool", {"url": URL, "result_path": ".spool/records/x.jsonl"}, "result_path", AREAS),
+    ("save_path in the root", {"url": URL, "save_path": "page.html"}, "save_path", AREAS),
+    ("save_path other top dir", {"url": URL, "save_path": "proxies/one.html"}, "save_path", AREAS),
+    ("save_path absolute in jobs", {"url": URL, "save_path": "{data}/jobs/other-job/pages/x.html"}, "save_path", AREAS),
+    (
+        "result_path file url in spool",
+        {"url": URL, "result_path": "file://{data}/.spool/warc/x.warc.gz"},
+        "result_path",
+        AREAS,
+    ),
+    (
+        "save_path out of the area by dotdot",
+        {"url": URL, "save_path": "pages/../jobs/j/pages/x.html"},
+        "save_path",
+        AREAS,
+    ),
+    ("save_path hidden dir", {"url": URL, "save_path": "pages/.cache/x.html"}, "save_path", "hidden component"),
     ("job chars", {"url": URL, "job": "a job/with spaces"}, "job", "letters"),
     ("job type", {"url": URL, "job": 7}, "job", "string or null"),
 ]
@@ -56,6 +91,11 @@ def test_invalid_task_is_refused_at_delay_naming_the_field(
 ) -> None:
     client = redis.Redis.from_url(vcrawl_settings.redis_url)
     keys_before = set(client.scan_iter("vcrawl:task:*"))
+    if isinstance(payload, dict):
+        data = os.path.realpath(vcrawl_settings.data)
+        payload = {
+            key: value.replace("{data}", data) if isinstance(value, str) else value for key, value in payload.items()
+        }
 
     with pytest.raises(InvalidTask) as refused:
         crawl.delay(payload)
@@ -69,3 +109,15 @@ def test_invalid_task_is_refused_at_delay_naming_the_field(
 def test_crawl_takes_exactly_one_payload(vcrawl_settings: Settings) -> None:
     with pytest.raises(InvalidTask, match="exactly one argument"):
         crawl.apply_async(({"url": URL}, {"url": URL}))
+
+
+def test_the_defaults_and_given_paths_in_the_areas_are_accepted(vcrawl_settings: Settings) -> None:
+    # validate() alone: nothing is sent (a worker would fetch the unreachable URL for nothing).
+    data = os.path.realpath(vcrawl_settings.data)
+    for given in (
+        {},
+        {"save_path": "pages/mine/a.html", "result_path": "results/mine/a.json"},
+        {"save_path": f"{data}/results/x.html", "result_path": f"file://{data}/pages/x.json"},
+    ):
+        task = validate({"url": URL, **given})
+        assert task.save_path is not None and task.result_path is not None

@@ -200,17 +200,21 @@ def test_user_agent_and_referer_are_drawn_from_the_lists(site: TestSite) -> None
 def test_symlink_escape_is_refused_at_write_time(site: TestSite, vcrawl_settings: Settings, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
-    link = Path(vcrawl_settings.data) / "escape"
+    (Path(vcrawl_settings.data) / "pages").mkdir(exist_ok=True)
+    link = Path(vcrawl_settings.data) / "pages" / "escape"  # inside the single-task area, leading out
     link.symlink_to(outside, target_is_directory=True)
     try:
         url = site.add_page("/s.html", PAGE)
         with pytest.raises(InvalidTask) as refused:
-            crawl.delay({"url": url, "save_path": "escape/page.html"})
-        assert refused.value.field == "save_path"
+            crawl.delay({"url": url, "save_path": "pages/escape/page.html"})
+        assert refused.value.field == "save_path" and "escapes the storage root" in refused.value.problem
         # A message from another producer is refused on arrival, too: nothing lands outside.
         tasks.app.send_task(
             "vcrawl.fetch",
-            args=[{"url": url, "save_path": "escape/page.html", "result_path": "r.json"}, "symlink-escape-1"],
+            args=[
+                {"url": url, "save_path": "pages/escape/page.html", "result_path": "results/r.json"},
+                "symlink-escape-1",
+            ],
             link_error=tasks.record_failure.s(),
         )
         record = wait_for_end("symlink-escape-1")
@@ -219,6 +223,63 @@ def test_symlink_escape_is_refused_at_write_time(site: TestSite, vcrawl_settings
         assert os.listdir(outside) == []
     finally:
         link.unlink()
+
+
+# Another job's files, its records (which `vcrawl export` lists) and vcrawl's own state.
+OUT_OF_AREA = [
+    ("save_path", "jobs/other-job/pages/x.html"),
+    ("result_path", "jobs/other-job/records/injected.jsonl"),
+    ("save_path", ".vcrawl-redis/appendonly.aof"),
+    ("result_path", ".spool/records/x.jsonl"),
+    ("save_path", "page.html"),
+]
+
+
+@pytest.mark.parametrize(("key", "location"), OUT_OF_AREA, ids=[location for _, location in OUT_OF_AREA])
+def test_a_crawl_message_writing_outside_the_single_task_areas_is_refused_by_the_worker(
+    site: TestSite, vcrawl_settings: Settings, key: str, location: str
+) -> None:
+    data = Path(vcrawl_settings.data)
+    url = site.add_page(f"/area-{key}.html", PAGE)
+    absolute = str(data.resolve() / location)
+    name = location.replace("/", "-")
+    for spelling, message_id in ((location, f"area-{name}"), (absolute, f"area-abs-{name}")):
+        # send_task bypasses crawl.delay's check: the worker's crawl task validates the message itself.
+        tasks.app.send_task("vcrawl.crawl", args=[{"url": url, key: spelling}], task_id=message_id)
+        record = wait_for_end(message_id)
+        assert record["state"] == "download_failed", record
+        assert record["reason"] == "invalid_task" and record["error"].startswith(f"{key}: ")
+        assert "outside the single-task areas" in record["error"]
+    assert not (data / location).exists()
+    assert site.requests_to(f"/area-{key}.html") == []  # refused before any fetch
+
+
+def test_fetch_and_analyze_messages_outside_the_areas_are_refused_on_arrival(
+    site: TestSite, vcrawl_settings: Settings
+) -> None:
+    data = Path(vcrawl_settings.data)
+    url = site.add_page("/area-raw.html", PAGE)
+    tasks.app.send_task(
+        "vcrawl.fetch",
+        args=[{"url": url, "save_path": "jobs/other-job/pages/x.html", "result_path": "results/x.json"}, "area-fetch"],
+        link_error=tasks.record_failure.s(),
+    )
+    record = wait_for_end("area-fetch")
+    assert record["state"] == "download_failed"
+    assert record["reason"] == "invalid_task" and record["error"].startswith("save_path:")
+
+    # An analysis message naming a job's records as its result: refused, nothing written there.
+    stored = wait_for_end(crawl.delay({"url": url}).id)
+    page = {
+        "url": url, "final_url": url, "save_path": stored["save_path"], "http_status": 200,
+        "bytes": 1, "content_type": "text/html", "elapsed_s": 0.0, "headers": {},
+    }  # fmt: skip
+    job = {"trail_id": stored["id"], "analyzer": "links", "result_path": "jobs/other-job/records/injected.jsonl"}
+    tasks.analyze.apply_async((page, job), link_error=tasks.record_failure.s())
+    record = wait_for_state(stored["id"], "analysis_failed")
+    assert record["reason"] == "invalid_task" and "outside the single-task areas" in record["error"]
+    assert not (data / "jobs" / "other-job").exists()
+    assert len(site.requests_to("/area-raw.html")) == 1  # the refused fetch message sent no request
 
 
 def test_worker_validates_messages_from_other_producers() -> None:

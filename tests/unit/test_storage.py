@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import doctest
+import functools
 import os
 import re
 import threading
@@ -16,7 +17,7 @@ from typing import BinaryIO
 import pytest
 
 import storage.naming
-from storage import BACKENDS, Backend, LocalBackend, Storage, page_location, result_location
+from storage import BACKENDS, Backend, LocalBackend, Storage, WebHdfsBackend, page_location, result_location
 from vcrawl.errors import ConfigError, MissingPage, StorageRefused
 from vcrawl.settings import Settings
 
@@ -222,6 +223,69 @@ def test_parent_swapped_for_a_symlink_during_the_write_is_refused(store: Storage
             (root / "swap").symlink_to(outside, target_is_directory=True)
     assert sorted(os.listdir(outside)) == ["secret.txt"]
     assert _leftovers(root / "moved") == []
+
+
+# --- relative to the root: where a location really is ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spelling", "expected"),
+    [
+        ("pages/a.html", "pages/a.html"),
+        ("./pages//x/../a.html", "pages/a.html"),
+        ("{root}/results/links/b.json", "results/links/b.json"),
+        ("file://{root}/results/links/b.json", "results/links/b.json"),
+        ("pages/../jobs/j/records/r.jsonl", "jobs/j/records/r.jsonl"),
+        (".spool/records/x.jsonl", ".spool/records/x.jsonl"),
+        ("top.html", "top.html"),
+    ],
+)
+def test_relative_names_the_path_under_the_root_for_every_spelling(
+    store: Storage, real_root: str, spelling: str, expected: str
+) -> None:
+    assert store.relative(spelling.format(root=real_root)) == expected
+
+
+def test_relative_follows_a_symlinked_directory_inside_the_root(store: Storage, root: Path) -> None:
+    (root / "jobs" / "other").mkdir(parents=True)
+    (root / "pages").mkdir()
+    (root / "pages" / "alias").symlink_to(root / "jobs" / "other", target_is_directory=True)
+    assert store.relative("pages/alias/x.html") == "jobs/other/x.html"
+
+
+@pytest.mark.parametrize("location", ["../x.html", "/etc/passwd", "file:///etc/passwd", "{root}", "hdfs://nn:9870/x"])
+def test_relative_refuses_what_resolve_refuses(store: Storage, real_root: str, location: str) -> None:
+    with pytest.raises(StorageRefused):
+        store.relative(location.format(root=real_root))
+
+
+@pytest.fixture
+def hdfs_store() -> Storage:
+    """An ``hdfs://`` data root with a second allowed NameNode; nothing is sent (no call reaches HDFS)."""
+    factory = functools.partial(WebHdfsBackend, user="u", allowed_namenodes=["nn:9870", "standby:9870"])
+    return Storage("hdfs://nn:9870/crawl/", backends={**BACKENDS, "hdfs": factory})
+
+
+@pytest.mark.parametrize(
+    ("spelling", "expected"),
+    [
+        ("pages/a.html", "pages/a.html"),
+        ("hdfs://nn:9870/crawl/results/links/b.json", "results/links/b.json"),
+        ("hdfs://standby:9870/crawl/results/links/b.json", "results/links/b.json"),
+        ("hdfs://nn:9870//crawl/pages/x/../../jobs/j/a.html", "jobs/j/a.html"),
+        ("hdfs://nn:9870/crawl/.vcrawl-redis/appendonly.aof", ".vcrawl-redis/appendonly.aof"),
+    ],
+)
+def test_relative_on_an_hdfs_root(hdfs_store: Storage, spelling: str, expected: str) -> None:
+    assert hdfs_store.relative(spelling) == expected
+
+
+@pytest.mark.parametrize(
+    "location", ["../x.html", "hdfs://nn:9870/crawl", "hdfs://nn:9870/other/x.html", "hdfs://evil:9870/crawl/x"]
+)
+def test_relative_on_an_hdfs_root_refuses_what_resolve_refuses(hdfs_store: Storage, location: str) -> None:
+    with pytest.raises(StorageRefused):
+        hdfs_store.relative(location)
 
 
 # --- writing and reading -------------------------------------------------------------------------
@@ -438,6 +502,9 @@ class MemoryBackend:
     def exists(self, location: str) -> bool:
         return self.resolve(location) in self.files
 
+    def relative(self, location: str) -> str:
+        return self.resolve(location)[len(self.root) + 1 :]
+
 
 @pytest.fixture
 def mem_store() -> Storage:
@@ -476,6 +543,11 @@ def test_a_non_local_root_refuses_local_paths_and_other_roots(mem_store: Storage
         mem_store.resolve(location, "unused")
     assert problem in caught.value.problem
     assert caught.value.location == location
+
+
+def test_a_registered_scheme_gives_paths_relative_to_its_root(mem_store: Storage) -> None:
+    assert mem_store.relative("pages/a.html") == "pages/a.html"
+    assert mem_store.relative("mem://bucket/crawl/results/x/b.json") == "results/x/b.json"
 
 
 def test_a_registered_scheme_other_than_the_roots_is_outside_it(store: Storage) -> None:
