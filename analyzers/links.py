@@ -3,6 +3,8 @@
 Links are read from the parser's events as it goes (``Page.stream``), not from a tree: a tree of a
 page of 300,000 anchors takes hundreds of MB. What is read is what the tree would hold (up to
 libxml2's depth limit, and no further than the end of the root element), with the same texts.
+Only the first ``page.max_links`` links are read; the others are counted (``truncated``), so what a
+page costs grows with the links kept, not with the links it has.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from urllib.parse import urljoin
 from analyzers.page import NON_NAVIGABLE_SCHEMES, TREE_DEPTH_LIMIT, Page, resolve_base
 from vcrawl.payloads import FieldRule
 
-__all__ = ["FOLLOWED_TAGS", "LINK_ATTRIBUTES", "TEXT_LIMIT", "analyze", "followed_links"]
+__all__ = ["FOLLOWED_TAGS", "LINK_ATTRIBUTES", "TEXT_LIMIT", "TRUNCATED", "analyze", "followed_links"]
 
 logger = logging.getLogger(__name__)
 
@@ -43,16 +45,23 @@ LINK_ATTRIBUTES: Mapping[str, str] = MappingProxyType(
 )
 
 
+TRUNCATED = "truncated"
+"""Links past a page's ``max_links``, counted and not read: a key of ``analyze``'s result, a reason
+of ``followed_links``' skipped links."""
+
+
 def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[str, Any]:
-    """Return ``{"url", "links": [{"url", "text", "tag", "attr", "rel"}], "count", "skipped", "skipped_by"}``.
+    """Return ``{"url", "links": [{"url", "text", "tag", "attr", "rel"}], "count", "skipped", "skipped_by"}``,
+    and ``"truncated": n`` when the page has ``n`` links past its first ``page.max_links``.
 
     Links are made absolute against the page's first ``<base href>`` (else its URL); fragments are
     kept. Empty values and ``javascript:``/``vbscript:``/``data:``/``mailto:``/``tel:`` values are
     counted in ``skipped``, and per tag and reason (``scheme``, ``empty``, ``malformed``) in
     ``skipped_by`` as ``{"a": {"scheme": 2}}``. A repeat of an already listed (url, text, tag) is
-    dropped, not counted. A link's text is cut at ``TEXT_LIMIT`` characters. ``rules`` is ignored.
+    dropped, not counted. A link's text is cut at ``TEXT_LIMIT`` characters. The links past the first
+    ``page.max_links`` (repeats and skipped ones count) are not read, only counted. ``rules`` is ignored.
     """
-    base, candidates = _candidates(page, LINK_ATTRIBUTES, texts=True)
+    base, candidates, truncated = _candidates(page, LINK_ATTRIBUTES, texts=True)
     links: list[dict[str, Any]] = []
     seen: set[tuple[str, str, str]] = set()
     skipped = 0
@@ -70,7 +79,10 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
             continue
         seen.add((url, text, tag))
         links.append({"url": url, "text": text, "tag": tag, "attr": attr, "rel": rel})
-    return {"url": page.url, "links": links, "count": len(links), "skipped": skipped, "skipped_by": skipped_by}
+    result = {"url": page.url, "links": links, "count": len(links), "skipped": skipped, "skipped_by": skipped_by}
+    if truncated:
+        result[TRUNCATED] = truncated
+    return result
 
 
 # The elements whose targets a crawl follows: navigation, not embedded resources.
@@ -80,12 +92,13 @@ _FOLLOWED_ATTRIBUTES: Mapping[str, str] = MappingProxyType({tag: LINK_ATTRIBUTES
 
 def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
     """The crawl's view of ``page``: the absolute targets of its ``FOLLOWED_TAGS`` in document
-    order, each once; and the skipped ones counted by reason (``scheme``, ``empty``, ``malformed``).
+    order, each once; and the skipped ones counted by reason (``scheme``, ``empty``, ``malformed``,
+    and ``TRUNCATED``: past the first ``page.max_links`` of these tags, not read).
 
     Same rules as ``analyze``, but without link texts, which a crawl does not need and which
     cost a text walk per link.
     """
-    base, candidates = _candidates(page, _FOLLOWED_ATTRIBUTES, texts=False)
+    base, candidates, truncated = _candidates(page, _FOLLOWED_ATTRIBUTES, texts=False)
     times: dict[str, int] = {}  # a page links its home and menus many times over: resolve each value once
     for _, _, value, _, _ in candidates:
         times[value] = times.get(value, 0) + 1
@@ -98,6 +111,8 @@ def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
             skipped[kind] = skipped.get(kind, 0) + count
         else:
             urls[url] = None
+    if truncated:
+        skipped[TRUNCATED] = truncated
     return list(urls), skipped
 
 
@@ -108,10 +123,11 @@ rest of its page, and nested ones would each hold all of it."""
 _Candidate = tuple[str, str, str, str, "str | None"]  # tag, attribute, value, text, rel
 
 
-def _candidates(page: Page, attributes: Mapping[str, str], texts: bool) -> tuple[str, list[_Candidate]]:
-    """The base URL of ``page`` and its links of ``attributes``' tags in document order, read from
-    the parser's events without a tree; with ``texts``, each link's text, else ``""``."""
-    target = _TextTarget(attributes) if texts else _LinkTarget(attributes)
+def _candidates(page: Page, attributes: Mapping[str, str], texts: bool) -> tuple[str, list[_Candidate], int]:
+    """The base URL of ``page``, its first ``page.max_links`` links of ``attributes``' tags in
+    document order and how many more it has, read from the parser's events without a tree; with
+    ``texts``, each link's text, else ``""``."""
+    target = _TextTarget(attributes, page.max_links) if texts else _LinkTarget(attributes, page.max_links)
     try:
         page.stream(target)
     except _RootEnded:
@@ -119,8 +135,15 @@ def _candidates(page: Page, attributes: Mapping[str, str], texts: bool) -> tuple
     except _TooDeep:
         # A tree would end here, where libxml2 stops for good; a tokenizer still sees every tag.
         logger.debug("%s: nested deeper than %d elements, reading its links tag by tag", page.url, TREE_DEPTH_LIMIT)
-        return _base(page, target), _streamed(page.text, attributes)
-    return _base(page, target), target.found
+        found, truncated = _streamed(page.text, attributes, page.max_links)
+        return _base(page, target), found, _logged(page, truncated)
+    return _base(page, target), target.found, _logged(page, target.truncated)
+
+
+def _logged(page: Page, truncated: int) -> int:
+    if truncated:
+        logger.debug("%s: %d links past the first %d counted, not read", page.url, truncated, page.max_links)
+    return truncated
 
 
 def _base(page: Page, target: _LinkTarget) -> str:
@@ -137,13 +160,14 @@ class _RootEnded(Exception):
 
 
 class _LinkTarget:
-    """An lxml parser target: the links of ``attributes``' tags in document order, and the page's first
-    ``<base href>`` up to where a tree of the page would end."""
+    """An lxml parser target: the first ``cap`` links of ``attributes``' tags in document order (and
+    a count of the rest), and the page's first ``<base href>``, up to where a tree of the page would end."""
 
-    def __init__(self, attributes: Mapping[str, str]) -> None:
+    def __init__(self, attributes: Mapping[str, str], cap: int) -> None:
         self.found: list[_Candidate] = []
+        self.truncated = 0  # links past the cap
         self.base_href: str | None = None
-        self._attributes = attributes
+        self._attributes, self._cap = attributes, cap
         self._depth = 0  # open elements
         self._rooted = False  # the root element has started
 
@@ -158,7 +182,10 @@ class _LinkTarget:
             self.base_href = attrib.get("href")
         attr = self._attributes.get(tag)
         if attr is not None and (value := attrib.get(attr)) is not None:
-            self._keep(tag, attr, value, attrib)
+            if len(self.found) < self._cap:
+                self._keep(tag, attr, value, attrib)
+            else:
+                self.truncated += 1
 
     def end(self, tag: str) -> None:
         self._depth -= 1
@@ -174,8 +201,8 @@ class _TextTarget(_LinkTarget):
     """A ``_LinkTarget`` that also reads each link's text as ``_link_text`` would from a tree: an
     <a>'s text content, else the alt of the first image in it with one; else its alt or title."""
 
-    def __init__(self, attributes: Mapping[str, str]) -> None:
-        super().__init__(attributes)
+    def __init__(self, attributes: Mapping[str, str], cap: int) -> None:
+        super().__init__(attributes, cap)
         self._anchors: list[_Anchor | None] = []  # the open <a> elements, innermost last; None: not a link
         self._reading: list[_Anchor] = []  # the open links whose text is still short of TEXT_LIMIT
         self._wanting_alt: list[_Anchor] = []  # the open links that have seen no image with an alt yet
@@ -253,22 +280,24 @@ class _Anchor:
         return _cut(_normalize("".join(self.parts)))
 
 
-def _streamed(text: str, attributes: Mapping[str, str]) -> list[_Candidate]:
-    """The links of ``text`` read tag by tag, without building a tree (so without a depth limit)."""
-    collector = _LinkCollector(attributes)
+def _streamed(text: str, attributes: Mapping[str, str], cap: int) -> tuple[list[_Candidate], int]:
+    """The first ``cap`` links of ``text`` and how many more it has, read tag by tag, without
+    building a tree (so without a depth limit)."""
+    collector = _LinkCollector(attributes, cap)
     collector.feed(text)
     collector.close()
     collector.finish_anchor()
-    return collector.found
+    return collector.found, collector.truncated
 
 
 class _LinkCollector(html.parser.HTMLParser):
     """Collects link attributes in document order; an <a>'s text runs to its end tag or the next <a>."""
 
-    def __init__(self, attributes: Mapping[str, str]) -> None:
+    def __init__(self, attributes: Mapping[str, str], cap: int) -> None:
         super().__init__(convert_charrefs=True)
         self.found: list[_Candidate] = []
-        self._attributes = attributes
+        self.truncated = 0  # links past the cap
+        self._attributes, self._cap = attributes, cap
         self._anchor: _Anchor | None = None
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -279,6 +308,9 @@ class _LinkCollector(html.parser.HTMLParser):
         if tag == "img" and self._anchor is not None and not self._anchor.alt:
             self._anchor.alt = _cut(_normalize(values.get("alt")))
         if attr is None or values.get(attr) is None:
+            return
+        if len(self.found) >= self._cap:
+            self.truncated += 1
             return
         fallback = _normalize(values.get("alt")) or _normalize(values.get("title"))
         rel = _normalize(values.get("rel")).lower() or None

@@ -11,6 +11,8 @@ import lxml.html
 from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
+from vcrawl.payloads import MAX_LINKS_PER_PAGE
+
 __all__ = ["NON_NAVIGABLE_SCHEMES", "TREE_DEPTH_LIMIT", "Page", "is_html", "resolve_base"]
 
 logger = logging.getLogger(__name__)
@@ -32,11 +34,16 @@ _STREAM_CHUNK = 64 * 1024  # characters encoded and fed to the parser at a time
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """A page body with its URL and Content-Type header; `text` and `tree` are computed once."""
+    """A page body with its URL and Content-Type header; `text` and `tree` are computed once.
+
+    ``max_links`` is how many links of the page its link readers (``analyzers.links``) read; they
+    count the rest.
+    """
 
     url: str
     body: bytes
     content_type: str | None = None
+    max_links: int = MAX_LINKS_PER_PAGE
     _decoded: tuple[str, str] | None = field(default=None, init=False, repr=False, compare=False)
     _parsed: tuple[lxml.html.HtmlElement, bool] | None = field(default=None, init=False, repr=False, compare=False)
     _base: str | None = field(default=None, init=False, repr=False, compare=False)
@@ -44,6 +51,8 @@ class Page:
     def __post_init__(self) -> None:
         if not isinstance(self.body, bytes):
             raise ValueError(f"Page.body must be bytes, got {type(self.body).__name__}")
+        if self.max_links < 1:
+            raise ValueError(f"Page.max_links must be at least 1, got {self.max_links}")
 
     @property
     def encoding(self) -> str:
