@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from analyzers.api import ApiAnswer, read_answer
 from analyzers.fields import compile_rules
+from analyzers.links import TRUNCATED, followed_links
 from analyzers.links import analyze as links_analyzer
-from analyzers.links import followed_links
 from analyzers.page import Page, is_html
 from analyzers.programs import ProgramAnalyzer, load_programs
 from analyzers.registry import (
@@ -20,6 +20,7 @@ from analyzers.registry import (
 )
 
 __all__ = [
+    "TRUNCATED",
     "Analyzer",
     "ApiAnswer",
     "Page",

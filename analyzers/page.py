@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import lxml.html
 from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
-__all__ = ["NON_NAVIGABLE_SCHEMES", "Page", "is_html"]
+from vcrawl.payloads import MAX_LINKS_PER_PAGE
+
+__all__ = ["NON_NAVIGABLE_SCHEMES", "TREE_DEPTH_LIMIT", "Page", "is_html", "resolve_base"]
 
 logger = logging.getLogger(__name__)
 
@@ -22,15 +25,25 @@ NON_NAVIGABLE_SCHEMES = frozenset({"javascript", "vbscript", "data", "mailto", "
 _PROBE = '<a href="x">\\x3c\\u003c&+-</a>'
 _UTF16_OR_32 = ("utf-16", "utf-32")
 _EMPTY_DOCUMENT = b"<html><body></body></html>"
+# How deep libxml2 nests elements into a tree with huge_tree (256 without): an element deeper than this
+# stops the parse for good (``Page.truncated``). A parser target sees every element however deep, so
+# whoever streams a page counts depth itself to know what a tree would hold.
+TREE_DEPTH_LIMIT = 2048
+_STREAM_CHUNK = 64 * 1024  # characters encoded and fed to the parser at a time
 
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """A page body with its URL and Content-Type header; `text` and `tree` are computed once."""
+    """A page body with its URL and Content-Type header; `text` and `tree` are computed once.
+
+    ``max_links`` is how many links of the page its link readers (``analyzers.links``) read; they
+    count the rest.
+    """
 
     url: str
     body: bytes
     content_type: str | None = None
+    max_links: int = MAX_LINKS_PER_PAGE
     _decoded: tuple[str, str] | None = field(default=None, init=False, repr=False, compare=False)
     _parsed: tuple[lxml.html.HtmlElement, bool] | None = field(default=None, init=False, repr=False, compare=False)
     _base: str | None = field(default=None, init=False, repr=False, compare=False)
@@ -38,6 +51,8 @@ class Page:
     def __post_init__(self) -> None:
         if not isinstance(self.body, bytes):
             raise ValueError(f"Page.body must be bytes, got {type(self.body).__name__}")
+        if self.max_links < 1:
+            raise ValueError(f"Page.max_links must be at least 1, got {self.max_links}")
 
     @property
     def encoding(self) -> str:
@@ -58,6 +73,19 @@ class Page:
     def truncated(self) -> bool:
         """Return True if the parser stopped early (a libxml2 limit such as nesting depth)."""
         return self._parse()[1]
+
+    def stream(self, target: Any) -> Any:
+        """Parse the text as ``tree`` does, into an lxml parser ``target`` (its ``start``, ``end``,
+        ``data``, ``close`` methods), building no tree; return what ``target.close()`` returns.
+
+        The text is encoded and fed in chunks, so no UTF-8 copy of the whole page is made.
+        Whatever the target raises stops the parse and is raised here.
+        """
+        parser = lxml.html.HTMLParser(encoding="utf-8", huge_tree=True, no_network=True, target=target)
+        text = self.text
+        for start in range(0, len(text), _STREAM_CHUNK):
+            parser.feed(text[start : start + _STREAM_CHUNK].encode("utf-8", "replace"))
+        return parser.close() if text else target.close()
 
     @property
     def base_url(self) -> str:
@@ -148,17 +176,24 @@ def _parse(url: str, text: str) -> tuple[lxml.html.HtmlElement, bool]:
 def _base_url(url: str, tree: lxml.html.HtmlElement) -> str:
     for element in tree.iter("base"):
         href = element.get("href")
-        if href is None:
-            continue
-        # HTML spec: only the first <base> with an href counts, even when it is unusable.
-        try:
-            base = urljoin(url, href.strip())
-            scheme = urlsplit(base).scheme.lower()
-        except ValueError:
-            logger.debug("%s: ignoring malformed <base href=%r>", url, href)
-            return url
-        if not scheme or scheme in NON_NAVIGABLE_SCHEMES:
-            logger.debug("%s: ignoring <base href=%r>", url, href)
-            return url
-        return base
+        if href is not None:  # HTML spec: only the first <base> with an href counts, even when it is unusable
+            return resolve_base(url, href)
     return url
+
+
+def resolve_base(url: str, href: str) -> str:
+    """The base URL that a page at ``url`` gets from its first ``<base href>``: ``url`` if unusable.
+
+    >>> resolve_base("http://h.test/a/b", " ../c/ "), resolve_base("http://h.test/a/b", "javascript:x")
+    ('http://h.test/c/', 'http://h.test/a/b')
+    """
+    try:
+        base = urljoin(url, href.strip())
+        scheme = urlsplit(base).scheme.lower()
+    except ValueError:
+        logger.debug("%s: ignoring malformed <base href=%r>", url, href)
+        return url
+    if not scheme or scheme in NON_NAVIGABLE_SCHEMES:
+        logger.debug("%s: ignoring <base href=%r>", url, href)
+        return url
+    return base

@@ -18,7 +18,7 @@ OUTPUTS_WAIT_S = 30.0
 
 _SUMMARY_KEYS = (
     "job", "state", "pages_fetched", "pages_stored", "failed", "robots_blocked", "filtered", "duplicates",
-    "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted", "hosts",
+    "links_truncated", "bytes", "analysed", "records", "analysis_failed", "redirects", "retries", "admitted", "hosts",
 )  # fmt: skip
 
 
@@ -137,6 +137,8 @@ def report(summary: RunSummary, as_json: bool) -> None:
     status = summary.status
     failed = ", ".join(f"{reason} {n}" for reason, n in sorted(status.failed.items())) or "none"
     filtered = ", ".join(f"{reason} {n}" for reason, n in sorted(status.filtered.items())) or "none"
+    if status.links_truncated:  # links past a page's max_links_per_page, never read
+        filtered += f"; links truncated {status.links_truncated}"
     print(
         f"job {status.job} {status.state}: {status.pages_stored} pages stored of "
         f"{status.pages_fetched} fetched, {status.analysed} analysed, {status.records} records, "

@@ -185,7 +185,8 @@ def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counter
     if rule.page_type == "api":
         return _analyze_api_page(env, runtime, rule, page, counters)
     try:
-        analysis = analyze_one(env.storage, page, rule.analyzer, rule.fields, follow_links=True)
+        analysis = analyze_one(env.storage, page, rule.analyzer, rule.fields, follow_links=True,
+                               max_links=runtime.spec.max_links_per_page)  # fmt: skip
     except MissingPage:
         counters[f"{names.PREFIX_ANALYSIS_FAILED}missing_page"] += 1
         return _PageResult(finished=True, analysed=False)
@@ -247,7 +248,7 @@ def _follow_links_only(
 ) -> tuple[Link, ...]:
     """A page whose analyzer failed for good: its links are still followed."""
     try:
-        analysis = analyze_one(env.storage, page, None, follow_links=True)
+        analysis = analyze_one(env.storage, page, None, follow_links=True, max_links=runtime.spec.max_links_per_page)
     except MissingPage:
         return ()
     return _count_links(analysis, page, runtime, counters)
@@ -261,6 +262,8 @@ def _count_links(
         counters[names.COUNTER_NOT_HTML] += 1
     for reason, count in analysis.skipped.items():  # javascript:, mailto:, empty ... : counted as filtered
         counters[f"{names.PREFIX_FILTERED}{reason}"] += count
+    if analysis.links_truncated:  # past the job's max_links_per_page: never canonicalised nor sent to admission
+        counters[names.COUNTER_LINKS_TRUNCATED] += analysis.links_truncated
     max_redirects = runtime.limits.max_redirects
     return tuple((url, page.depth + 1, max_redirects) for url in analysis.links)
 

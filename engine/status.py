@@ -84,6 +84,7 @@ class JobStatus:
     robots_blocked: int = 0
     filtered: Mapping[str, int] = field(default_factory=dict)
     duplicates: int = 0
+    links_truncated: int = 0
     bytes: int = 0
     analysed: int = 0
     records: int = 0
@@ -195,6 +196,7 @@ def load_status(
         robots_blocked=counters[names.COUNTER_ROBOTS_BLOCKED],
         filtered=_family(counters, names.PREFIX_FILTERED),
         duplicates=counters[names.COUNTER_DUPLICATES],
+        links_truncated=counters[names.COUNTER_LINKS_TRUNCATED],
         bytes=counters[names.COUNTER_BYTES],
         analysed=counters[names.COUNTER_ANALYSED],
         records=counters[names.COUNTER_RECORDS],

@@ -18,7 +18,7 @@ from vcrawl.errors import InvalidTask, checked_regex, kind_of
 from vcrawl.header_values import check_header_value
 from vcrawl.job_filters import FilterSpec, parse_filters
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
-from vcrawl.payloads import DownloadTask, Rule
+from vcrawl.payloads import MAX_LINKS_PER_PAGE, DownloadTask, Rule
 from vcrawl.priorities import PrioritySpec, compiled_priorities, parse_priorities, url_priority
 
 __all__ = [
@@ -151,6 +151,9 @@ class JobSpec:
     strategy: str = STRATEGY_BREADTH_FIRST
     priorities: tuple[PrioritySpec, ...] = ()
     filters: tuple[FilterSpec, ...] = ()  # run after the built-in scope filters, in this order
+    # The links of a page that are read (to follow, and the links analyzer's): the rest are counted
+    # (links_truncated), never canonicalised nor admitted, so a page of 750,000 links costs what one of 10,000 does.
+    max_links_per_page: int = MAX_LINKS_PER_PAGE
 
     @classmethod
     def from_dict(cls, data: Any, job_id: str | None = None) -> JobSpec:
@@ -185,6 +188,9 @@ class JobSpec:
             strategy=_strategy(data.get("strategy", STRATEGY_BREADTH_FIRST)),
             priorities=parse_priorities(data.get("priorities")),
             filters=parse_filters(data.get("filters")),
+            max_links_per_page=_int(
+                data.get("max_links_per_page", MAX_LINKS_PER_PAGE), "max_links_per_page", 1, 10_000_000
+            ),
         )
         if spec.priorities and spec.strategy != STRATEGY_PRIORITY:  # else silently unused
             raise InvalidTask("priorities", f"are used only with strategy: priority, got strategy {spec.strategy!r}")
@@ -218,8 +224,10 @@ class JobSpec:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["rules"] = [rule.to_dict() for rule in self.rules]
-        # A spec without filters, strategy or priorities keeps its shape: older workers refuse keys
-        # they do not know, and from_dict gives them back as defaults.
+        # A spec without filters, strategy, priorities or its own link cap keeps its shape: older workers
+        # refuse keys they do not know, and from_dict gives them back as defaults.
+        if self.max_links_per_page == MAX_LINKS_PER_PAGE:
+            del data["max_links_per_page"]
         if not self.filters:
             del data["filters"]
         if self.strategy == STRATEGY_BREADTH_FIRST:

@@ -12,6 +12,7 @@ from vcrawl.api_rules import ApiSpec, check_auth_name
 from vcrawl.errors import InvalidTask, checked_regex, kind_of
 
 __all__ = [
+    "MAX_LINKS_PER_PAGE",
     "MAX_URL_LENGTH",
     "PAGE_TYPES",
     "AnalysisJob",
@@ -27,6 +28,10 @@ __all__ = [
 # The built-in page types; plug-ins add theirs (vcrawl.fetchers), checked against the registry at submit.
 PAGE_TYPES = ("static", "dynamic", "api")
 MAX_URL_LENGTH = 4096
+# The links of a page that are read (JobSpec.max_links_per_page); the rest are counted, not read. Heritrix
+# stops at 6000 outlinks a page; the longest real listing pages (a few hundred items of a few links each,
+# and menus) stay well under this, while a 10 MiB body holds close to a million (docs/jobs.md).
+MAX_LINKS_PER_PAGE = 10_000
 # A plain identifier or dotted path (window.app.loadMore): a message must never carry script.
 _JS_FUNCTION = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*\Z")
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}\Z")

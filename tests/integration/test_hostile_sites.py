@@ -722,6 +722,21 @@ def test_very_long_urls_are_filtered_or_fetched_by_length(site: TestSite) -> Non
     assert stored(status, site.url(just_under)) == page(title="long").encode()
 
 
+def test_a_link_dense_page_is_read_up_to_the_cap_and_the_rest_only_counted(site: TestSite) -> None:
+    # 60,000 distinct links after the normal pages (1.9 MB): the shipped cap reads the first 10,000,
+    # of which the page budget queues the normal pages; the other 50,002 are counted, never admitted.
+    site.add_page("/", page(*NORMAL, *(f"/d/{n}" for n in range(60_000)), title="index"))
+    for path in NORMAL:
+        site.add_page(path, page(title=path))
+
+    status = crawl([site.url("/")], limits={**LIMITS, "max_body_bytes": 4 * 1024 * 1024}, max_pages=3)
+
+    assert_normal_pages_crawled(site, status)
+    assert status["links_truncated"] == 60_002 - 10_000
+    assert status["filtered"] == {"max_pages": 10_000 - len(NORMAL)} and status["pages_stored"] == 3
+    assert paths_seen(site) == {"/", *NORMAL}
+
+
 # --- links that are no web pages, IDN hosts -----------------------------------------------------
 
 NOT_FETCHABLE = (

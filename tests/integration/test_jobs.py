@@ -130,6 +130,23 @@ def test_max_pages_caps_what_is_admitted(site: TestSite) -> None:
     assert sum(fetches(site).values()) == 6
 
 
+@pytest.mark.parametrize(("cap", "truncated"), [(4, 27), (12, 19), (40, 0)])
+def test_a_page_over_its_jobs_link_cap_admits_only_its_first_links(site: TestSite, cap: int, truncated: int) -> None:
+    # 31 links on the seed page (the last repeats the first); the job reads the first `cap` and counts
+    # the rest, which never reach admission: they are neither filtered there nor duplicates.
+    site.add_page("/", page(*[f"/p{n}.html" for n in range(30)], "/p0.html"))
+    for n in range(30):
+        site.add_page(f"/p{n}.html", page())
+
+    status = run_job({"seeds": [site.url("/")], "max_links_per_page": cap, "politeness": FAST})
+
+    kept = min(cap, 30)
+    assert status["state"] == "completed"
+    assert status["links_truncated"] == truncated
+    assert fetches(site) == {"/": 1, **{f"/p{n}.html": 1 for n in range(kept)}}
+    assert status["pages_stored"] == 1 + kept and status["filtered"] == {} and status["duplicates"] == 0
+
+
 def test_retries_go_back_through_the_frontier(site: TestSite) -> None:
     busy = Response(b"busy", 503)
     site.add_page("/", page("/flaky.html", "/gone.html", "/down.html"))

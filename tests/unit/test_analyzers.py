@@ -14,6 +14,8 @@ import pytest
 from analyzers import Page, Registry, analyzer_names, check_rules, compile_rules, get_analyzer, run_analysis
 from analyzers import fields as fields_analyzer
 from analyzers import links as links_analyzer
+from analyzers import page as page_module
+from analyzers.page import TREE_DEPTH_LIMIT
 from vcrawl.errors import ConfigError, InvalidTask, UnknownComponent
 from vcrawl.payloads import FieldRule
 
@@ -546,3 +548,54 @@ def test_followed_links_are_the_navigation_targets_of_the_links_analyzer(deep: b
                         "http://example.com/f"]  # fmt: skip
     assert skipped == {"scheme": 2, "empty": 1, "malformed": 1}
     assert sum(full["skipped_by"]["a"].values()) == sum(skipped.values())
+
+
+# --- links read from the parser's events, without a tree -------------------------------------------
+
+
+def test_links_are_read_without_building_a_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_tree(url: str, text: str) -> None:
+        pytest.fail("the links were read from a tree")
+
+    monkeypatch.setattr(page_module, "_parse", no_tree)
+    page = Page(URL, b"<base href='/b/'><a href='x'>x <img alt='i'></a><area href='/m' alt='map'>")
+    assert triples(links_analyzer.analyze(page)) == [("http://example.com/b/x", "x", "a"),
+                                                     ("http://example.com/m", "map", "area")]  # fmt: skip
+    assert links_analyzer.followed_links(page) == (["http://example.com/b/x", "http://example.com/m"], {})
+
+
+@pytest.mark.parametrize("inner", [TREE_DEPTH_LIMIT - 4, TREE_DEPTH_LIMIT - 3], ids=["at-the-limit", "one-deeper"])
+def test_the_streamed_depth_limit_is_libxml2s(inner: int) -> None:
+    # <html>, <body>, the <b>s, <a>, <i>: a tree holds TREE_DEPTH_LIMIT levels, and a page whose tree
+    # stops there has its links read tag by tag. The <base> above the limit counts either way.
+    body = b"<base href='/b/'>" + b"<b>" * inner + b"<a href='x'>deep <i>link</i></a>"
+    page = Page(URL, body)
+    assert page.truncated is (inner + 4 > TREE_DEPTH_LIMIT)
+    assert triples(links_analyzer.analyze(page)) == [("http://example.com/b/x", "deep link", "a")]
+    assert links_analyzer.followed_links(page) == (["http://example.com/b/x"], {})
+
+
+def test_markup_after_the_root_element_is_read_as_the_tree_reads_it() -> None:
+    # libxml2 puts what follows </html> into a second root, which Page.tree (the first root) does not hold.
+    page = Page(URL, b"<a href='/in'>in</a></html><a href='/after'>after</a><base href='/b/'>")
+    assert [link.get("href") for link in page.tree.iter("a")] == ["/in"]
+    assert triples(links_analyzer.analyze(page)) == [("http://example.com/in", "in", "a")]
+    assert links_analyzer.followed_links(page) == (["http://example.com/in"], {})
+
+
+@pytest.mark.parametrize("deep", [False, True], ids=["tree", "past-the-depth-limit"])
+def test_link_texts_are_cut_at_the_text_limit(deep: bool) -> None:
+    limit = links_analyzer.TEXT_LIMIT
+    words = " \n ".join(f"w{n}" for n in range(limit))  # whitespace runs collapse to one space
+    body = ("<b>" * TREE_DEPTH_LIMIT if deep else "") + f"<a href='/long'>{words}</a><img src='/i' alt='{words}'>"
+    result = links_of(body)
+    assert [link["text"] for link in result["links"]] == [" ".join(words.split())[:limit].rstrip()] * 2
+
+
+def test_nested_anchors_keep_bounded_texts() -> None:
+    # Unclosed <a>s inside blocks stay open: each holds the text of all the others. The page is small,
+    # the texts it asks for are not (1000 anchors x 1.2 MB); each is cut at the limit.
+    body = "".join(f"<a href='/n{n}'><div>" for n in range(1000)) + "text " * 250_000
+    result = links_of(body)
+    assert result["count"] == 1000
+    assert {len(link["text"]) for link in result["links"]} == {links_analyzer.TEXT_LIMIT - 1}

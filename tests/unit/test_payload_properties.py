@@ -308,6 +308,7 @@ _job_like = st.fixed_dictionaries(
         ),
         "max_depth": any_json,
         "max_pages": any_json,
+        "max_links_per_page": any_json,
         "allowed_networks": any_json,
         "warc": any_json,
         "user_agents": any_json,
@@ -615,6 +616,7 @@ _job_base = st.fixed_dictionaries(
         "id": job_ids,
         "max_depth": st.integers(0, 1000),
         "max_pages": st.integers(1, 10**9),
+        "max_links_per_page": st.integers(1, 10**7),
         "scope": st.fixed_dictionaries(
             {}, optional={"hosts": st.just(["127.0.0.1"]), "allow": st.just([r"^https?://"])}
         ),
@@ -675,6 +677,11 @@ _JOB_MUTATIONS: list[tuple[str, Callable[[dict[str, Any], Any], None], st.Search
     # A falsy id (0, [], "") silently becomes a fresh id: only truthy wrong ids are refused.
     ("id", _set("id"), _bad_job.filter(lambda v: bool(v))),
     ("max_depth", _set("max_depth"), st.booleans() | st.floats() | st.integers().filter(lambda n: not 0 <= n <= 1000)),
+    (
+        "max_links_per_page",
+        _set("max_links_per_page"),
+        st.booleans() | st.floats() | st.none() | st.integers().filter(lambda n: not 1 <= n <= 10**7),
+    ),
     ("rules[0].pattern", _rule(key="pattern"), st.sampled_from(["(", "[a", "*x", "a{2,1}", 5, None])),
     # Page type names are open (plug-ins add theirs); the registry refuses an unknown one at submit.
     ("rules[0].page_type", _rule(key="page_type", pattern="x"), st.sampled_from([1, "", "a b", "os:system", "../x"])),
