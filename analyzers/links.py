@@ -198,8 +198,8 @@ class _LinkTarget:
 
 
 class _TextTarget(_LinkTarget):
-    """A ``_LinkTarget`` that also reads each link's text as ``_link_text`` would from a tree: an
-    <a>'s text content, else the alt of the first image in it with one; else its alt or title."""
+    """A ``_LinkTarget`` that also reads each link's text: an <a>'s text up to its end or the next <a>
+    (as ``_LinkCollector`` reads it), else the alt of the first image there with one; else its alt or title."""
 
     def __init__(self, attributes: Mapping[str, str], cap: int) -> None:
         super().__init__(attributes, cap)
@@ -215,6 +215,10 @@ class _TextTarget(_LinkTarget):
                 anchor.alt = _cut(alt)
             self._wanting_alt.clear()
         if tag == "a":
+            # A new <a> ends the text of the open ones, as a browser's parser closes them (HTML's adoption
+            # agency); libxml2 nests them instead, and each text event would be read by all of them.
+            self._reading.clear()
+            self._wanting_alt.clear()
             anchor = _Anchor(listed) if len(self.found) > listed else None
             self._anchors.append(anchor)
             if anchor is not None:

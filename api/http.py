@@ -8,7 +8,9 @@ Whoever can reach the port controls what arrives, so (docs/security.md, "Limits"
 - a request (its line, headers and body) must arrive within ``request_timeout_s`` of its first
   byte, or of the previous answer on a kept-alive connection; a per-read timeout alone would let a
   client dripping one byte every few seconds hold a thread for ever;
-- at most ``max_connections`` connections are served at once; one more is answered 429 and closed;
+- at most ``max_connections`` connections are served at once, ``max_connections_per_address`` from
+  one client address; one more is answered 429 and closed; a client that showed no token gets no
+  keep-alive (``JobApi`` answers it with ``Connection: close``), so it cannot sit on a connection;
 - an answer given before the body was read (401, 413, ...) is followed by a bounded drain of what
   the client still sends (a "lingering close", as nginx does), so the client reads the answer
   instead of a connection reset.
@@ -23,6 +25,7 @@ import io
 import logging
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -31,7 +34,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from api.server import JobApi, RequestRefused, json_response
+from api.server import JobApi, RequestRefused, json_response, loggable
 
 __all__ = ["HttpLimits", "make_server"]
 
@@ -42,8 +45,8 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,8}")  # up to 4 GiB: past any body lim
 _TRAILER_LINES = 32
 _DRAIN_READ_BYTES = 64 * 1024
 _REFUSAL_LOG_EVERY_S = 10.0
+_ERROR_POLICY = "default-src 'none'; frame-ancestors 'none'"  # answers that bring no policy of their own
 _SECRET_QUERY = re.compile(r"([?&](?:token|access_token)=)[^&\s\"]*", re.IGNORECASE)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class HttpLimits:
     max_body_bytes: int = 1024 * 1024
     request_timeout_s: float = 10.0  # a whole request, from its first byte (or the last answer) to its body's end
     max_connections: int = 64
+    max_connections_per_address: int = 32  # so that one client cannot take every slot
+    max_chunks: int = 65_536  # of a chunked body: tiny chunks would cost a parse each
     linger_s: float = 5.0  # draining an unread body after an early answer
     linger_read_s: float = 1.0  # ... ending sooner when the client sends nothing for this long
 
@@ -69,43 +74,62 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], limits: HttpLimits) -> None:
-        self._slots = threading.BoundedSemaphore(limits.max_connections)
-        self._max_connections = limits.max_connections
+        self._limits = limits
+        self._lock = threading.Lock()
+        self._open: dict[str, int] = {}  # client address -> connections being served
         self._refused, self._refusal_logged = 0, -_REFUSAL_LOG_EVERY_S
         super().__init__(address, handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self._refused += 1
-            if (now := time.monotonic()) - self._refusal_logged >= _REFUSAL_LOG_EVERY_S:  # not a line per connection
-                logger.warning("refused %d connection(s), the last from %s: %d open already", self._refused,
-                               client_address[0], self._max_connections)  # fmt: skip
-                self._refused, self._refusal_logged = 0, now
-            _refuse_connection(request, self._max_connections)
+        if not self._take_slot(client_address[0]):
+            _refuse_connection(request, self._limits)
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._give_slot(client_address[0])
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._give_slot(client_address[0])
+
+    def _take_slot(self, client: str) -> bool:
+        limits = self._limits
+        with self._lock:
+            total, own = sum(self._open.values()), self._open.get(client, 0)
+            if total < limits.max_connections and own < limits.max_connections_per_address:
+                self._open[client] = own + 1
+                return True
+            self._refused += 1
+            if (now := time.monotonic()) - self._refusal_logged >= _REFUSAL_LOG_EVERY_S:  # not a line per connection
+                logger.warning("refused %d connection(s), the last from %s (%d open from it, %d in all)",
+                               self._refused, client, own, total)  # fmt: skip
+                self._refused, self._refusal_logged = 0, now
+            return False
+
+    def _give_slot(self, client: str) -> None:
+        with self._lock:
+            if (left := self._open.get(client, 1) - 1) > 0:
+                self._open[client] = left
+            else:
+                self._open.pop(client, None)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # The socketserver default prints a traceback to stderr; a client that went away is no error.
-        logger.debug("connection from %s ended with an error", client_address[0], exc_info=True)
+        logger.debug("connection from %s ended: %r", client_address[0], sys.exc_info()[1])
 
 
-def _refuse_connection(request: socket.socket, limit: int) -> None:
-    """Answer 429 on a connection over the limit, without waiting on the client."""
-    body = f'{{"error": "more than {limit} open connections; try again shortly"}}'.encode()
+def _refuse_connection(request: socket.socket, limits: HttpLimits) -> None:
+    """Answer 429 on a connection over the limits, without waiting on the client."""
+    body = (f'{{"error": "too many open connections (at most {limits.max_connections}, '
+            f'{limits.max_connections_per_address} from one address); try again shortly"}}').encode()  # fmt: skip
     head = (f"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            "Retry-After: 1\r\nConnection: close\r\nX-Frame-Options: DENY\r\n\r\n")  # fmt: skip
+            f"Retry-After: 1\r\nConnection: close\r\nX-Frame-Options: DENY\r\n"
+            f"Content-Security-Policy: {_ERROR_POLICY}\r\n\r\n")  # fmt: skip
     try:
         request.setblocking(False)
         request.send(head.encode() + body)
@@ -147,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_one_request(self) -> None:
         self._reader.deadline = time.monotonic() + self.limits.request_timeout_s
-        self._continue_due = False
+        self._continue_due, self._own_policy = False, False
         super().handle_one_request()
 
     def handle_expect_100(self) -> bool:
@@ -160,6 +184,8 @@ class _Handler(BaseHTTPRequestHandler):
         super().send_response(code, message)
         self.send_header("X-Frame-Options", "DENY")
         self.send_header("X-Content-Type-Options", "nosniff")
+        if not self._own_policy:  # the base class's own error pages (501, 505, 431, ...)
+            self.send_header("Content-Security-Policy", _ERROR_POLICY)
 
     def _answer(self) -> None:
         body = _Body(self)
@@ -170,8 +196,9 @@ class _Handler(BaseHTTPRequestHandler):
             status, headers, payload = json_response(500, {"error": "internal error; see the server log"})
         unread = not body.done
         if unread or status in (HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.BAD_REQUEST):
-            self.close_connection = True  # what follows on the connection cannot be told from a next request
-            headers = {**headers, "Connection": "close"}
+            headers = {**headers, "Connection": "close"}  # what follows cannot be told from a next request
+        self.close_connection = self.close_connection or headers.get("Connection") == "close"
+        self._own_policy = "Content-Security-Policy" in headers
         self.connection.settimeout(self.limits.request_timeout_s)  # the answer's write
         self.send_response(status, HTTPStatus(status).phrase)
         for name, value in {**headers, "Content-Length": str(len(payload))}.items():
@@ -219,7 +246,8 @@ class _Body:
         headers = handler.headers
         self._lengths = headers.get_all("Content-Length") or []
         self._codings = headers.get_all("Transfer-Encoding") or []
-        self.done = not self._lengths and not self._codings  # no body at all
+        # No body at all, or an empty one by its length
+        self.done = not self._codings and all(value.strip() == "0" for value in self._lengths)
 
     def read(self) -> bytes:
         """The whole body (b"" without one).
@@ -247,6 +275,10 @@ class _Body:
         except TimeoutError:
             timeout_s = self._handler.limits.request_timeout_s
             raise RequestRefused(408, f"the request took longer than {timeout_s:g} s") from None
+        except OSError as exc:  # the client went away mid-body: nobody reads the answer
+            logger.debug("the connection failed while its body was read: %s", exc)
+            self._handler.close_connection = True
+            raise RequestRefused(400, "the connection failed while the body was read") from None
         self.done = True
         return data
 
@@ -266,26 +298,29 @@ class _Body:
         return data
 
     def _chunked(self, limit: int) -> bytes:
-        rfile, parts, total = self._handler.rfile, [], 0
-        while True:
+        rfile, data = self._handler.rfile, bytearray()
+        for _ in range(self._handler.limits.max_chunks):
             line = rfile.readline(_CHUNK_LINE_BYTES + 1)
             size_text = line.split(b";", 1)[0].strip()
             if len(line) > _CHUNK_LINE_BYTES or not line.endswith(b"\n") or not _CHUNK_SIZE.fullmatch(size_text):
                 raise RequestRefused(400, "a malformed chunk in a chunked body")
             size = int(size_text, 16)
             if size == 0:
-                break
-            total += size
-            if total > limit:
+                return self._trailer(bytes(data))
+            if len(data) + size > limit:
                 raise RequestRefused(413, f"a chunked body over {limit} bytes")
             chunk = rfile.read(size)
             if len(chunk) < size or rfile.read(2) != b"\r\n":
                 raise RequestRefused(400, "a chunked body cut short")
-            parts.append(chunk)
-        for _ in range(_TRAILER_LINES):  # trailer fields are read and dropped
-            line = rfile.readline(_CHUNK_LINE_BYTES + 1)
+            data += chunk
+        raise RequestRefused(400, f"a chunked body in more than {self._handler.limits.max_chunks} chunks")
+
+    def _trailer(self, data: bytes) -> bytes:
+        """Read (and drop) the trailer fields after the last chunk; return ``data``."""
+        for _ in range(_TRAILER_LINES):
+            line = self._handler.rfile.readline(_CHUNK_LINE_BYTES + 1)
             if line in (b"\r\n", b"\n", b""):
-                return b"".join(parts)
+                return data
         raise RequestRefused(400, f"more than {_TRAILER_LINES} trailer lines after a chunked body")
 
 
@@ -295,5 +330,4 @@ def _redacted(text: str) -> str:
     >>> _redacted('"GET /?token=s3cret&x=1 HTTP/1.1" 200 -')
     '"GET /?token=***&x=1 HTTP/1.1" 200 -'
     """
-    text = _SECRET_QUERY.sub(r"\1***", text)
-    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return loggable(_SECRET_QUERY.sub(r"\1***", text))

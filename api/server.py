@@ -31,7 +31,7 @@ from vcrawl.documents import parse_json, parse_yaml
 from vcrawl.errors import InvalidTask
 from vcrawl.jobs import masked_url
 
-__all__ = ["JobApi", "RequestRefused", "cross_site_refusal", "json_response"]
+__all__ = ["JobApi", "RequestRefused", "cross_site_refusal", "json_response", "loggable"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ _PAGES = {
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
 }
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CHANGES = frozenset({"POST", "PATCH", "PUT", "DELETE"})  # the methods a cross-site page must not send
 _YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
 _JOB = r"(?P<job>[A-Za-z0-9][A-Za-z0-9._:%-]{0,200})"
@@ -108,6 +109,18 @@ class JobApi:
         """
         parts = urlsplit(target)
         path, query = parts.path, parse_qs(parts.query)
+        named = {name.lower(): value for name, value in headers.items()}
+        if (early := self._unauthenticated(method, path, named)) is not None:
+            status, extra, payload = early
+            # No keep-alive for a client that showed no token: it could hold connections for ever.
+            return status, {**extra, "Connection": "close"}, payload
+        return self._route(method, path, query, named, read_body)
+
+    def _unauthenticated(
+        self, method: str, path: str, headers: Mapping[str, str]
+    ) -> tuple[int, dict[str, str], bytes] | None:
+        """The answer to a request that needs no token (the dashboard's files, the API's description)
+        or that is refused before one is looked at (cross-site, wrong token); None for one that passed."""
         if method in ("GET", "HEAD") and path in _PAGES:
             name, content_type = _PAGES[path]
             page = resources.files("api").joinpath(name).read_bytes()
@@ -117,13 +130,22 @@ class JobApi:
             return json_response(200, openapi_document())
         if not path.startswith("/api/"):
             return json_response(404, {"error": f"no such page: {path}"})
-        named = {name.lower(): value for name, value in headers.items()}
-        if (refusal := cross_site_refusal(method, named, loopback_only=self.token is None)) is not None:
-            logger.warning("refused %s %s: %s", method, path, refusal)
+        if (refusal := cross_site_refusal(method, headers, loopback_only=self.token is None)) is not None:
+            logger.warning("refused %s %s: %s", method, loggable(path), loggable(refusal))
             return json_response(403, {"error": refusal})
-        if not self._authorized(named.get("authorization", "")):
+        if not self._authorized(headers.get("authorization", "")):
             status, extra, payload = json_response(401, {"error": "missing or wrong bearer token"})
             return status, {**extra, "WWW-Authenticate": 'Bearer realm="vcrawl"'}, payload
+        return None
+
+    def _route(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        headers: Mapping[str, str],
+        read_body: Callable[[], bytes],
+    ) -> tuple[int, dict[str, str], bytes]:
         allowed = []
         for route_method, pattern, handler in self._routes:
             match = pattern.match(path)
@@ -133,7 +155,7 @@ class JobApi:
             if route_method == method:
                 params = {name: unquote(value) for name, value in match.groupdict().items()}
                 try:
-                    body = _Body(read_body(), named.get("content-type", ""))
+                    body = _Body(read_body(), headers.get("content-type", ""))
                     return handler(query=query, body=body, **params)
                 except InvalidTask as exc:
                     return json_response(422, {"error": exc.problem, "field": exc.field})
@@ -361,6 +383,15 @@ def _int_param(query: dict[str, list[str]], name: str, default: int, low: int, h
     except ValueError:
         raise RequestRefused(400, f"{name} must be an integer, got {raw!r}") from None
     return min(max(value, low), high)
+
+
+def loggable(text: str) -> str:
+    r"""``text`` fit for a log line: control characters (a terminal's escape codes, line breaks) escaped.
+
+    >>> loggable("/api/jobs/\x1b[2J\r\nFAKE")
+    '/api/jobs/\\x1b[2J\\x0d\\x0aFAKE'
+    """
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def json_response(status: int, payload: Any) -> tuple[int, dict[str, str], bytes]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ MAX_DOCUMENT_BYTES = 1024 * 1024
 MAX_DEPTH = 32
 MAX_VALUES = 100_000
 MAX_INT_DIGITS = 19  # every 64-bit integer
+_INT_CHARS = 40  # a YAML integer's text: signs, 0x/0o/0b, underscores and colons around its digits
 
 _Loader: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C parser when PyYAML has it
 
@@ -48,20 +50,23 @@ class _JobLoader(_Loader):  # type: ignore[misc, valid-type]
 
 
 _STR, _INT, _FLOAT, _BOOL, _NULL = (f"tag:yaml.org,2002:{name}" for name in ("str", "int", "float", "bool", "null"))
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _MERGE = "tag:yaml.org,2002:merge"  # a plain << (YAML 1.1's merge key type)
 _SCALAR_TAGS = frozenset({_STR, _INT, _FLOAT, _BOOL, _NULL})
 _COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
 
 
 def parse_json(data: bytes | str, where: str) -> Any:
-    """The value of one JSON document within the limits above.
+    """The value of one JSON document within the limits above; a key given twice in an object is refused.
 
     Raises:
         InvalidTask: ``where`` for text that is not JSON or breaks a limit, saying which.
     """
     _check_size(len(data) if isinstance(data, bytes) else len(data.encode("utf-8", "surrogatepass")), where)
+    hooks = _JsonHooks()
     try:
-        value = json.loads(data, parse_int=_json_int, parse_float=_json_float, parse_constant=_json_constant)
+        value = json.loads(data, object_pairs_hook=hooks.mapping, parse_int=hooks.integer, parse_float=hooks.number,
+                           parse_constant=hooks.constant)  # fmt: skip
     except _Limit as exc:
         raise InvalidTask(where, str(exc)) from None
     except RecursionError:  # the C scanner's own bound, far past ours
@@ -98,25 +103,48 @@ def _check_size(size: int, where: str) -> None:
         raise InvalidTask(where, f"{size} bytes; a job document may hold at most {MAX_DOCUMENT_BYTES}")
 
 
-def _json_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _Limit(f"an integer of {len(text.lstrip('-'))} digits; at most {MAX_INT_DIGITS} are accepted")
-    return int(text)
+class _JsonHooks:
+    """The JSON parser's hooks for one document: numbers checked and values counted as they are made
+    (a 1 MiB body of ``[{},{},...]`` would otherwise be 350,000 objects before any check), keys given once."""
 
+    def __init__(self) -> None:
+        self.values = 0
 
-def _json_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _Limit(f"{text[:40]} is out of range for a number")
-    return value
+    def _count(self, values: int) -> None:
+        self.values += values
+        if self.values > MAX_VALUES:
+            raise _Limit(f"more than {MAX_VALUES} values")
 
+    def mapping(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        self._count(1 + len(pairs))
+        value = dict(pairs)
+        if len(value) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    raise _Limit(f"the key {key[:60]!r} is given twice in one object: give it once")
+                seen.add(key)
+        return value
 
-def _json_constant(name: str) -> float:
-    raise _Limit(f"{name} is not a JSON number")
+    def integer(self, text: str) -> int:
+        self._count(1)
+        if len(text.lstrip("-")) > MAX_INT_DIGITS:
+            raise _Limit(f"an integer of {len(text.lstrip('-'))} digits; at most {MAX_INT_DIGITS} are accepted")
+        return int(text)
+
+    def number(self, text: str) -> float:
+        self._count(1)
+        value = float(text)
+        if not math.isfinite(value):
+            raise _Limit("a number out of range (it reads as infinite)")
+        return value
+
+    def constant(self, name: str) -> float:
+        raise _Limit(f"{name} is not a JSON number")
 
 
 def _check_tree(root: Any, where: str) -> None:
-    """Depth and count of an already parsed JSON value, walked without recursion."""
+    """Depth, count and text of an already parsed JSON value, walked without recursion."""
     pending: list[tuple[Any, int]] = [(root, 0)]
     count = 0
     while pending:
@@ -124,11 +152,21 @@ def _check_tree(root: Any, where: str) -> None:
         count += 1
         if count > MAX_VALUES:
             raise InvalidTask(where, f"more than {MAX_VALUES} values")
-        if isinstance(value, dict | list):
+        if isinstance(value, str):
+            _check_text(value, where)
+        elif isinstance(value, dict | list):
             if depth >= MAX_DEPTH:
                 raise InvalidTask(where, f"nested deeper than {MAX_DEPTH} lists and objects")
+            if isinstance(value, dict):
+                pending.extend((key, depth + 1) for key in value)
             children = value.values() if isinstance(value, dict) else value
             pending.extend((child, depth + 1) for child in children)
+
+
+def _check_text(text: str, where: str) -> None:
+    """JSON's ``\\ud800`` escapes make strings that are not Unicode text: nothing could store or send them."""
+    if (match := _SURROGATE.search(text)) is not None:
+        raise InvalidTask(where, f"a string holds a lone surrogate (U+{ord(match.group()):04X}): not Unicode text")
 
 
 @dataclass
@@ -207,17 +245,22 @@ class _Builder:
         return self.loader.resolve(yaml.ScalarNode, event.value, event.implicit)
 
     def _scalar_value(self, event: yaml.ScalarEvent, tag: str) -> Any:
-        if tag == _INT:
-            digits = sum(char.isdigit() for char in event.value)
-            if digits > MAX_INT_DIGITS:
-                self._refuse(event, f"is an integer of {digits} digits; at most {MAX_INT_DIGITS} are accepted")
+        if tag == _INT and len(event.value) > _INT_CHARS:  # 0x..., 1_000, sexagesimal: bound the text first
+            self._refuse(event, f"is an integer of {len(event.value)} characters; at most {MAX_INT_DIGITS} digits")
         node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark, style=event.style)
         constructors = {_STR: lambda: event.value, _INT: lambda: self.loader.construct_yaml_int(node),
                         _FLOAT: lambda: self.loader.construct_yaml_float(node),
                         _BOOL: lambda: self.loader.construct_yaml_bool(node), _NULL: lambda: None}  # fmt: skip
-        value = constructors.get(tag, lambda: event.value)()
+        try:
+            value = constructors.get(tag, lambda: event.value)()
+        except (ValueError, KeyError, IndexError, OverflowError):  # e.g. "!!float abc": the value is not repeated
+            self._refuse(event, f"is not a valid {tag.rsplit(':', 1)[-1]}")
         if isinstance(value, float) and not math.isfinite(value):
-            self._refuse(event, f"{event.value[:40]} is not a finite number")
+            self._refuse(event, "is not a finite number")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**MAX_INT_DIGITS:
+            self._refuse(event, f"is an integer of more than {MAX_INT_DIGITS} digits")
+        if isinstance(value, str):
+            _check_text(value, self.where)
         return value
 
     def _start(self, event: yaml.CollectionStartEvent) -> None:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
-from vcrawl.header_values import control_character_problem
+from vcrawl.header_values import header_value_problem
 from vcrawl.proxy_sources import ProxySource, dump_proxy_sources, load_proxy_sources
 from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
@@ -269,10 +269,10 @@ class Settings:
                  ("VCRAWL_PROXIES", self.proxies))  # fmt: skip
         for variable, values in pools:
             for index, value in enumerate(values):
-                if (problem := control_character_problem(value)) is not None:
+                if (problem := header_value_problem(value)) is not None:
                     raise ConfigError(f"{variable}[{index}] {problem}")  # no echo: a proxy URL may hold a password
         for name, secret in self.api_auth.items():
-            if (problem := control_character_problem(secret.strip())) is not None:
+            if (problem := header_value_problem(secret.strip())) is not None:
                 raise ConfigError(f"{AUTH_PREFIX}{name} {problem}")
 
     def _check_proxy_harvest(self) -> None:
@@ -432,7 +432,7 @@ def _parse_header_list(name: str, raw: str) -> tuple[str, ...]:
     """
     items = _list_items(name, raw)
     for index, item in enumerate(items):
-        if (problem := control_character_problem(item)) is not None:
+        if (problem := header_value_problem(item)) is not None:
             raise ConfigError(f"{name}[{index}] {problem}")  # no echo: a proxy URL may hold a password
     return tuple(item.strip() for item in items)
 

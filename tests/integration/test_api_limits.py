@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -183,6 +184,14 @@ SEED = b"seeds: [http://127.0.0.1:9/]\n"
          posted(b'{"seeds": ["http://127.0.0.1:9/"], "max_pages": ' + b"9" * 5000 + b"}", "application/json"), {422}),
         ("a 5,000-digit integer in YAML", posted(SEED + b"max_pages: " + b"9" * 5000), {422}),
         ("a YAML body that is not UTF-8", posted(b"seeds: [\xff]"), {400}),
+        ("a tagged YAML scalar that is no such thing", posted(SEED + b"max_depth: !!float abc\n"), {422}),
+        ("a 5,000-digit hex integer in YAML", posted(SEED + b"max_depth: 0x" + b"f" * 5000), {422}),
+        ("a JSON key given twice",
+         posted(b'{"seeds": ["http://127.0.0.1:9/"], "max_pages": 1, "max_pages": 9}', "application/json"), {422}),
+        ("a lone surrogate in JSON", posted(b'{"seeds": ["http://127.0.0.1:9/\\ud800"]}', "application/json"), {422}),
+        ("1 MiB of empty JSON objects", posted(b"[" + b"{}," * 349_000 + b"{}]", "application/json"), {422}),
+        ("a chunked body of 70,000 one-byte chunks",
+         framed(BEARER, "Transfer-Encoding: chunked", body=[b"1\r\nx\r\n" * 70_000]), {400}),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )  # fmt: skip
@@ -288,18 +297,98 @@ def _closed(sock: socket.socket) -> bool:
         sock.settimeout(2)
 
 
-def test_connections_past_the_limit_are_refused_with_429(served: Served) -> None:
-    idle = [socket.create_connection(("127.0.0.1", served.port), timeout=5) for _ in range(LIMITS.max_connections)]
+def _idle(port: int, count: int, source: str) -> list[socket.socket]:
+    return [socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) for _ in range(count)]
+
+
+def _refused_from(port: int, source: str) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(source, 0)) as sock:
+        sock.sendall(b"GET /openapi.json HTTP/1.1\r\n\r\n")
+        return sock.recv(200).startswith(b"HTTP/1.1 429 ")
+
+
+def test_one_address_cannot_take_every_connection(served: Served) -> None:
+    idle = _idle(served.port, LIMITS.max_connections_per_address, "127.0.0.2")
     try:
-        wait_until(lambda: raw(served.port, b"GET /openapi.json HTTP/1.1\r\n\r\n", read_s=5)[0] == 429, 5,
-                   "a connection past the limit answered 429")  # fmt: skip
+        wait_until(lambda: _refused_from(served.port, "127.0.0.2"), 5, "one more from 127.0.0.2 answered 429")
+        assert not _refused_from(served.port, "127.0.0.3")  # others are still served
+    finally:
+        for sock in idle:
+            sock.close()
+    wait_until(lambda: not _refused_from(served.port, "127.0.0.2"), 5, "served again once they closed")
+
+
+def test_connections_past_the_limit_are_refused_with_429(served: Served) -> None:
+    per_address, sources = LIMITS.max_connections_per_address, ("127.0.0.4", "127.0.0.5", "127.0.0.6", "127.0.0.7")
+    idle = [sock for source in sources for sock in _idle(served.port, min(per_address, LIMITS.max_connections // 4),
+                                                         source)]  # fmt: skip
+    try:
+        assert len(idle) == LIMITS.max_connections
+        wait_until(lambda: _refused_from(served.port, "127.0.0.8"), 5, "a connection past the limit answered 429")
     finally:
         for sock in idle:
             sock.close()
     wait_until(lambda: _answers(served.port), 5, "served again once the connections closed")
 
 
+def test_only_a_client_with_the_token_is_kept_alive(served: Served) -> None:
+    with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:  # no token: answered, then closed
+        sock.sendall(head(served, "GET"))
+        answer = wait_until(lambda: _read_to_end(sock), 5, "the 401 and the connection's end")
+        assert answer.startswith(b"HTTP/1.1 401 ") and b"Connection: close" in answer
+    with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:  # the token: 2 answers on it
+        for _ in range(2):
+            sock.sendall(head(served, "GET", BEARER, "Content-Length: 0"))
+            assert _read_answer(sock).startswith(b"HTTP/1.1 200 ")
+
+
+def _read_answer(sock: socket.socket) -> bytes:
+    """One whole answer on a kept-alive connection: its head, then Content-Length bytes of body."""
+    data = b""
+    while b"\r\n\r\n" not in data or len(data.partition(b"\r\n\r\n")[2]) < _content_length(data):
+        chunk = sock.recv(65536)
+        assert chunk, f"the connection closed after {data[:200]!r}"
+        data += chunk
+    return data
+
+
+def _content_length(data: bytes) -> int:
+    head_part = data.partition(b"\r\n\r\n")[0].lower()
+    return int(head_part.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_client_gone_mid_body_leaves_no_traceback(served: Served) -> None:
+    with socket.create_connection(("127.0.0.1", served.port), timeout=5) as sock:
+        sock.sendall(head(served, "POST", BEARER, "Content-Length: 1000") + b"{")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    assert _answers(served.port)
+    time.sleep(0.5)  # the server's thread logs what it saw
+    assert "Traceback" not in served.log.read_text(errors="replace")
+
+
+def test_refusals_are_logged_with_control_characters_escaped(served: Served) -> None:
+    request = urllib.request.Request(served.url + "/api/jobs", data=b"{}", method="POST",
+                                     headers={"Origin": "http://evil.test\x1b[2J"})  # fmt: skip
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    assert refused.value.code == 403
+    wait_until(lambda: "evil.test\\x1b[2J" in served.log.read_text(errors="replace"), 5, "the refusal logged")
+    assert "\x1b" not in served.log.read_text(errors="replace")
+
+
 def test_every_answer_refuses_to_be_framed(served: Served) -> None:
+    many_headers = "".join(f"X-{n}: 1\r\n" for n in range(101))
+    for request in ("OPTIONS / HTTP/1.1\r\n\r\n", f"GET / HTTP/1.1\r\n{many_headers}\r\n"):  # the base class's pages
+        status, answer = raw(served.port, request.encode(), read_s=5)
+        assert status in (501, 431) and b"X-Frame-Options: DENY" in answer, answer[:300]
+        assert b"Content-Security-Policy: default-src 'none'; frame-ancestors 'none'" in answer
     for path, headers in (("/", {}), ("/dashboard.js", {}), ("/openapi.json", {}), ("/api/jobs", {}),
                           ("/api/jobs", {"Authorization": f"Bearer {TOKEN}"}), ("/nope", {})):  # fmt: skip
         request = urllib.request.Request(served.url + path, headers=headers)

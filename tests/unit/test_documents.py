@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from vcrawl.documents import MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_INT_DIGITS, MAX_VALUES, parse_json, parse_yaml
 from vcrawl.errors import InvalidTask
@@ -60,8 +64,8 @@ def test_plain_yaml_is_read(text: str, value: object) -> None:
         ("a: !!set {x}\n", "only plain lists and mappings"),
         ("? [a]\n: b\n", "keys are plain strings"),
         ("a: .inf\n", "not a finite number"),
-        (f"n: {'9' * (MAX_INT_DIGITS + 1)}\n", f"integer of {MAX_INT_DIGITS + 1} digits"),
-        ("n: " + "9" * 5000 + "\n", "integer of 5000 digits"),
+        (f"n: {'9' * (MAX_INT_DIGITS + 1)}\n", f"more than {MAX_INT_DIGITS} digits"),
+        ("n: " + "9" * 5000 + "\n", "integer of 5000 characters"),
         ("a:" + " [" * MAX_DEPTH + " ]" * MAX_DEPTH + "\n", f"nested deeper than {MAX_DEPTH}"),
         ("seeds: " + "[" * 3000 + "]" * 3000 + "\n", "YAML"),  # refused by the parser itself or by depth
         ("a: [" + "0, " * MAX_VALUES + "0]\n", f"more than {MAX_VALUES} values"),
@@ -128,3 +132,83 @@ def test_a_job_file_is_read_within_the_same_limits(tmp_path) -> None:
     large.write_bytes(b"# " + b"x" * MAX_DOCUMENT_BYTES)
     with pytest.raises(InvalidTask, match=f"over {MAX_DOCUMENT_BYTES} bytes"):
         load_job_file(large)
+
+
+# --- never anything but InvalidTask: the API answers 422 for it, and a 500 for anything else ---------
+
+_PROPERTIES = settings(deadline=None, database=None, derandomize=True, max_examples=400,
+                       suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+_YAML_TOKENS = st.sampled_from(
+    ["a", "seeds", "max_depth", "max_pages", "warc", ":", ": ", "- ", "\n", "  ", "[", "]", "{", "}", ",", "'", '"',
+     "!!int ", "!!float ", "!!bool ", "!!str ", "!!null ", "!!binary ", "!", "&x ", "*x", "<<", "0x", "0o", "0b",
+     "1_0", "12:30", "9" * 25, "-", ".inf", ".nan", "~", "yes", "maybe", "\\ud800", "\\x00", "#", "---", "? "]
+)  # fmt: skip
+
+
+def _refused_or_read(read: Any, document: Any) -> None:
+    try:
+        value = read(document)
+    except InvalidTask:
+        return
+    json.dumps(value)  # what is read is JSON data, whatever came in
+    try:
+        JobSpec.from_dict(value)
+    except InvalidTask:
+        pass
+
+
+@_PROPERTIES
+@given(st.lists(_YAML_TOKENS, max_size=30).map("".join))
+def test_yaml_of_any_shape_is_read_or_refused_with_invalid_task(text: str) -> None:
+    _refused_or_read(lambda document: parse_yaml(document, "yaml"), text)
+
+
+@_PROPERTIES
+@given(st.text(max_size=200))
+def test_any_text_is_read_or_refused_with_invalid_task(text: str) -> None:
+    _refused_or_read(lambda document: parse_yaml(document, "yaml"), text)
+    _refused_or_read(lambda document: parse_json(document.encode("utf-8", "surrogatepass"), "body"), text)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("max_depth: !!float abc\n", "line 1: is not a valid float"),  # the value is not repeated
+        ("warc: !!bool maybe\n", "is not a valid bool"),
+        ("max_depth: !!int ''\n", "is not a valid int"),
+        ("max_depth: 0x" + "f" * 5000 + "\n", "integer of 5002 characters"),
+        ("max_depth: 0x" + "f" * 30 + "\n", f"more than {MAX_INT_DIGITS} digits"),
+        ('seeds: ["http://a.test/\\ud800"]\n', "not valid YAML"),
+    ],
+)
+def test_yaml_scalars_that_cannot_be_read_are_refused(text: str, problem: str) -> None:
+    with pytest.raises(InvalidTask) as caught:
+        parse_yaml(text, "yaml")
+    assert problem in caught.value.problem
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b'{"seeds": ["http://a.test/\\ud800"]}', "lone surrogate (U+D800)"),
+        (b'{"\\udc00": 1}', "lone surrogate (U+DC00)"),
+        (b'{"max_pages": 1, "max_pages": 999999}', "'max_pages' is given twice"),
+    ],
+)
+def test_json_strings_and_keys_are_checked(data: bytes, problem: str) -> None:
+    with pytest.raises(InvalidTask) as caught:
+        parse_json(data, "body")
+    assert problem in caught.value.problem
+
+
+def test_json_values_are_counted_as_they_are_made() -> None:
+    # 1 MiB of empty objects: refused at the 100,001st value, not after 350,000 objects were built.
+    data = b"[" + b"{}," * 349_000 + b"{}]"
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidTask, match=f"more than {MAX_VALUES} values"):
+            parse_json(data, "body")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 30 * 1024 * 1024, peak  # 350,000 dicts: ~50 MB; 100,000: ~16 MB
