@@ -82,7 +82,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "unacked_restore_interval": max(1.0, min(30.0, settings.visibility_timeout_s / 4)),
         "unacked_restore_throttle": 1,
         # Reconnect at once, then every 0.5-2 s (kombu: 2 s, +2 s, up to 30 s): workers are back
-        # within 2 s of Redis, or of Sentinel naming the new primary (tasks/broker_guard.py).
+        # within 2 s of Redis, or of Sentinel naming the new primary (tasks/broker/guard.py).
         "interval_start": 0,
         "interval_step": 0.5,
         "interval_max": 2,
@@ -135,7 +135,7 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
             "vcrawl.start_batch_analysis": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             PROXY_HARVEST_TASK: {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
         },
-        # A harvest checks proxies for up to VCRAWL_PROXY_HARVEST_EVERY_S (engine/proxy_harvest.py).
+        # A harvest checks proxies for up to VCRAWL_PROXY_HARVEST_EVERY_S (fetchers/proxy_harvest.py).
         "task_annotations": {PROXY_HARVEST_TASK: {"time_limit": int(settings.proxy_harvest_every_s + 120)}},
         # Beat: schedules live in Redis (RedBeat), so they survive restarts, can change while
         # beat runs, and a lock lets only one beat fire when several are started.

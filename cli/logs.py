@@ -44,7 +44,7 @@ def add_logs_commands(commands: Any) -> None:
 
 
 def _print(fields: dict[str, str], as_json: bool) -> None:
-    from engine.log_stream import format_entry
+    from telemetry.log_stream import format_entry
 
     print(json.dumps(fields, sort_keys=True) if as_json else format_entry(fields), flush=True)
 
@@ -78,7 +78,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
 def _cmd_log_level(args: argparse.Namespace) -> int:
     import tasks
-    from engine.log_stream import DEFAULT_LOGGER
+    from telemetry.log_stream import DEFAULT_LOGGER
 
     if args.logger is None or args.level is None:
         if args.logger is not None:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.status import JobStatus
+from views.status import JobStatus
 
 __all__ = ["OUTPUTS_WAIT_S", "RunSummary", "follow", "redis_cost", "report", "summary_of", "wait_for_outputs"]
 

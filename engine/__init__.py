@@ -5,20 +5,20 @@ them through the ``tasks`` facade. Below this floor: fetchers, analyzers, fronti
 
 - ``fetch_one`` (``engine.fetch_step``): the one fetch step, robots.txt to stored body, one outcome per URL.
 - ``analyze_one`` (``engine.analysis_step``): the one analysis step, links and the analyzer's result.
-- ``run_fetch_batch`` / ``fold_release`` (``engine.batch``): a job's fetch batch and its lease's release.
-- ``run_analyze_batch`` (``engine.analysis_batch``): a job's analysis batch, retries and admission.
+- ``run_fetch_batch`` / ``fold_release`` (``engine.fetch_batch``): a job's fetch batch and its lease's release.
+- ``run_analyze_batch`` (``engine.analyze_batch``): a job's analysis batch, retries and admission.
 - ``run_single_fetch`` / ``analyze_page`` (``engine.single``): a single ``crawl.delay`` task's steps.
 - ``engine.api_pages``: ``page_type: api`` around both steps: its headers and secret, rate limits, records.
 - ``engine.jobs``: job runtime, admission, status; ``engine.trail``: a single task's status trail;
-  ``engine.pump``: the frontier pump; ``engine.cycles``: scheduled cycles; ``engine.alerts``: alerts.
-- ``engine.log_context`` / ``engine.log_stream``: what a log line is about, and the cluster log stream.
+  ``engine.pump``: the frontier pump; ``engine.cycles``: scheduled cycles; ``telemetry.alerts``: alerts.
+- ``telemetry.log_context`` / ``telemetry.log_stream``: what a log line is about, and the cluster log stream.
 """
 
 from __future__ import annotations
 
-from engine.analysis_batch import AnalysisRetry, CarriedAnalysis, abandon_analysis, run_analyze_batch
 from engine.analysis_step import Analysis, analyze_one
-from engine.batch import CrawlEnv, fetch_context, fold_release, run_fetch_batch
+from engine.analyze_batch import AnalysisRetry, CarriedAnalysis, abandon_analysis, run_analyze_batch
+from engine.fetch_batch import CrawlEnv, fetch_context, fold_release, run_fetch_batch
 from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, read_robots_rules, stops_batch
 from engine.outcomes import (
     Failed,

@@ -8,9 +8,9 @@ from typing import Any
 
 import redis
 
-from engine.alerts import Alert, Alerter
-from engine.log_context import log_context
 from engine.trail import StatusTrail
+from telemetry.alerts import Alert, Alerter
+from telemetry.log_context import log_context
 from vcrawl import redis_keys
 from vcrawl.errors import RobotsDisallowed, VcrawlError
 

@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urljoin
 
-from engine.alerts import Alert
 from engine.api_pages import api_headers, masked_result, with_rate_limit
 from engine.host_trouble import (
     HOST_TROUBLE,
@@ -32,7 +31,6 @@ from engine.host_trouble import (
     pool_exhausted,
     throttles,
 )
-from engine.log_context import log_context
 from engine.outcomes import (
     Failed,
     FetchOutcome,
@@ -72,6 +70,8 @@ from frontier import (
 )
 from storage import Storage
 from storage.warc import WarcStage, WarcWriter
+from telemetry.alerts import Alert
+from telemetry.log_context import log_context
 from vcrawl import names
 from vcrawl.errors import DownloadFailed, FetchFailed, UnknownComponent, VcrawlError
 from vcrawl.jobs import RevisitSpec

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from engine.alerts import Alert
 from engine.outcomes import FetchOutcome, Retry
 from fetchers import IdentityPool, ProxyHealth, is_proxy_fault
 from fetchers.base import SLOW_REASONS
 from frontier import Entry, host_key
+from telemetry.alerts import Alert
 from vcrawl import names
 
 __all__ = [

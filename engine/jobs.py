@@ -15,9 +15,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from analyzers.batch_registry import batch_analyzer_names
-from engine.alerts import Alert
 from engine.validation import check_rule
 from fetchers import FetcherRegistry, FetchLimits, IdentityPool, NetworkPolicy, StaticFetcher
+from fetchers.limits import cluster_limits, fetch_limits
 from frontier import (
     MAX_ROBOTS_BYTES,
     Admission,
@@ -38,6 +38,7 @@ from frontier import (
     host_key,
     origin,
 )
+from telemetry.alerts import Alert
 from vcrawl import redis_keys
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import ROBOTS_SITEMAPS, JobSpec, LimitsSpec
@@ -193,41 +194,10 @@ def job_bloom(spec: JobSpec, client: Any) -> BloomFilter:
     )
 
 
-def fetch_limits(limits: LimitsSpec) -> FetchLimits:
-    """A fetcher's limits from resolved job limits (every field set)."""
-    assert limits.connect_timeout_s is not None and limits.read_timeout_s is not None
-    assert limits.total_timeout_s is not None and limits.max_body_bytes is not None
-    assert limits.max_redirects is not None and limits.min_rate_bytes_s is not None
-    assert limits.slow_window_s is not None
-    return FetchLimits(
-        connect_timeout_s=limits.connect_timeout_s,
-        read_timeout_s=limits.read_timeout_s,
-        total_timeout_s=limits.total_timeout_s,
-        min_rate_bytes_s=limits.min_rate_bytes_s,
-        slow_window_s=limits.slow_window_s,
-        max_body_bytes=limits.max_body_bytes,
-        max_redirects=limits.max_redirects,
-    )
-
-
 def robots_limits(limits: FetchLimits) -> FetchLimits:
     """A robots.txt request's limits: RFC 9309's 500 KiB parsed (the rest cut), redirects followed hop by hop
     by ``frontier.read_robots``."""
     return replace(limits, max_body_bytes=MAX_ROBOTS_BYTES, truncate_body=True, max_redirects=0, follow_redirects=False)
-
-
-def cluster_limits(settings: Settings) -> LimitsSpec:
-    """The limits of a job that sets none: the cluster's ``VCRAWL_*`` settings."""
-    return LimitsSpec(
-        connect_timeout_s=settings.connect_timeout_s,
-        read_timeout_s=settings.read_timeout_s,
-        total_timeout_s=settings.total_timeout_s,
-        min_rate_bytes_s=settings.min_rate_bytes_s,
-        slow_window_s=settings.slow_window_s,
-        max_body_bytes=settings.max_body_bytes,
-        max_redirects=settings.max_redirects,
-        retries=settings.fetch_retries,
-    )
 
 
 class RuntimeCache:

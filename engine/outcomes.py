@@ -1,7 +1,7 @@
 """What one fetch of one URL came to: a frozen record per URL, for a batch to fold or a task to report.
 
 ``fetch_one`` returns exactly one of these. A crawl job's fetch batch folds them into the
-release of its lease (``engine.batch``); a single ``crawl.delay`` task turns one into its status
+release of its lease (``engine.fetch_batch``); a single ``crawl.delay`` task turns one into its status
 trail and its Celery outcome (``tasks.fetch``). Every outcome carries its ``Visit``: what was
 observed on the way (whether a request went out, the host's Crawl-delay, counters, and for
 scheduled jobs the URL's history after this visit).

@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from engine.alerts import Alert
 from engine.jobs import RuntimeCache, lease_ms
 from frontier import Batch, Frontier
+from telemetry.alerts import Alert
 from vcrawl.errors import VcrawlError
 from vcrawl.settings import Settings
 

@@ -23,12 +23,10 @@ from celery.signals import (
 )
 
 from analyzers import load_plugins
-from engine import daily as _daily
+from cluster.fence import SentinelFence
+from cluster.membership import RingKeeper, node_queue, nodes_listing
 from engine import jobs as _jobs
-from engine import log_stream as _log_stream
-from engine import status as _status
 from engine.api_pages import check_secrets
-from engine.nodes import RingKeeper, node_queue, nodes_listing
 from engine.trail import STATES, TERMINAL_STATES
 from fetchers.proxy_pool import read_pool as _read_proxy_pool
 from frontier import load_filters
@@ -36,7 +34,6 @@ from storage import Storage
 from storage import records as _records
 from tasks import deps
 from tasks import log_setup as _log_setup  # noqa: F401 - connects the logging signals
-from tasks import queues as _queues
 from tasks.analysis_facade import (
     analysis_run,
     analysis_runs,
@@ -49,21 +46,24 @@ from tasks.analyze import analyze
 from tasks.app import app
 from tasks.batch_analysis import batch_map, batch_reduce, run_watchdog, start_batch_analysis
 from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
+from tasks.broker import queues as _queues
+from tasks.broker.holdings import BrokerHoldings
+from tasks.broker.primary_watch import primary_watch
+from tasks.broker.redelivery import requeue_unacked as _requeue_unacked
+from tasks.broker.redis_check import check_redis_persistence
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
-from tasks.holdings import BrokerHoldings
-from tasks.primary_watch import primary_watch
 from tasks.proxy_harvest import harvest_proxies
-from tasks.redelivery import requeue_unacked as _requeue_unacked
-from tasks.redis_check import check_redis_persistence
 from tasks.redis_clients import make_fence
 from tasks.scheduled import start_cycle
-from tasks.sentinel_fence import SentinelFence
+from telemetry import log_stream as _log_stream
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec
 from vcrawl.schedules import ScheduleStore
 from vcrawl.settings import Settings
+from views import daily as _daily
+from views import status as _status
 
 __all__ = [
     "STATES",

@@ -12,7 +12,7 @@ from typing import Any
 
 from analyzers import analyzer_names, check_rules, get_analyzer
 from analyzers.batch_registry import batch_analyzer_names
-from engine.batch_analysis import DEFAULT_CHUNK
+from batch_analysis.steps import DEFAULT_CHUNK
 from frontier import Frontier
 from tasks import batch_analysis, deps
 from vcrawl.errors import AnalysisFailed, InvalidTask, UnknownComponent

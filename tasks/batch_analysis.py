@@ -17,15 +17,15 @@ from typing import Any
 
 from celery import Task, chord
 
+from batch_analysis import steps as batch_analysis
+from batch_analysis.runs import AnalysisRuns
 from celeryconfig import ANALYSIS_QUEUE, queue_lists
-from engine import batch_analysis
-from engine.alerts import Alert
-from engine.analysis_runs import AnalysisRuns
-from engine.periodic import Periodic
+from cluster.periodic import Periodic
 from tasks import deps
 from tasks.app import app
-from tasks.lost_analyses import watch_analyses
-from tasks.lost_fetches import watch_fetches
+from tasks.broker.lost_analyses import watch_analyses
+from tasks.broker.lost_fetches import watch_fetches
+from telemetry.alerts import Alert
 from vcrawl import redis_keys
 from vcrawl.errors import InvalidTask, PermanentError
 

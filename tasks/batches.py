@@ -10,10 +10,11 @@ from celery import Task
 from celery.exceptions import Ignore
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
-from engine import analysis_batch, jobs
-from engine.analysis_batch import AnalysisRetry, analysis_task_id
-from engine.batch import fetch_task_id, run_fetch_batch
-from engine.nodes import NODE_QUEUE_PREFIX, pass_on_to
+from cluster.membership import NODE_QUEUE_PREFIX, pass_on_to
+from engine import analyze_batch as analysis_batch
+from engine import jobs
+from engine.analyze_batch import AnalysisRetry, analysis_task_id
+from engine.fetch_batch import fetch_task_id, run_fetch_batch
 from frontier import Batch
 from tasks import deps
 from tasks.app import app
@@ -115,7 +116,7 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
     """
     priority = PACED_PRIORITY if batch.paced else BULK_PRIORITY
     # Its task id names the job and the batch: a lost analysis message is found and sent again
-    # (``tasks.lost_analyses``).
+    # (``tasks.broker.lost_analyses``).
     then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()], priority=priority,
                                          task_id=analysis_task_id(job_id, batch.batch_id))  # fmt: skip
     if queue is None:
@@ -125,7 +126,7 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
     # No exchange named: Celery then publishes to the queue itself (the anonymous exchange),
     # which spares kombu a lookup of the exchange's bindings in Redis on every publish.
     # Its own task id names the job and the batch too: a lease whose message was lost is handed back
-    # (``tasks.lost_fetches``).
+    # (``tasks.broker.lost_fetches``).
     fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer, queue=queue,
                             priority=priority, task_id=fetch_task_id(job_id, batch.batch_id))  # fmt: skip
 
@@ -137,5 +138,5 @@ def send_analysis(fetched: dict) -> None:
 
 
 def ring_node_queue(queue: str | None) -> bool:
-    """True for a ring node's own download queue (``engine.nodes.node_queue``)."""
+    """True for a ring node's own download queue (``cluster.membership.node_queue``)."""
     return bool(queue) and str(queue).startswith(NODE_QUEUE_PREFIX)

@@ -23,14 +23,14 @@ import redis
 import requests
 
 from celeryconfig import DOWNLOAD_QUEUE
-from engine.alerts import Alert, Alerter
-from engine.batch import CrawlEnv
+from cluster.holdings import Holdings
+from cluster.members import NodeRegistry, RingView
+from cluster.membership import NodeWatcher, RingKeeper, registration_for
+from cluster.outputs import OutputLedger, OutputShipper
+from engine.fetch_batch import CrawlEnv
 from engine.fetch_log import fetch_log_prefix
 from engine.fetch_step import FetchContext
-from engine.holdings import Holdings
-from engine.jobs import RuntimeCache, cluster_limits, fetch_limits, robots_limits
-from engine.nodes import NodeWatcher, RingKeeper, registration_for
-from engine.outputs import OutputLedger, OutputShipper
+from engine.jobs import RuntimeCache, robots_limits
 from engine.pump import FrontierPump
 from engine.single import SingleEnv
 from engine.trail import StatusTrail
@@ -45,17 +45,18 @@ from fetchers import (
     StaticFetcher,
     make_session,
 )
+from fetchers.limits import cluster_limits, fetch_limits
 from fetchers.netguard import connections_opened
 from frontier import Batch, Frontier, History, HostGate, RobotsCache
-from frontier.nodes import NodeRegistry, RingView
 from storage import Storage
 from storage.records import RecordWriter
 from storage.records import recover_spools as recover_record_spools
 from storage.warc import WarcWriter
 from storage.warc import recover_spools as recover_warc_spools
 from tasks.app import app
-from tasks.queues import move_queue
+from tasks.broker.queues import move_queue
 from tasks.redis_clients import make_redis_client
+from telemetry.alerts import Alert, Alerter
 from vcrawl import redis_keys
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 from vcrawl.settings import Settings
@@ -416,7 +417,7 @@ def output_ledger() -> OutputLedger:
 
 
 class _ProcessOutputs:
-    """This process's WARC, record and fetch log writers, by job (``engine.outputs.LocalOutputs``)."""
+    """This process's WARC, record and fetch log writers, by job (``cluster.outputs.LocalOutputs``)."""
 
     _KINDS = ("warc", "records", "fetch_log")
 

@@ -23,10 +23,10 @@ from celery.signals import (
     worker_process_init,
 )
 
-from engine.log_context import ContextFilter, JsonFormatter, set_task
-from engine.log_stream import StreamShipper, level_of
 from tasks import deps
 from tasks.redis_clients import make_redis_client
+from telemetry.log_context import ContextFilter, JsonFormatter, set_task
+from telemetry.log_stream import StreamShipper, level_of
 from vcrawl.settings import Settings
 
 __all__ = ["install", "shipper"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from celeryconfig import PROXY_HARVEST_TASK
-from engine.proxy_harvest import harvest_with_settings
+from fetchers.proxy_harvest import harvest_with_settings
 from tasks import deps
 from tasks.app import app
 
@@ -16,5 +16,5 @@ __all__ = ["harvest_proxies"]
 # retried: a run that fails leaves the pool as it was, and the next firing harvests again.
 @app.task(name=PROXY_HARVEST_TASK, acks_late=True, ignore_result=True)
 def harvest_proxies() -> dict[str, Any]:
-    """Harvest the configured proxy sources into the pool (engine.proxy_harvest)."""
+    """Harvest the configured proxy sources into the pool (fetchers.proxy_harvest)."""
     return harvest_with_settings(deps.settings(), deps.redis_client()).to_dict()

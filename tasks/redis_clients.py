@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
-from tasks.sentinel_fence import SentinelFence
+from cluster.fence import SentinelFence
 from vcrawl.redis_target import is_sentinel, parse_sentinels
 from vcrawl.redis_tls import RedisTls
 from vcrawl.settings import Settings

@@ -204,7 +204,7 @@ def proxy_harvest_lock() -> str:
     return f"{PREFIX}:proxies:harvest-lock"
 
 
-# The host ring (frontier/nodes.py): ring nodes, their heartbeats, and those declared down. The
+# The host ring (cluster/members.py): ring nodes, their heartbeats, and those declared down. The
 # hash tag {nodes} keeps them in one Redis Cluster slot, for the scripts that touch them together.
 
 NODES = f"{PREFIX}:{{nodes}}"
@@ -231,7 +231,7 @@ def node_handover(name: str, last_beat_ms: int) -> str:
     return f"{PREFIX}:{{nodes}}:handover:{name}:{last_beat_ms}"
 
 
-# Batch analysis (``engine.batch_analysis``): a job's runs, and its fetch log's unshipped parts.
+# Batch analysis (``batch_analysis.steps``): a job's runs, and its fetch log's unshipped parts.
 def job_log_writers(job_id: str) -> str:
     """Hash: writer id -> when its open fetch log part got its first line (parts not shipped yet)."""
     return f"{PREFIX}:job:{{{job_id}}}:logw"
@@ -248,7 +248,7 @@ def output_writer_alive(writer: str) -> str:
 
 
 def outputs_channel() -> str:
-    """Pub/sub channel: ``{"job", "cycle"}`` of every job or cycle that completed (engine.outputs)."""
+    """Pub/sub channel: ``{"job", "cycle"}`` of every job or cycle that completed (cluster.outputs)."""
     return f"{PREFIX}:outputs:completed"
 
 
@@ -273,7 +273,7 @@ def analyses_running() -> str:
 
 
 def primary_watch() -> str:
-    """Hash: the Redis primary's run_id and when a worker last saw it (tasks/primary_watch.py)."""
+    """Hash: the Redis primary's run_id and when a worker last saw it (tasks/broker/primary_watch.py)."""
     return f"{PREFIX}:primary-watch"
 
 
@@ -308,7 +308,7 @@ def analyses_watch() -> str:
 
 
 def log_stream() -> str:
-    """Stream: the cluster's log lines (``engine.log_stream``), capped near ``VCRAWL_LOG_MAXLEN`` entries."""
+    """Stream: the cluster's log lines (``telemetry.log_stream``), capped near ``VCRAWL_LOG_MAXLEN`` entries."""
     return f"{PREFIX}:logs"
 
 

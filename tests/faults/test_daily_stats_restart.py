@@ -17,8 +17,6 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.daily import job_daily
-from engine.status import job_status
 from frontier import Frontier
 from frontier.statistics import stats_day
 from tests.cluster import cluster_env, start_job, start_worker, stop_worker
@@ -26,6 +24,8 @@ from tests.faults.test_faults import TAKEOVER_S, fault_settings, serve_pages, wa
 from tests.site import TestSite
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
+from views.daily import job_daily
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -33,7 +33,6 @@ import pytest
 import redis
 import yaml
 
-from engine.status import job_status
 from frontier import Frontier
 from storage.naming import job_page_location
 from tests.cluster import REPO, cluster_env, stop_worker
@@ -41,6 +40,7 @@ from tests.faults.test_faults import page, start_job, stop_gracefully
 from tests.sentinel_cluster import SentinelCluster, start_sentinel_worker
 from tests.site import NOT_PAGES, Response, TestSite
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -252,7 +252,7 @@ def test_a_replica_behind_when_the_primary_dies_costs_refetches_never_pages(tmp_
     machine) for 1.5 s, so the writes of the primary's last second never reach it, then the primary
     is SIGKILLed. Replication keeps order, so the replica holds a prefix: any acknowledgement it
     lacks, it lacks with the task's writes, and that task's message is still in its ``unacked``
-    hash, put back at once by the primary watch (tasks/primary_watch.py): the work is done again,
+    hash, put back at once by the primary watch (tasks/broker/primary_watch.py): the work is done again,
     never lost. What the stall costs is pages fetched twice, at most those fetched in it."""
     with crawl_behind_sentinel(tmp_path, fault_report, pages_per_host=100) as crawl:
         crawl.wait_pages(int(crawl.total * KILL_SHARE), 60)

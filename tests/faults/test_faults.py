@@ -26,7 +26,6 @@ import redis
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE, queue_lists
 from cli.local_redis import LocalRedis
-from engine.status import job_status
 from frontier import Frontier
 from storage import Storage
 from storage.records import read_records
@@ -35,6 +34,7 @@ from tests.conftest import PLUGIN_SITE
 from tests.site import NOT_PAGES, TestSite
 from tests.waiting import wait_until
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

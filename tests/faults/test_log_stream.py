@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from engine.log_stream import LogQuery, read_entries
+from telemetry.log_stream import LogQuery, read_entries
 from tests.cluster import cluster_env, start_job, start_worker
 from tests.faults import test_daily_stats_restart as restart
 from tests.faults.test_daily_stats_restart import RestartableRedis

@@ -17,15 +17,15 @@ import redis
 
 from celeryconfig import ANALYSIS_QUEUE, queue_lists
 from cli.local_redis import LocalRedis
-from engine.status import job_status
 from frontier import Frontier
 from tasks.batch_analysis import WATCH_EVERY_S
-from tasks.lost_analyses import FIRST_LOOK_S, analysis_task_id
+from tasks.broker.lost_analyses import FIRST_LOOK_S, analysis_task_id
 from tests.cluster import cluster_env, start_worker, stop_worker
 from tests.faults.test_faults import Note, serve_pages, start_job, wait_done
 from tests.site import TestSite
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -34,9 +34,8 @@ import redis
 from warcio.archiveiterator import ArchiveIterator
 
 from cli.local_redis import LocalRedis
-from engine.status import job_status
+from cluster.members import NodeRegistry
 from frontier import Frontier
-from frontier.nodes import NodeRegistry
 from storage import Storage
 from storage.records import read_records
 from tests.celery_setup import LocalWorkerProcess
@@ -45,6 +44,7 @@ from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.netns import Lab, lab_or_skip
 from tests.site import NOT_PAGES, Response, Seen, TestSite, link_page
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

@@ -17,13 +17,13 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.proxy import ForwardProxy
 from tests.site import Response, TestSite
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

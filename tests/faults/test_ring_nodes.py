@@ -24,12 +24,12 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
 from tests.site import NOT_PAGES, Response, TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -141,7 +141,7 @@ def hdfs() -> Iterator[WebHdfsTestServer]:
 def settings_for(server: LocalRedis, hdfs: WebHdfsTestServer, node_timeout_s: float = NODE_TIMEOUT_S) -> Settings:
     # The node timeout is the ring's recovery path: the kill test runs it at the shipped 30 s. The
     # visibility timeout stays at its shipped hour: the messages a killed node held go back when it
-    # is declared down (tasks/holdings.py).
+    # is declared down (tasks/broker/holdings.py).
     return Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl",
                     node_timeout_s=node_timeout_s, total_timeout_s=5.0, max_retry_after_s=5.0)  # fmt: skip
 

@@ -29,13 +29,13 @@ import redis
 from warcio.archiveiterator import ArchiveIterator
 
 from cli.local_redis import LocalRedis
-from engine.outputs import OutputLedger
-from engine.status import job_status
+from cluster.outputs import OutputLedger
 from frontier import Frontier
 from storage import Storage
 from tests.cluster import cluster_env, socket_owner, start_job, start_worker, stop_worker
 from tests.site import NOT_PAGES, Response, TestSite, link_page
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 

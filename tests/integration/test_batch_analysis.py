@@ -26,7 +26,7 @@ import tasks
 from analyzers import batch_registry
 from analyzers.batch import CrawledUrl, MapContext
 from analyzers.site_report import SiteReport
-from engine import batch_analysis
+from batch_analysis import steps as batch_analysis
 from engine.fetch_log import latest_by_url, read_fetch_log
 from tasks import batch_analysis as batch_tasks
 from tests.cluster import REPO, cluster_env

@@ -17,12 +17,12 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
 from tests.site import TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = pytest.mark.slow
 

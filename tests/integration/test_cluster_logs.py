@@ -30,9 +30,9 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.log_context import ContextFilter, log_context
-from engine.log_stream import JOB_STREAM_TTL_S, StreamShipper
 from tasks.redis_clients import make_redis_client
+from telemetry.log_context import ContextFilter, log_context
+from telemetry.log_stream import JOB_STREAM_TTL_S, StreamShipper
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
 from vcrawl.settings import Settings
 

@@ -20,10 +20,10 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 import tasks
-from engine.nodes import registration_for
+from cluster.members import NodeRegistry
+from cluster.membership import registration_for
 from fetchers.browser import _CHROMIUM_FLAGS
 from frontier import Frontier
-from frontier.nodes import NodeRegistry
 from tests.integration.conftest import api_server
 from tests.site import TestSite
 from vcrawl.settings import Settings

@@ -11,9 +11,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
 import tasks
-from engine.log_context import ContextFilter, log_context
-from engine.log_stream import StreamShipper
 from tasks.redis_clients import make_redis_client
+from telemetry.log_context import ContextFilter, log_context
+from telemetry.log_stream import StreamShipper
 from tests.integration import test_dashboard as dashboard
 from vcrawl.settings import Settings
 

@@ -14,14 +14,14 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.analysis_batch import abandon_analysis
-from engine.batch import CrawlEnv
+from engine.analyze_batch import abandon_analysis
+from engine.fetch_batch import CrawlEnv
 from engine.jobs import admit_links, build_runtime
-from engine.status import job_status
 from frontier import AdmitRequest, Batch, BatchRelease, Candidate, Entry, Frontier, FrontierQueue
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
+from views.status import job_status
 
 
 @pytest.fixture(scope="module")

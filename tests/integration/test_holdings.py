@@ -1,4 +1,4 @@
-"""Who holds which broker message, on a real Redis with real kombu deliveries (``tasks/holdings.py``).
+"""Who holds which broker message, on a real Redis with real kombu deliveries (``tasks/broker/holdings.py``).
 
 A private redis-server per test: no worker sweeps it but the code under test.
 """
@@ -20,9 +20,9 @@ from celery import Celery
 from kombu import Connection
 
 from cli.local_redis import LocalRedis
-from engine.holdings import Holder
-from frontier.nodes import Membership, NodeInfo, NodeRegistration
-from tasks.holdings import BrokerHoldings
+from cluster.holdings import Holder
+from cluster.members import Membership, NodeInfo, NodeRegistration
+from tasks.broker.holdings import BrokerHoldings
 from vcrawl import redis_keys
 
 QUEUE = "holdings-test"

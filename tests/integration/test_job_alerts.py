@@ -13,10 +13,10 @@ import redis
 
 import tasks
 from cli.local_redis import LocalRedis
-from engine.alerts import Alert
 from engine.jobs import RuntimeCache, lease_s, start
 from engine.pump import FrontierPump
 from frontier import Frontier
+from telemetry.alerts import Alert
 from tests.integration.conftest import AlertSinks
 from tests.site import Response, TestSite
 from vcrawl import redis_keys

@@ -11,10 +11,10 @@ import pytest
 
 from cli.cluster import LocalWorkers
 from cli.local_redis import LocalRedis
-from engine.status import job_status
 from tests.cluster import cluster_env
 from tests.site import TestSite
 from vcrawl.settings import Settings
+from views.status import job_status
 
 INTERVAL_S = 0.4
 

@@ -14,7 +14,7 @@ from kombu import Connection
 from celeryconfig import ANALYSIS_QUEUE
 from tasks.batch_analysis import batch_map, map_task_id, message_exists
 from tasks.batches import analyze_batch
-from tasks.lost_analyses import analysis_ids_present, analysis_task_id
+from tasks.broker.lost_analyses import analysis_ids_present, analysis_task_id
 
 
 @pytest.mark.parametrize("decoded", [True, False], ids=["vcrawl's client (str)", "raw (bytes)"])

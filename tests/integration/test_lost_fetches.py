@@ -9,10 +9,10 @@ import redis
 from kombu import Connection
 
 from celeryconfig import DOWNLOAD_QUEUE
-from engine.batch import fetch_task_id
-from engine.nodes import node_queue
+from cluster.membership import node_queue
+from engine.fetch_batch import fetch_task_id
 from tasks.batches import fetch_batch
-from tasks.lost_fetches import fetch_ids_present
+from tasks.broker.lost_fetches import fetch_ids_present
 
 
 @pytest.mark.parametrize("decoded", [True, False], ids=["vcrawl's client (str)", "raw (bytes)"])

@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.status import job_status
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import NOT_PAGES, TestSite
 from vcrawl.settings import Settings
+from views.status import job_status
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,9 @@ from celery import Celery
 from kombu import Connection
 
 import tasks
-from engine.holdings import Holder
-from engine.nodes import registration_for
-from tasks.primary_watch import look_at_primary
+from cluster.holdings import Holder
+from cluster.membership import registration_for
+from tasks.broker.primary_watch import look_at_primary
 from tests.waiting import wait_until
 from vcrawl import redis_keys
 

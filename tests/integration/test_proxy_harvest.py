@@ -23,14 +23,13 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 
-import engine.proxy_harvest
+import fetchers.proxy_harvest
 from cli.local_redis import LocalRedis
 from cli.main import main
-from engine.proxy_harvest import HarvestConfig, harvest, harvest_with_settings
-from engine.status import job_status
 from fetchers.base import FetchRequest, FetchResult
 from fetchers.proxies import ProxyHealth
 from fetchers.proxy_check import ProxyCheck
+from fetchers.proxy_harvest import HarvestConfig, harvest, harvest_with_settings
 from fetchers.proxy_pool import HarvestedProxy, read_pool, write_pool
 from frontier import Frontier
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
@@ -41,6 +40,7 @@ from vcrawl import redis_keys
 from vcrawl.errors import FetchFailed
 from vcrawl.proxy_sources import ProxySource
 from vcrawl.settings import Settings
+from views.status import job_status
 
 MAX_LATENCY_S = 0.8  # short to stay fast; the twin at the shipped 5 s: test_at_the_shipped_latency_bound_...
 
@@ -229,7 +229,7 @@ def test_a_check_that_fails_unexpectedly_rejects_its_candidate_not_the_run(
     proxies = [f"http://203.0.113.{n}:8080" for n in range(1, 6)]
     checks = Checks({proxies[1]: RuntimeError("a bug in a check"), proxies[3]: UnicodeError("an odd answer")})
     config = HarvestConfig((SOURCE,), ProxyCheck(CHECK_URL, 1.0), concurrency=2)
-    with caplog.at_level(logging.WARNING, logger="engine.proxy_harvest"):
+    with caplog.at_level(logging.WARNING, logger="fetchers.proxy_harvest"):
         report = harvest(config, Listing(proxies), checks, pool)
     assert report.status == "done" and report.checked == 5 and report.rejected == {"check_error": 2}, report
     assert set(report.pool) == {proxies[0], proxies[2], proxies[4]} == {entry.proxy for entry in read_pool(pool)}
@@ -285,14 +285,14 @@ def test_an_odd_port_or_an_unparsable_page_fails_its_entry_or_source_not_the_har
         regex.url: "203.0.113.9:\u0668\u0660 203.0.113.2:8080",  # Arabic-Indic 80: not a port
         broken.url: "203.0.113.3:8080",
     })  # fmt: skip
-    read_source = engine.proxy_harvest.read_source
+    read_source = fetchers.proxy_harvest.read_source
 
     def trips_on_broken(source: ProxySource, body: bytes) -> list[str]:
         if source is broken:
             raise RuntimeError("a page the reader trips on")
         return read_source(source, body)
 
-    monkeypatch.setattr(engine.proxy_harvest, "read_source", trips_on_broken)
+    monkeypatch.setattr(fetchers.proxy_harvest, "read_source", trips_on_broken)
     config = HarvestConfig((table, regex, broken), ProxyCheck(CHECK_URL, 1.0))
     report = harvest(config, pages, Checks({}), pool)
     assert report.status == "done", report

@@ -22,7 +22,6 @@ from flower.utils.broker import Broker
 from redbeat.schedulers import get_redis
 
 from celeryconfig import DOWNLOAD_QUEUE, celery_settings
-from engine.status import job_status
 from frontier import Frontier
 from tasks.redis_clients import make_redis_client
 from tests.cluster import cluster_env, start_job, stop_worker
@@ -30,6 +29,7 @@ from tests.sentinel_cluster import SentinelCluster, start_sentinel_worker
 from tests.site import TestSite, link_page
 from tests.tls_files import TlsFiles, make_tls_files
 from vcrawl.settings import Settings
+from views.status import job_status
 
 
 def _free_port() -> int:

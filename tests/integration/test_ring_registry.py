@@ -14,11 +14,11 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.alerts import Alert
+from cluster.members import NodeRegistration, NodeRegistry, RingView
+from cluster.membership import NodeWatcher, RingKeeper, node_queue, nodes_listing, registration_for
 from engine.jobs import RuntimeCache, admit_links, build_runtime
-from engine.nodes import NodeWatcher, RingKeeper, node_queue, nodes_listing, registration_for
 from frontier import Frontier
-from frontier.nodes import NodeRegistration, NodeRegistry, RingView
+from telemetry.alerts import Alert
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
@@ -167,7 +167,7 @@ def test_a_dead_nodes_batches_go_back_to_its_hosts_new_owners_and_no_other(clien
 
 def test_a_dead_nodes_messages_move_to_the_shared_queue_first_in_line(client: redis.Redis) -> None:
     from celeryconfig import queue_lists
-    from tasks.queues import move_queue
+    from tasks.broker.queues import move_queue
 
     shared, own = queue_lists("download"), queue_lists("download.node.x@box")
     client.lpush(shared[0], "waiting")

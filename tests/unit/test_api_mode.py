@@ -19,7 +19,7 @@ from engine.api_pages import (
     rate_limit_wait_s,
     with_rate_limit,
 )
-from engine.batch import fold_release
+from engine.fetch_batch import fold_release
 from engine.fetch_step import stops_batch
 from engine.outcomes import Stored, Visit
 from fetchers import FetchResult

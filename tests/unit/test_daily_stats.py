@@ -10,12 +10,12 @@ import pytest
 from api.server import JobApi
 from cli.main import main
 from cli.stats import format_daily
-from engine.daily import daily_report, day_entry
 from frontier.scripts import lua_source
 from frontier.statistics import stats_day, stats_days
 from vcrawl import names
 from vcrawl.errors import ConfigError
 from vcrawl.settings import Settings
+from views.daily import daily_report, day_entry
 
 NOV_26 = 1_795_651_200.0  # 2026-11-26T00:00:00Z
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.batch import fold_release
+from engine.fetch_batch import fold_release
 from engine.outcomes import Failed, Redirected, Retry, RobotsBlocked, RobotsFetched, Stored, Unchanged, Visit
 from frontier import Entry
 from vcrawl.payloads import FetchedPage

@@ -1,9 +1,9 @@
-"""The sweep's rule: which unacknowledged messages nobody holds (engine/holdings.py)."""
+"""The sweep's rule: which unacknowledged messages nobody holds (cluster/holdings.py)."""
 
 from __future__ import annotations
 
-from engine.holdings import GRACE_S, SKEW_S, HeldMessage, Holder, held_fetch_batches, orphans
-from frontier.nodes import Membership, NodeInfo, NodeRegistration
+from cluster.holdings import GRACE_S, SKEW_S, HeldMessage, Holder, held_fetch_batches, orphans
+from cluster.members import Membership, NodeInfo, NodeRegistration
 
 NOW_MS = 1_000_000
 

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from engine.log_context import ContextFilter, JsonFormatter, current_context, log_context, set_task
-from engine.log_stream import FIELD_BYTES, MESSAGE_BYTES, TRACEBACK_BYTES, LogQuery, StreamShipper, level_of
+from telemetry.log_context import ContextFilter, JsonFormatter, current_context, log_context, set_task
+from telemetry.log_stream import FIELD_BYTES, MESSAGE_BYTES, TRACEBACK_BYTES, LogQuery, StreamShipper, level_of
 from vcrawl.errors import ConfigError
 from vcrawl.settings import Settings
 
@@ -42,7 +42,7 @@ def _logging_to(shipper: StreamShipper) -> Iterator[logging.Logger]:
 def test_a_loggers_stream_level_is_its_own_or_its_nearest_parents() -> None:
     shipper = _shipper()
     shipper.levels = {"engine": logging.INFO, "engine.fetch_step": logging.ERROR, "root": logging.ERROR}
-    assert shipper.stream_level("engine.batch") == logging.INFO
+    assert shipper.stream_level("engine.fetch_batch") == logging.INFO
     assert shipper.stream_level("engine.fetch_step") == logging.ERROR
     assert shipper.stream_level("engine") == logging.INFO
     assert shipper.stream_level("celery.worker") == logging.ERROR  # root: the default set live

@@ -1,4 +1,4 @@
-"""The output shipper's decisions (engine.outputs), with an in-memory ledger and writers: no sockets."""
+"""The output shipper's decisions (cluster.outputs), with an in-memory ledger and writers: no sockets."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from engine.outputs import OutputShipper, is_output_due
+from cluster.outputs import OutputShipper, is_output_due
 from frontier.history import UrlHistory
 from vcrawl.jobs import RevisitSpec
 

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from frontier.ring import HostRing, ring_point
+from cluster.ring import HostRing, ring_point
 
 HOSTS = [f"127.0.{i // 250}.{i % 250 + 1}:8800" for i in range(4000)]
 SLIDES = {"A": 150, "B": 80, "C": 200, "D": 40}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.sentinel_fence import Address, FailoverEvent, read_event
+from cluster.fence import Address, FailoverEvent, read_event
 
 
 def test_a_switch_names_the_old_and_the_new_primary() -> None:

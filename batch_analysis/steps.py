@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from analyzers import Page, run_analysis
 from analyzers.batch import CrawledUrl
 from analyzers.batch_registry import get_batch_analyzer
-from engine.analysis_runs import AnalysisRuns
+from batch_analysis.runs import AnalysisRuns
 from engine.fetch_log import LoggedUrl, latest_by_url, read_fetch_log
 from frontier import canonical_url
 from storage import CdxEntry, Storage, job_result_location, read_response

@@ -4,7 +4,7 @@ A ring node (a worker started with ``VCRAWL_NODE_WEIGHT`` or ``VCRAWL_RING``) be
 or two: its registration (weight, own queue, machine, pid, pages/s) and the time, on the Redis
 clock. A node is alive while its last beat is younger than ``VCRAWL_NODE_TIMEOUT_S``. The ring is
 made of the alive nodes, so every process that reads the same members computes the same owner
-for a host (``frontier.ring``). A silent node is claimed down by exactly one watcher
+for a host (``cluster.ring``). A silent node is claimed down by exactly one watcher
 (``claim_down``), which hands its batches over; a node that beats again rejoins.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
-from frontier.ring import HostRing
+from cluster.ring import HostRing
 from frontier.scripts import ScriptLoader, text
 from vcrawl import redis_keys
 

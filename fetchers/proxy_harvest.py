@@ -29,8 +29,8 @@ from typing import Any
 
 import redis
 
-from engine.jobs import cluster_limits, fetch_limits
 from fetchers.base import Fetcher, FetchRequest, check_status
+from fetchers.limits import cluster_limits, fetch_limits
 from fetchers.netguard import NetworkPolicy
 from fetchers.proxy_check import CheckUnusable, ProxyCheck, Verdict, check_proxy, own_addresses
 from fetchers.proxy_lists import read_source

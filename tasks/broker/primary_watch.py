@@ -10,7 +10,7 @@ visibility timeout (an hour). Its batch's URLs wait for their lease to run out (
 So every worker watches the primary's identity (``run_id``, which a promoted replica or a
 restarted server does not share with the server before it). One worker at a time notes
 ``run_id`` and the time every second. The first look that finds another ``run_id`` notes the
-change and every member's last word on what it holds (``tasks.holdings``); those words came from
+change and every member's last word on what it holds (``tasks.broker.holdings``); those words came from
 the old server and may lack a message taken a moment before it went, which its worker still runs.
 Once every live member has said again what it holds (it does with every heartbeat, two seconds
 apart), every unacknowledged message taken before the last note on the old server (plus a second)
@@ -30,11 +30,11 @@ from typing import Any
 
 from celery import Celery
 
-from engine.holdings import claims_said_since
-from engine.periodic import Periodic
+from cluster.holdings import claims_said_since
+from cluster.periodic import Periodic
 from frontier.scripts import text
 from tasks import deps
-from tasks.holdings import BrokerHoldings
+from tasks.broker.holdings import BrokerHoldings
 from vcrawl import redis_keys
 
 __all__ = ["LOOK_EVERY_S", "look_at_primary", "primary_watch", "requeue_taken_before"]

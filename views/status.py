@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from cluster.outputs import OutputLedger
 from engine.fetch_log import fetch_log_prefix
-from engine.outputs import OutputLedger
 from fetchers import proxy_stats
 from frontier import Frontier
 from storage import Storage

@@ -69,10 +69,10 @@ class ContextFilter(logging.Filter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, node, and job, task id, URL where known.
 
-    >>> record = logging.LogRecord("engine.batch", logging.WARNING, __file__, 1, "job %s: %s", ("j1", "x"), None)
+    >>> record = logging.LogRecord("engine.fetch_batch", logging.WARNING, __file__, 1, "job %s: %s", ("j1", "x"), None)
     >>> record.created, record.node, record.job, record.url = 0.0, "w1@box", "j1", None
     >>> print(JsonFormatter().format(record))
-    {"time": "1970-01-01T00:00:00.000Z", "level": "WARNING", "logger": "engine.batch", "message": "job j1: x", \
+    {"time": "1970-01-01T00:00:00.000Z", "level": "WARNING", "logger": "engine.fetch_batch", "message": "job j1: x", \
 "node": "w1@box", "job": "j1"}
     """
 

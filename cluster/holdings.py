@@ -1,6 +1,6 @@
 """Who holds which broker message, in plain data: the sweep's rule and what a dead member held.
 
-The Redis and kombu side is ``tasks.holdings.BrokerHoldings``; ``engine.nodes`` uses it through
+The Redis and kombu side is ``tasks.broker.holdings.BrokerHoldings``; ``cluster.membership`` uses it through
 the ``Holdings`` protocol below.
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine.batch import FETCH_ID_PREFIX
-from frontier.nodes import Membership
+from cluster.members import Membership
+from engine.fetch_batch import FETCH_ID_PREFIX
 
 __all__ = [
     "GRACE_S",
@@ -74,7 +74,7 @@ def orphans(
     after it was delivered (less ``skew_s``), and no member that is not declared down claims it (a
     silent member's messages wait for its declaration, which hands them over at once).
 
-    >>> from frontier.nodes import NodeInfo, NodeRegistration
+    >>> from cluster.members import NodeInfo, NodeRegistration
     >>> alive = NodeInfo(NodeRegistration("a", 0, "q"), True, 100_000)
     >>> m = Membership(100_000, 30_000, (alive,))
     >>> held = {"a": Holder("a", 99_000, frozenset({"t1"}))}
@@ -107,7 +107,7 @@ def claims_said_since(
     took a moment before, and still runs. Clock-free: a word is new when its time is not the one
     noted then. Members declared down claim nothing; their messages were handed over.
 
-    >>> from frontier.nodes import NodeInfo, NodeRegistration
+    >>> from cluster.members import NodeInfo, NodeRegistration
     >>> alive = NodeInfo(NodeRegistration("a", 0, "q"), True, 100_000)
     >>> m = Membership(100_000, 30_000, (alive,))
     >>> claims_said_since({"a": Holder("a", 99_000, frozenset({"t1"}))}, m, {"a": 99_000}) is None
@@ -144,7 +144,7 @@ def held_fetch_batches(messages: Iterable[HeldMessage]) -> dict[str, list[str]]:
 
 
 class Holdings(Protocol):
-    """What the membership thread needs of the broker's holdings (``tasks.holdings.BrokerHoldings``)."""
+    """What the membership thread needs of the broker's holdings (``tasks.broker.holdings.BrokerHoldings``)."""
 
     def report(self, name: str, at_ms: int) -> None: ...
 

@@ -5,7 +5,7 @@ way to a worker: kombu takes it off its queue before it notes it as unacknowledg
 SIGKILLed in between), or a Redis failover promotes a replica that has the lease but not the
 message, or its worker's connection broke with the old primary. The lease then holds its host
 busy and its URLs out of the queue until it runs out (the job's lease time: minutes). Every fetch
-message carries a task id made of the job and the batch (``engine.batch.fetch_task_id``), so a
+message carries a task id made of the job and the batch (``engine.fetch_batch.fetch_task_id``), so a
 watchdog (one worker at a time) looks at each lease: once it has been seen for ``FIRST_LOOK_S``
 with no message of its fetch on any download queue and none unacknowledged, its URLs go back to
 the frontier (no attempt counted, the host waits its interval: ``FrontierQueue.hand_over``). A
@@ -20,10 +20,10 @@ import time
 from typing import Any
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE, queue_lists
-from engine.batch import fetch_task_id
-from engine.nodes import NODE_QUEUE_PREFIX
+from cluster.membership import NODE_QUEUE_PREFIX
+from engine.fetch_batch import fetch_task_id
 from tasks import deps
-from tasks.lost_analyses import ids_present
+from tasks.broker.lost_analyses import ids_present
 from vcrawl import redis_keys
 from vcrawl.errors import VcrawlError
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import redis
 
-from engine.log_context import CONTEXT_FIELDS, iso_time
+from telemetry.log_context import CONTEXT_FIELDS, iso_time
 from vcrawl import redis_keys
 from vcrawl.settings import LOG_LEVELS
 

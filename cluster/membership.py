@@ -34,12 +34,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from engine.alerts import Alert
-from engine.holdings import HeldMessage, Holdings, held_fetch_batches
+from cluster.holdings import HeldMessage, Holdings, held_fetch_batches
+from cluster.members import Membership, NodeInfo, NodeRegistration, NodeRegistry, RingView
+from cluster.ring import HostRing
 from engine.jobs import RuntimeCache
 from frontier import Batch, Frontier
-from frontier.nodes import Membership, NodeInfo, NodeRegistration, NodeRegistry, RingView
-from frontier.ring import HostRing
+from telemetry.alerts import Alert
 from vcrawl.errors import VcrawlError
 
 __all__ = [

@@ -4,7 +4,7 @@ Each URL goes through the one fetch step (``engine.fetch_step.fetch_one``) and c
 frozen outcome; the batch stops early when an outcome says the host needs its pause. The outcomes
 are then folded into the release of the lease (``fold_release``), which sets the host's next
 allowed time and requeues what must go again, and the stored pages and redirects are handed to the
-analysis batch (``engine.analysis_batch``).
+analysis batch (``engine.analyze_batch``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from engine.alerts import Alert, Alerter
 from engine.fetch_log import log_lines
 from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, stops_batch
 from engine.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, RuntimeCache, lease_ms
-from engine.log_context import log_context
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, SitemapRead, Stored
 from engine.sitemaps import SitemapSink, unchanged_by_hint
 from engine.warc_stage import StagedWarc
@@ -32,6 +30,8 @@ from frontier import Batch, BatchRelease, Entry, Frontier, History, RobotsCache,
 from storage import Storage, job_page_location
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
+from telemetry.alerts import Alert, Alerter
+from telemetry.log_context import log_context
 from vcrawl import names
 from vcrawl.errors import VcrawlError
 from vcrawl.payloads import FetchedBatch, RedirectLink
@@ -44,7 +44,7 @@ FETCH_ID_PREFIX = "vcrawl-fetch:"
 
 def fetch_task_id(job_id: str, batch_id: str) -> str:
     """The task id of a leased batch's fetch (also when passed on, or retried): known without asking
-    the broker, so a lease whose message was lost can be told (``tasks.lost_fetches``)."""
+    the broker, so a lease whose message was lost can be told (``tasks.broker.lost_fetches``)."""
     return f"{FETCH_ID_PREFIX}{job_id}:{batch_id}"
 
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from engine.alerts import Alert
 from engine.analysis_step import Analysis, analyze_one
 from engine.api_pages import api_links, api_records, read_api_page
-from engine.batch import CrawlEnv
+from engine.fetch_batch import CrawlEnv
 from engine.jobs import JobRuntime, SourcedLink, admit_links
-from engine.log_context import log_context
 from frontier import UrlHistory
+from telemetry.alerts import Alert
+from telemetry.log_context import log_context
 from vcrawl import names
 from vcrawl.errors import InvalidTask, MissingPage, PermanentError, RetryableError
 from vcrawl.payloads import FetchedBatch, FetchedPage, Rule
@@ -38,7 +38,7 @@ ANALYSIS_ID_PREFIX = "vcrawl-analysis:"
 
 def analysis_task_id(job_id: str, batch_id: str) -> str:
     """The task id of a fetch batch's analysis (also of its retries and of a resend): known without
-    asking the broker, so a lost message can be told (``tasks.lost_analyses``)."""
+    asking the broker, so a lost message can be told (``tasks.broker.lost_analyses``)."""
     return f"{ANALYSIS_ID_PREFIX}{job_id}:{batch_id}"
 
 

@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 from celeryconfig import ANALYSIS_QUEUE, queue_lists
-from engine.analysis_batch import analysis_task_id
+from engine.analyze_batch import analysis_task_id
 from tasks import deps
 from tasks.batches import send_analysis
 from vcrawl import redis_keys

@@ -6,7 +6,7 @@ acknowledge looks exactly like a live worker's: a worker SIGKILLed, an acknowled
 the connection in a Redis restart, a message delivered on a connection that then dropped. kombu
 puts such a note back only after the visibility timeout (an hour by default).
 
-So every worker, with each heartbeat of the membership (``engine.nodes.RingKeeper``), writes the
+So every worker, with each heartbeat of the membership (``cluster.membership.RingKeeper``), writes the
 delivery tags it holds, on the Redis clock, in ``vcrawl:holders``: those its task consumer's
 channel has not acknowledged yet, and those of every request it still has in memory (a request
 taken before a reconnection runs on, and would be acknowledged, on the new connection's QoS it is
@@ -36,8 +36,8 @@ from typing import Any
 from celery import Celery
 from celery.worker import state as worker_state
 
-from engine.holdings import GRACE_S, HeldMessage, Holder, orphans
-from frontier.nodes import Membership
+from cluster.holdings import GRACE_S, HeldMessage, Holder, orphans
+from cluster.members import Membership
 from frontier.scripts import text
 from tasks import deps
 from vcrawl import redis_keys

@@ -1,0 +1,11 @@
+"""The broker's keepers, bound to Celery and kombu: no message is lost or held by nobody.
+
+- ``tasks.broker.holdings``: who holds which unacknowledged message (kombu's ``unacked``), swept back
+  when its holder is dead.
+- ``tasks.broker.primary_watch``: after a Redis failover, messages taken before it and held by nobody go back.
+- ``tasks.broker.lost_fetches`` / ``lost_analyses``: leased batches whose message was lost, sent again.
+- ``tasks.broker.redelivery``: messages stopped workers took and never acknowledged, handed back.
+- ``tasks.broker.guard``: patches of kombu's Redis transport (QoS guard, client reuse, reconnect pace).
+- ``tasks.broker.redis_check``: what vcrawl needs from Redis to lose nothing, checked at worker start.
+- ``tasks.broker.queues``: how many messages wait on each queue.
+"""
