@@ -1,7 +1,8 @@
-"""Celery settings for vcrawl; every value comes from ``vcrawl.settings``.
+"""Celery settings for vcrawl, built when asked (``celery_settings``); every value comes from ``vcrawl.settings``.
 
-``celery -A tasks worker`` reads this module through ``tasks/app.py``; the embedded
-runner (``vcrawl demo`` / ``vcrawl crawl``) calls ``celery_settings`` with its own Settings.
+``tasks/app.py`` asks for them with the environment's ``Settings`` when the app first needs its
+configuration; the embedded runner (``vcrawl demo`` / ``vcrawl crawl``) and tests ask with their
+own. Importing this module reads nothing.
 """
 
 from __future__ import annotations
@@ -180,5 +181,3 @@ def _beat_schedule(path: str | None) -> dict[str, Any]:
     except InvalidTask as exc:
         raise ConfigError(f"VCRAWL_SCHEDULES_FILE={path}: {exc}") from None
 
-
-globals().update(celery_settings(Settings.from_env()))

@@ -13,27 +13,14 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, TextIO
 
-from celery.signals import (
-    celeryd_after_setup,
-    worker_init,
-    worker_process_init,
-    worker_process_shutdown,
-    worker_ready,
-    worker_shutdown,
-)
-
-from analyzers import load_plugins
-from cluster.fence import SentinelFence
-from cluster.membership import RingKeeper, node_queue, nodes_listing
+from cluster.membership import nodes_listing
 from engine import jobs as _jobs
 from engine.api_pages import check_secrets
 from engine.trail import STATES, TERMINAL_STATES
 from fetchers.proxy_pool import read_pool as _read_proxy_pool
-from frontier import load_filters
 from storage import Storage
 from storage import records as _records
 from tasks import deps
-from tasks import log_setup as _log_setup  # noqa: F401 - connects the logging signals
 from tasks.analysis_facade import (
     analysis_run,
     analysis_runs,
@@ -44,18 +31,15 @@ from tasks.analysis_facade import (
 )
 from tasks.analyze import analyze
 from tasks.app import app
-from tasks.batch_analysis import batch_map, batch_reduce, run_watchdog, start_batch_analysis
-from tasks.batches import analyze_batch, dispatch_batch, fetch_batch
+from tasks.batch_analysis import batch_map, batch_reduce, start_batch_analysis
+from tasks.batches import analyze_batch, fetch_batch
 from tasks.broker import queues as _queues
 from tasks.broker.holdings import BrokerHoldings
-from tasks.broker.primary_watch import primary_watch
 from tasks.broker.redelivery import requeue_unacked as _requeue_unacked
-from tasks.broker.redis_check import check_redis_persistence
 from tasks.crawl import crawl
 from tasks.failures import record_failure
 from tasks.fetch import fetch
 from tasks.proxy_harvest import harvest_proxies
-from tasks.redis_clients import make_fence
 from tasks.scheduled import start_cycle
 from telemetry import log_stream as _log_stream
 from vcrawl.errors import ConfigError, InvalidTask
@@ -370,97 +354,3 @@ def export_records(job_id: str, out: TextIO, fmt: str, data: str | None = None) 
     """
     current = deps.settings() if data is None else replace(deps.settings(), data=data)
     return _records.export_records(Storage.from_settings(current), f"jobs/{job_id}/records", out, fmt)
-
-
-@worker_init.connect
-def _check_configuration(**_: Any) -> None:
-    # Fail at start-up, naming the variable or plugin, rather than on the first task.
-    # Celery logs and swallows exceptions from signal handlers, but not SystemExit.
-    try:
-        check_settings()
-        load_plugins()
-        load_filters()  # vcrawl.filters: a name taken twice stops the worker here
-        deps.fetchers()  # vcrawl.fetchers: the same
-        check_redis_persistence(deps.redis_client())  # warns loudly; a worker still starts
-    except ConfigError as exc:
-        logging.getLogger("vcrawl").critical("vcrawl cannot start: %s", exc)
-        raise SystemExit(f"vcrawl: configuration error: {exc}") from exc
-
-
-_node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
-_keeper: dict[str, RingKeeper] = {}  # this worker's membership thread, once it runs
-_watchdog = run_watchdog()
-_primary_watch = primary_watch(app)
-_fence: dict[str, SentinelFence] = {}  # this worker's, once it is ready (behind Sentinel only)
-
-
-@celeryd_after_setup.connect
-def _consume_own_queue(sender: str, instance: Any, **_: Any) -> None:
-    # A ring node also consumes its own queue: the batches of the hosts it owns.
-    _node["name"] = str(sender)
-    if deps.settings().ring_weight > 0:
-        instance.app.amqp.queues.select_add(node_queue(str(sender)))
-
-
-@worker_process_init.connect
-def _fresh_clients_after_fork(**_: Any) -> None:
-    # A pool child must not share the parent's sockets.
-    deps.reset(deps.settings())
-
-
-@worker_ready.connect
-def _start_pump(sender: Any = None, **_: Any) -> None:
-    # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
-    if deps.settings().pump:
-        deps.pump(dispatch_batch).start()
-    # A job's WARC files and record parts ship when it completes (a prefork child starts its own).
-    deps.output_shipper().start()
-    # A member (on the ring if a ring node): it beats, says which messages it holds, watches for
-    # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
-    name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
-    holdings = BrokerHoldings(app, consumer=sender)
-    if name:
-        try:
-            holdings.reclaim_own(name)
-        except Exception:
-            logging.getLogger("vcrawl").exception("could not put back what the previous %s held", name)
-    _keeper["keeper"] = deps.ring_keeper(name, holdings).start()
-    _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
-    _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
-    if (fence := make_fence(deps.settings())) is not None:  # Redis behind Sentinel
-        _fence["fence"] = fence.start()  # no write lands on an old primary about to be wiped
-    try:  # records and WARC files a killed worker on this machine spooled but never shipped
-        deps.recover_spools()
-    except Exception:
-        logging.getLogger("vcrawl").exception("could not ship the spools of stopped workers")
-
-
-@worker_shutdown.connect
-def _stop_pump(**_: Any) -> None:
-    if deps.settings().pump:
-        deps.pump(dispatch_batch).stop()
-    if (keeper := _keeper.pop("keeper", None)) is not None:
-        keeper.stop(leave=True)
-    _watchdog.stop()
-    _primary_watch.stop()
-    if (fence := _fence.pop("fence", None)) is not None:
-        fence.stop()
-    deps.output_shipper().stop()
-    _release_process_resources()
-
-
-@worker_process_shutdown.connect
-def _quit_browser(**_: Any) -> None:
-    # A prefork child (recycled by max_tasks_per_child, or at shutdown) quits its own browser
-    # and ships its records and WARC files.
-    _release_process_resources()
-
-
-def _release_process_resources() -> None:
-    # Each step on its own: a store that fails must not keep the browser alive or the WARC unshipped.
-    # Last: clearing this process's notes of unshipped output, once it is shipped.
-    for step in (deps.fetchers().close, deps.flush_records, deps.close_warc, deps.output_shipper().ship_all):
-        try:
-            step()
-        except Exception:
-            logging.getLogger("vcrawl").exception("shutdown step %s failed", step.__name__)

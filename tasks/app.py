@@ -1,4 +1,10 @@
-"""The Celery application; configuration comes from ``celeryconfig``."""
+"""The Celery application: its configuration is built from ``vcrawl.settings`` when first needed.
+
+``celeryconfig.celery_settings`` turns this process's ``Settings`` into Celery's settings; they are
+read from the environment when the app first needs its configuration (a worker starting, a task
+sent), never at import. ``include`` lists what every worker imports at start: the task modules and
+``tasks.boot``, the worker's boot (its signals), which nothing else imports.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +12,22 @@ from typing import Any
 
 from celery import Celery
 
+from celeryconfig import celery_settings
 from tasks.broker.guard import guard_redis_qos, reconnect_at_transport_pace, reuse_redis_clients
+from vcrawl.settings import Settings
 
 __all__ = ["app"]
 
-app = Celery(
-    "vcrawl",
-    include=["tasks.crawl", "tasks.fetch", "tasks.analyze", "tasks.failures", "tasks.batches", "tasks.proxy_harvest"],
+_TASK_MODULES = (
+    "tasks.crawl",
+    "tasks.fetch",
+    "tasks.analyze",
+    "tasks.failures",
+    "tasks.batches",
+    "tasks.proxy_harvest",
 )
-app.config_from_object("celeryconfig")
+app = Celery("vcrawl", include=[*_TASK_MODULES, "tasks.boot"])
+app.add_defaults(lambda: celery_settings(Settings.from_env()))
 
 
 @app.on_after_configure.connect

@@ -1,0 +1,137 @@
+"""A worker's boot: the Celery signals a worker (and beat) wires when it starts, and nothing else does.
+
+``tasks.app`` lists this module in the app's ``include``: Celery imports it when a worker starts
+(``WorkController`` calls ``loader.init_worker`` before any worker signal is sent and before logging
+is set up), and beat likewise. The façade (``import tasks``) never imports it, so importing the
+façade, as the command line and the API do, wires nothing.
+
+At start a worker checks its configuration and plug-ins (``worker_init``), consumes its node's own
+queue (``celeryd_after_setup``), and once ready starts its frontier pump, output shipper, membership
+keeper and watchers (``worker_ready``); it stops them at shutdown, and every process releases its
+browser and ships its outputs when it ends.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import (
+    celeryd_after_setup,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
+)
+
+from analyzers import load_plugins
+from cluster.fence import SentinelFence
+from cluster.membership import RingKeeper, node_queue
+from frontier import load_filters
+from tasks import check_settings, deps
+from tasks import log_setup as _log_setup  # noqa: F401 - connects the logging signals
+from tasks.app import app
+from tasks.batch_analysis import run_watchdog
+from tasks.batches import dispatch_batch
+from tasks.broker.holdings import BrokerHoldings
+from tasks.broker.primary_watch import primary_watch
+from tasks.broker.redis_check import check_redis_persistence
+from tasks.redis_clients import make_fence
+from vcrawl.errors import ConfigError
+
+__all__: list[str] = []
+
+
+@worker_init.connect
+def _check_configuration(**_: Any) -> None:
+    # Fail at start-up, naming the variable or plugin, rather than on the first task.
+    # Celery logs and swallows exceptions from signal handlers, but not SystemExit.
+    try:
+        check_settings()
+        load_plugins()
+        load_filters()  # vcrawl.filters: a name taken twice stops the worker here
+        deps.fetchers()  # vcrawl.fetchers: the same
+        check_redis_persistence(deps.redis_client())  # warns loudly; a worker still starts
+    except ConfigError as exc:
+        logging.getLogger("vcrawl").critical("vcrawl cannot start: %s", exc)
+        raise SystemExit(f"vcrawl: configuration error: {exc}") from exc
+
+
+_node: dict[str, str] = {}  # this worker's node name (Celery's -n), once it is known
+_keeper: dict[str, RingKeeper] = {}  # this worker's membership thread, once it runs
+_watchdog = run_watchdog()
+_primary_watch = primary_watch(app)
+_fence: dict[str, SentinelFence] = {}  # this worker's, once it is ready (behind Sentinel only)
+
+
+@celeryd_after_setup.connect
+def _consume_own_queue(sender: str, instance: Any, **_: Any) -> None:
+    # A ring node also consumes its own queue: the batches of the hosts it owns.
+    _node["name"] = str(sender)
+    if deps.settings().ring_weight > 0:
+        instance.app.amqp.queues.select_add(node_queue(str(sender)))
+
+
+@worker_process_init.connect
+def _fresh_clients_after_fork(**_: Any) -> None:
+    # A pool child must not share the parent's sockets.
+    deps.reset(deps.settings())
+
+
+@worker_ready.connect
+def _start_pump(sender: Any = None, **_: Any) -> None:
+    # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
+    if deps.settings().pump:
+        deps.pump(dispatch_batch).start()
+    # A job's WARC files and record parts ship when it completes (a prefork child starts its own).
+    deps.output_shipper().start()
+    # A member (on the ring if a ring node): it beats, says which messages it holds, watches for
+    # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
+    name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
+    holdings = BrokerHoldings(app, consumer=sender)
+    if name:
+        try:
+            holdings.reclaim_own(name)
+        except Exception:
+            logging.getLogger("vcrawl").exception("could not put back what the previous %s held", name)
+    _keeper["keeper"] = deps.ring_keeper(name, holdings).start()
+    _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
+    _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
+    if (fence := make_fence(deps.settings())) is not None:  # Redis behind Sentinel
+        _fence["fence"] = fence.start()  # no write lands on an old primary about to be wiped
+    try:  # records and WARC files a killed worker on this machine spooled but never shipped
+        deps.recover_spools()
+    except Exception:
+        logging.getLogger("vcrawl").exception("could not ship the spools of stopped workers")
+
+
+@worker_shutdown.connect
+def _stop_pump(**_: Any) -> None:
+    if deps.settings().pump:
+        deps.pump(dispatch_batch).stop()
+    if (keeper := _keeper.pop("keeper", None)) is not None:
+        keeper.stop(leave=True)
+    _watchdog.stop()
+    _primary_watch.stop()
+    if (fence := _fence.pop("fence", None)) is not None:
+        fence.stop()
+    deps.output_shipper().stop()
+    _release_process_resources()
+
+
+@worker_process_shutdown.connect
+def _quit_browser(**_: Any) -> None:
+    # A prefork child (recycled by max_tasks_per_child, or at shutdown) quits its own browser
+    # and ships its records and WARC files.
+    _release_process_resources()
+
+
+def _release_process_resources() -> None:
+    # Each step on its own: a store that fails must not keep the browser alive or the WARC unshipped.
+    # Last: clearing this process's notes of unshipped output, once it is shipped.
+    for step in (deps.fetchers().close, deps.flush_records, deps.close_warc, deps.output_shipper().ship_all):
+        try:
+            step()
+        except Exception:
+            logging.getLogger("vcrawl").exception("shutdown step %s failed", step.__name__)
