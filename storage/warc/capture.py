@@ -81,28 +81,7 @@ class Captures:
         request_http = StatusAndHeaders(f"GET {target} HTTP/1.1", sent, is_http_request=True)
 
         def write(spool: Spool) -> tuple[Any, int, int]:
-            response = spool.writer.create_warc_record(
-                url,
-                "response",
-                payload=BytesIO(body),
-                length=len(body),
-                http_headers=response_http,
-                warc_headers_dict=warc_headers,
-            )
-            request = spool.writer.create_warc_record(
-                url,
-                "request",
-                payload=BytesIO(),
-                length=0,
-                http_headers=request_http,
-                warc_headers_dict={
-                    **warc_headers,
-                    "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
-                },
-            )
-            offset, length = spool.write(response)
-            spool.write(request)
-            return response, offset, length
+            return _write_exchange(spool, url, body, response_http, request_http, warc_headers)
 
         return self._capture(url, timestamp, status, _mime(response_headers), write)
 
@@ -174,6 +153,39 @@ def write_capture(
         offset=offset,
         length=length,
     )
+
+
+def _write_exchange(
+    spool: Spool,
+    url: str,
+    body: bytes,
+    response_http: StatusAndHeaders,
+    request_http: StatusAndHeaders,
+    warc_headers: dict[str, str],
+) -> tuple[Any, int, int]:
+    """Write the ``response`` then the ``request`` record of one fetch; return the response and its place."""
+    response = spool.writer.create_warc_record(
+        url,
+        "response",
+        payload=BytesIO(body),
+        length=len(body),
+        http_headers=response_http,
+        warc_headers_dict=warc_headers,
+    )
+    request = spool.writer.create_warc_record(
+        url,
+        "request",
+        payload=BytesIO(),
+        length=0,
+        http_headers=request_http,
+        warc_headers_dict={
+            **warc_headers,
+            "WARC-Concurrent-To": response.rec_headers.get_header("WARC-Record-ID"),
+        },
+    )
+    offset, length = spool.write(response)
+    spool.write(request)
+    return response, offset, length
 
 
 def _request_target(url: str) -> tuple[str, str]:
