@@ -19,7 +19,7 @@ from typing import Any
 from engine.analysis_step import Analysis, analyze_one
 from engine.api_pages import api_links, api_records, read_api_page
 from engine.fetch_batch import CrawlEnv
-from engine.jobs import JobRuntime, SourcedLink, admit_links
+from engine.jobs import JobRuntime, Link, admit_links
 from frontier import UrlHistory
 from telemetry.alerts import Alert
 from telemetry.log_context import log_context
@@ -40,9 +40,6 @@ def analysis_task_id(job_id: str, batch_id: str) -> str:
     """The task id of a fetch batch's analysis (also of its retries and of a resend): known without
     asking the broker, so a lost message can be told (``tasks.broker.lost_analyses``)."""
     return f"{ANALYSIS_ID_PREFIX}{job_id}:{batch_id}"
-
-
-Link = tuple[str, int, int]  # (url, depth, redirects_left)
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,7 @@ class CarriedAnalysis:
             return cls(
                 attempt=int(data["attempt"]),
                 page_links={
-                    str(page): tuple((str(u), int(d), int(r)) for u, d, r in links)
+                    str(page): tuple(Link(str(u), int(d), int(r)) for u, d, r in links)
                     for page, links in data["page_links"].items()
                 },
                 not_analysed=tuple(str(url) for url in data["not_analysed"]),
@@ -84,7 +81,10 @@ class CarriedAnalysis:
         """The JSON form."""
         return {
             "attempt": self.attempt,
-            "page_links": {page: [list(link) for link in links] for page, links in self.page_links.items()},
+            "page_links": {  # [url, depth, redirects_left]: a page's links, as the first attempt sent them
+                page: [[link.url, link.depth, link.redirects_left] for link in links]
+                for page, links in self.page_links.items()
+            },
             "not_analysed": list(self.not_analysed),
             "counters": dict(self.counters),
         }
@@ -172,10 +172,10 @@ def run_analyze_batch(
             "completed": admission.completed}  # fmt: skip
 
 
-def _links_in_order(batch: FetchedBatch, page_links: Mapping[str, tuple[Link, ...]]) -> list[SourcedLink]:
+def _links_in_order(batch: FetchedBatch, page_links: Mapping[str, tuple[Link, ...]]) -> list[Link]:
     """The batch's links in the order of its pages, then its redirect targets, each with where it was found."""
-    links = [(*link, 0, page.url) for page in batch.pages for link in page_links.get(page.url, ())]
-    links.extend((hop.target, hop.depth, hop.redirects_left, 0, hop.url) for hop in batch.redirects)
+    links = [link._replace(source=page.url) for page in batch.pages for link in page_links.get(page.url, ())]
+    links.extend(Link(hop.target, hop.depth, hop.redirects_left, source=hop.url) for hop in batch.redirects)
     return links
 
 
@@ -265,7 +265,7 @@ def _count_links(
     if analysis.links_truncated:  # past the job's max_links_per_page: never canonicalised nor sent to admission
         counters[names.COUNTER_LINKS_TRUNCATED] += analysis.links_truncated
     max_redirects = runtime.limits.max_redirects
-    return tuple((url, page.depth + 1, max_redirects) for url in analysis.links)
+    return tuple(Link(url, page.depth + 1, max_redirects) for url in analysis.links)
 
 
 def _alert_analysis(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, error: str, attempts: int) -> None:

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from analyzers import ApiAnswer, read_answer
+from engine.jobs import Link
 from engine.outcomes import FetchOutcome
 from fetchers import FetchResult
 from storage import Storage
@@ -170,10 +171,10 @@ def single_result(answer: ApiAnswer) -> dict[str, Any]:
     return {"records": list(answer.records), "next": answer.next_url, "follow": list(answer.follow)}
 
 
-def api_links(answer: ApiAnswer, page: FetchedPage, redirects_left: int) -> tuple[tuple[str, int, int], ...]:
-    """The answer's links as ``(url, depth, redirects_left)``: the next page at the page's depth, follow-ups deeper."""
-    links = [(answer.next_url, page.depth, redirects_left)] if answer.next_url is not None else []
-    links.extend((url, page.depth + 1, redirects_left) for url in answer.follow)
+def api_links(answer: ApiAnswer, page: FetchedPage, redirects_left: int) -> tuple[Link, ...]:
+    """The answer's links: the next page at the page's depth, follow-ups one deeper."""
+    links = [Link(answer.next_url, page.depth, redirects_left)] if answer.next_url is not None else []
+    links.extend(Link(url, page.depth + 1, redirects_left) for url in answer.follow)
     return tuple(links)
 
 

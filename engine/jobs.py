@@ -11,7 +11,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from analyzers.batch_registry import batch_analyzer_names
@@ -61,8 +61,18 @@ __all__ = [
     "start",
 ]
 
-Link = tuple[str, int, int, int]  # (url, depth, redirects_left, sitemap level: 0 for a page)
-SourcedLink = tuple[str, int, int, int, str]  # a Link and the page (or redirect) it was found on
+
+
+class Link(NamedTuple):
+    """A URL to admit: how deep it is, how many redirects it may still follow, the sitemap level it
+    comes from (0: a page's link, 1: a sitemap named by a job or robots.txt, ...) and the page or
+    redirect it was found on ("" for seeds and sitemaps)."""
+
+    url: str
+    depth: int
+    redirects_left: int
+    sitemap: int = 0
+    source: str = ""
 
 _ADMIT_CHUNK = 1000  # URLs per admission script call: each call blocks Redis ~10 us per URL
 
@@ -269,7 +279,7 @@ def lease_ms(runtime: JobRuntime) -> float:
 def admit_links(
     runtime: JobRuntime,
     frontier: Frontier,
-    links: Iterable[tuple[str, int, int] | Link | SourcedLink],
+    links: Iterable[Link | tuple[str, int, int]],
     *,
     done: int,
     token: str,
@@ -280,8 +290,8 @@ def admit_links(
     analysed_batch: str | None = None,
     sitemap_priorities: Mapping[str, float] | None = None,
 ) -> Admission:
-    """Canonicalize, filter, dedup and queue ``(url, depth, redirects_left[, sitemap level[, source
-    url]])`` links; finish ``done`` URLs.
+    """Canonicalize, filter, dedup and queue links (a plain ``(url, depth, redirects_left)`` is a
+    page's link found nowhere in particular); finish ``done`` URLs.
 
     Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call): the
     built-in filters first, then the job's own (``frontier.filter_registry``).
@@ -306,13 +316,12 @@ def admit_links(
     listed_priorities = sitemap_priorities or {}
     candidates: list[Candidate] = []
     local: set[str] = set()
-    for url, depth, redirects_left, *kind in links:
+    for url, depth, redirects_left, sitemap, source in (Link(*link) for link in links):
         try:
             canonical = canonical_url(url)
         except ValueError:
             counters["filtered:malformed"] += 1
             continue
-        sitemap, source = (kind[0] if kind else 0), (str(kind[1]) if len(kind) > 1 else "")
         context = AdmissionContext(runtime.job_id, depth, sitemap_scope if sitemap else scope, source, seeds,
                                    bool(sitemap))  # fmt: skip
         reason = chain.reject_reason(canonical, context)
@@ -380,12 +389,12 @@ def seed_links(spec: JobSpec, max_redirects: int) -> list[Link]:
     """What a job (each cycle of a scheduled one) starts with: its seeds, then its sitemaps: a
     discovery entry per seed origin (its robots.txt, read as a sitemap: ``engine.sitemaps``), or
     the sitemaps the job lists."""
-    seeds: list[Link] = [(seed, 0, max_redirects, 0) for seed in spec.seeds]
+    seeds = [Link(seed, 0, max_redirects) for seed in spec.seeds]
     if spec.sitemaps is True or spec.sitemaps == ROBOTS_SITEMAPS:
         origins = dict.fromkeys(origin(seed) for seed in spec.seeds)
-        return [*seeds, *((f"{base}/robots.txt", 0, max_redirects, 1) for base in origins)]
+        return [*seeds, *(Link(f"{base}/robots.txt", 0, max_redirects, sitemap=1) for base in origins)]
     listed = spec.sitemaps if isinstance(spec.sitemaps, tuple) else ()
-    return [*seeds, *((url, 0, max_redirects, 1) for url in listed)]
+    return [*seeds, *(Link(url, 0, max_redirects, sitemap=1) for url in listed)]
 
 
 LIVE_KEYS = {

@@ -64,7 +64,7 @@ def discovery_links(
     named = [item for item in robots_sitemaps if urlsplit(item).scheme in ("http", "https")]
     if not named and probe:
         named = [f"{origin(url)}/sitemap.xml"]
-    return [(item, depth, redirects_left, 1) for item in named]
+    return [Link(item, depth, redirects_left, sitemap=1) for item in named]
 
 
 def listed_links(sitemap: Sitemap, level: int, depth: int, redirects_left: int) -> tuple[list[Link], int]:
@@ -72,8 +72,8 @@ def listed_links(sitemap: Sitemap, level: int, depth: int, redirects_left: int) 
     if sitemap.kind == "index":
         if level >= MAX_NESTING:
             return [], len(sitemap.urls)
-        return [(item.url, depth, redirects_left, level + 1) for item in sitemap.urls], 0
-    return [(item.url, depth + 1, redirects_left, 0) for item in sitemap.urls], 0
+        return [Link(item.url, depth, redirects_left, sitemap=level + 1) for item in sitemap.urls], 0
+    return [Link(item.url, depth + 1, redirects_left) for item in sitemap.urls], 0
 
 
 @dataclass(frozen=True)

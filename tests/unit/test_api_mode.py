@@ -21,6 +21,7 @@ from engine.api_pages import (
 )
 from engine.fetch_batch import fold_release
 from engine.fetch_step import stops_batch
+from engine.jobs import Link
 from engine.outcomes import Stored, Visit
 from fetchers import FetchResult
 from frontier import Entry, canonical_url
@@ -212,9 +213,9 @@ def test_follow_ups_are_one_level_deeper_and_next_pages_at_the_same_depth() -> N
     )
     page = FetchedPage(API, API, "p", 200, 10, depth=2, fetched_at="2026-11-26T00:00:00+00:00", ip="127.0.0.1")
     assert api_links(answer, page, 5) == (
-        (f"{API}?page=2", 2, 5),
-        ("http://api.test/d/1", 3, 5),
-        ("http://api.test/d/2", 3, 5),
+        Link(f"{API}?page=2", 2, 5),
+        Link("http://api.test/d/1", 3, 5),
+        Link("http://api.test/d/2", 3, 5),
     )
     records = api_records(answer, page, "job-1")
     assert [(r["analyzer"], r["index"], r["data"], r["job"]) for r in records] == [

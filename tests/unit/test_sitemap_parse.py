@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from analyzers.sitemaps import Sitemap, SitemapUrl, parse_sitemap
+from engine.jobs import Link
 from engine.sitemaps import MAX_NESTING, SitemapHint, discovery_links, listed_links, unchanged_by_hint
 
 NS = "http://www.sitemaps.org/schemas/sitemap/0.9"
@@ -85,14 +86,14 @@ def test_hostile_files_end_with_a_reason_and_nothing_outside_is_read(body: bytes
 
 def test_links_of_a_sitemap_nest_at_most_three_levels() -> None:
     pages = Sitemap("urlset", (SitemapUrl("http://a.test/1"),))
-    assert listed_links(pages, 2, 0, 5) == ([("http://a.test/1", 1, 5, 0)], 0)
+    assert listed_links(pages, 2, 0, 5) == ([Link("http://a.test/1", 1, 5)], 0)
     index = Sitemap("index", (SitemapUrl("http://a.test/s.xml"),))
-    assert listed_links(index, 1, 0, 5) == ([("http://a.test/s.xml", 0, 5, 2)], 0)
+    assert listed_links(index, 1, 0, 5) == ([Link("http://a.test/s.xml", 0, 5, sitemap=2)], 0)
     assert listed_links(index, MAX_NESTING, 0, 5) == ([], 1)
-    assert discovery_links("http://a.test/robots.txt", (), 0, 5) == [("http://a.test/sitemap.xml", 0, 5, 1)]
+    assert discovery_links("http://a.test/robots.txt", (), 0, 5) == [Link("http://a.test/sitemap.xml", 0, 5, sitemap=1)]
     assert discovery_links("http://a.test/robots.txt", (), 0, 5, probe=False) == []  # the default: robots.txt only
     assert discovery_links("http://a.test/robots.txt", ("https://cdn.test/s.xml", "/x"), 0, 5) == [
-        ("https://cdn.test/s.xml", 0, 5, 1)
+        Link("https://cdn.test/s.xml", 0, 5, sitemap=1)
     ]
 
 
