@@ -118,7 +118,7 @@ def _next_url(spec: ApiSpec, url: str, document: Any, count: int) -> str | None:
         cursor = None if document is None else _search(spec.cursor.field, document)
         if cursor is None or cursor == "" or cursor is False:
             return None
-        return with_param(url, spec.cursor.param, _text(cursor))
+        return with_param(url, spec.cursor.param, _query_value(cursor))
     paging = spec.page or spec.offset
     if paging is None:
         return None
@@ -172,6 +172,6 @@ def with_param(url: str, name: str, value: str) -> str:
     return parts._replace(query=urlencode(query), fragment="").geturl()
 
 
-def _text(value: Any) -> str:
+def _query_value(value: Any) -> str:
     """A cursor as a query value: strings as they are, numbers and others as JSON."""
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))

@@ -11,11 +11,12 @@ from typing import Any
 
 import redis
 
-from vcrawl import redis_keys
+from vcrawl import names, redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["RUN_STATES", "AnalysisRuns"]
 
-RUN_STATES = ("running", "done", "failed")
+RUN_STATES = (names.RUN_RUNNING, names.RUN_DONE, names.RUN_FAILED)
 _INT_FIELDS = frozenset({"chunks", "urls", "pages", "cycle", "chunk_size"})
 _FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at", "reducing_at", "progress_at"})
 
@@ -30,7 +31,9 @@ class AnalysisRuns:
         """Record a run that is starting (``fields``: analyzer, kind, chunks, urls, ...)."""
         values = {key: "" if value is None else value for key, value in fields.items()}
         pipe = self._redis.pipeline(transaction=True)
-        pipe.hset(redis_keys.analysis_run(job_id, run_id), mapping={**values, "state": "running", "started_at": now})
+        pipe.hset(
+            redis_keys.analysis_run(job_id, run_id), mapping={**values, "state": names.RUN_RUNNING, "started_at": now}
+        )
         pipe.zadd(redis_keys.job_analyses(job_id), {run_id: now})
         pipe.sadd(redis_keys.analyses_running(), f"{job_id}\t{run_id}")
         pipe.execute()
@@ -51,9 +54,9 @@ class AnalysisRuns:
         but whose reduce has not begun ``reduce_due_s`` after; runs no longer running leave the set."""
         stalled = []
         for member in self._redis.smembers(redis_keys.analyses_running()):
-            job_id, _, run_id = _text(member).partition("\t")
+            job_id, _, run_id = text(member).partition("\t")
             run = self.get(job_id, run_id)
-            if run is None or run.get("state") != "running":
+            if run is None or run.get("state") != names.RUN_RUNNING:
                 self._redis.srem(redis_keys.analyses_running(), member)
                 continue
             moved = max(run.get(name) or 0.0 for name in ("started_at", "progress_at", "reducing_at"))
@@ -70,7 +73,7 @@ class AnalysisRuns:
         """Record the run's result location."""
         key = redis_keys.analysis_run(job_id, run_id)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(key, mapping={"state": "done", "result": result, "finished_at": now, "error": ""})
+        pipe.hset(key, mapping={"state": names.RUN_DONE, "result": result, "finished_at": now, "error": ""})
         pipe.srem(redis_keys.analyses_running(), f"{job_id}\t{run_id}")
         pipe.execute()
 
@@ -78,7 +81,7 @@ class AnalysisRuns:
         """Record a run that ended without a result."""
         key = redis_keys.analysis_run(job_id, run_id)
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hset(key, mapping={"state": "failed", "error": error[:2000], "finished_at": now})
+        pipe.hset(key, mapping={"state": names.RUN_FAILED, "error": error[:2000], "finished_at": now})
         pipe.srem(redis_keys.analyses_running(), f"{job_id}\t{run_id}")
         pipe.execute()
 
@@ -94,7 +97,7 @@ class AnalysisRuns:
 
     def list(self, job_id: str, limit: int = 20) -> list[dict[str, Any]]:
         """A job's latest runs, newest first."""
-        run_ids = [_text(run) for run in self._redis.zrevrange(redis_keys.job_analyses(job_id), 0, limit - 1)]
+        run_ids = [text(run) for run in self._redis.zrevrange(redis_keys.job_analyses(job_id), 0, limit - 1)]
         runs = (self.get(job_id, run_id) for run_id in run_ids)
         return [run for run in runs if run is not None]
 
@@ -102,16 +105,12 @@ class AnalysisRuns:
 def _decode(run_id: str, raw: Mapping[Any, Any], done: int) -> dict[str, Any]:
     run: dict[str, Any] = {"run": run_id}
     for key, value in raw.items():
-        name, text = _text(key), _text(value)
-        if name in _INT_FIELDS and text:
-            run[name] = int(text)
-        elif name in _FLOAT_FIELDS and text:
-            run[name] = float(text)
+        name, shown = text(key), text(value)
+        if name in _INT_FIELDS and shown:
+            run[name] = int(shown)
+        elif name in _FLOAT_FIELDS and shown:
+            run[name] = float(shown)
         else:
-            run[name] = text or None
+            run[name] = shown or None
     run["chunks_done"] = min(done, int(run.get("chunks") or 0))
     return run
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -30,7 +30,15 @@ from analyzers.batch_registry import get_batch_analyzer
 from batch_analysis.runs import AnalysisRuns
 from engine.fetch_log import LoggedUrl, latest_by_url, read_fetch_log
 from frontier import canonical_url
-from storage import CdxEntry, Storage, job_result_location, read_response
+from storage import (
+    CdxEntry,
+    Storage,
+    job_analysis_run_location,
+    job_replay_location,
+    job_result_location,
+    job_warc_location,
+    read_response,
+)
 from vcrawl.errors import InvalidTask, MissingPage, RetryableError
 from vcrawl.payloads import FieldRule, field_rules
 
@@ -80,7 +88,7 @@ class RunPlan:
 
 def run_folder(job_id: str, run_id: str) -> str:
     """Where a run's work files are kept, under the data root."""
-    return f"jobs/{job_id}/analysis/{run_id}"
+    return job_analysis_run_location(job_id, run_id)
 
 
 def new_run_id(analyzer: str, now: float) -> str:
@@ -184,8 +192,8 @@ def reduce_run(store: Storage, runs: AnalysisRuns, job_id: str, run_id: str, par
     parts = _read_partials(store, partials)
     head = {"job": job_id, "analyzer": plan.analyzer, "cycle": plan.cycle, "run": run_id}
     if plan.kind == "replay":
-        location = f"jobs/{job_id}/replays/{run_id}/summary.json"
-        result = {**head, **_replay_totals(parts), "records_in": f"jobs/{job_id}/replays/{run_id}/records"}
+        location = f"{job_replay_location(job_id, run_id)}/summary.json"
+        result = {**head, **_replay_totals(parts), "records_in": f"{job_replay_location(job_id, run_id)}/records"}
     else:
         location = job_result_location(job_id, plan.analyzer, plan.cycle)
         result = {**head, "urls": plan.urls, **get_batch_analyzer(plan.analyzer).reduce(parts)}
@@ -248,7 +256,7 @@ class _Bodies:
     def _index(self) -> dict[str, CdxEntry]:
         """The latest 200 capture of each URL, from every ``.cdxj`` index of the job."""
         captures: dict[str, CdxEntry] = {}
-        for index in self._store.list_files(f"jobs/{self._job_id}/warc"):
+        for index in self._store.list_files(job_warc_location(self._job_id)):
             if index.endswith(".cdxj"):
                 for raw in self._store.read_bytes(index).decode("utf-8").splitlines():
                     entry = CdxEntry.from_line(raw)
@@ -315,7 +323,8 @@ def _replay_chunk(
         }
         records.append(json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str).encode() + b"\n")
     if records:  # one whole file per chunk: a redelivered map writes the same file again
-        store.write_bytes(f"jobs/{plan.job}/replays/{plan.run}/records/chunk-{index:05d}.jsonl", b"".join(records))
+        location = f"{job_replay_location(plan.job, plan.run)}/records/chunk-{index:05d}.jsonl"
+        store.write_bytes(location, b"".join(records))
     return {"pages": len(lines), "records": len(records), "failed": dict(failed), "errors": errors[:_MAX_ERRORS]}
 
 

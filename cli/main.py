@@ -24,6 +24,7 @@ from cli.progress import OUTPUTS_WAIT_S, follow, report, summary_of, wait_for_ou
 from cli.proxies import add_proxies_command
 from cli.run import add_network_option, add_run_options, allowing, run_job_locally
 from cli.stats import add_stats_command
+from vcrawl import names
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec, load_job_file
 from vcrawl.settings import Settings, child_environment
@@ -196,7 +197,7 @@ def _cmd_submit(args: argparse.Namespace) -> int:
               f"records of it {OUTPUTS_WAIT_S:g} s after it ended (see outputs_pending in vcrawl status {job_id})",
               file=sys.stderr)  # fmt: skip
         return 1
-    return 0 if summary.state == "completed" else 1
+    return 0 if summary.state == names.STATE_COMPLETED else 1
 
 
 def _cmd_status(args: argparse.Namespace) -> int:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vcrawl import names
 from views.status import JobStatus
 
 __all__ = ["OUTPUTS_WAIT_S", "RunSummary", "follow", "redis_cost", "report", "summary_of", "wait_for_outputs"]
@@ -33,7 +34,7 @@ def follow(
     last_print, last = 0.0, ""
     while not interrupted():
         status = tasks.job_status(job_id, with_outputs=False) or {}  # no store listing four times a second
-        if status.get("state") != "running":
+        if status.get("state") != names.STATE_RUNNING:
             if tty:
                 print(file=sys.stderr)
             return status

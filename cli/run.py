@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from cli.progress import follow, redis_cost, report, summary_of
 from cli.saved_state import RedisHome
+from vcrawl import names
 from vcrawl.errors import ConfigError
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings, child_environment
@@ -156,10 +157,10 @@ def _resume(run: _LocalRun, job_id: str) -> int:
         print(f"vcrawl: no job {job_id!r} in the saved state of {run.data_dir} (jobs there: {known})",
               file=sys.stderr)  # fmt: skip
         return 1
-    if status["state"] in ("cancelled", "failed"):
+    if status["state"] in (names.STATE_CANCELLED, names.STATE_FAILED):
         print(f"vcrawl: job {job_id} was {status['state']}; it cannot be resumed", file=sys.stderr)
         return 1
-    if status["state"] == "completed":
+    if status["state"] == names.STATE_COMPLETED:
         print(f"job {job_id} had already completed; nothing to resume", file=sys.stderr)
         return run.finish(status)
     restored = tasks.requeue_unacked()  # before any worker runs: every such message is an orphan
@@ -174,7 +175,7 @@ def _resume(run: _LocalRun, job_id: str) -> int:
     run.start_workers()
 
     def begin() -> str:
-        state = tasks.resume_job(job_id) if status["state"] == "paused" else status["state"]
+        state = tasks.resume_job(job_id) if status["state"] == names.STATE_PAUSED else status["state"]
         print(f"job {job_id} resumed ({state}): {status['pages_stored']} pages stored before, "
               f"{status['pending']} URLs to go{run.resume_hint(job_id)}", file=sys.stderr)  # fmt: skip
         return job_id
@@ -320,7 +321,7 @@ class _LocalRun:
             summary = replace(summary, redis=redis_cost())
         report(summary, as_json=self.args.json)
         self._discard_state = self.home is not None and not self._resumable_jobs()
-        return 0 if summary.state == "completed" else 1
+        return 0 if summary.state == names.STATE_COMPLETED else 1
 
     def _interrupt(self, job_id: str) -> int:
         import tasks
@@ -333,7 +334,7 @@ class _LocalRun:
             return EXIT_INTERRUPTED
         if not tasks.pause_job(job_id):
             status = tasks.job_status(job_id) or {}
-            if status.get("state") in ("completed", "cancelled", "failed"):  # it ended as the signal came
+            if status.get("state") in names.FINAL_STATES:  # it ended as the signal came
                 return self.finish(status)
         print(f"\ninterrupted: job {job_id} paused; in-flight work may finish for up to {self.args.grace:g}s "
               f"(Ctrl-C again to stop at once)", file=sys.stderr)  # fmt: skip
@@ -354,7 +355,7 @@ class _LocalRun:
     def _resumable_jobs(self) -> list[str]:
         import tasks
 
-        return [job for job in tasks.list_jobs(limit=1000) if tasks.job_state(job) in ("paused", "running")]
+        return [job for job in tasks.list_jobs(limit=1000) if tasks.job_state(job) in names.ACTIVE_STATES]
 
     def _discard_if_done(self) -> None:
         if self._discard_state and self.home is not None:
@@ -367,7 +368,7 @@ def _drain(job_id: str, deadline: float, hurry: Callable[[], bool]) -> bool:
 
     while time.monotonic() < deadline and not hurry():
         status = tasks.job_status(job_id, with_outputs=False) or {}
-        if status.get("state") != "paused":
+        if status.get("state") != names.STATE_PAUSED:
             return True
         if status["in_flight_batches"] == 0 and status["pending"] <= status["queued"]:
             return True

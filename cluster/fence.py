@@ -36,6 +36,8 @@ from typing import Any
 
 import redis
 
+from vcrawl.redis_replies import text
+
 __all__ = ["FENCE_MS", "Address", "FailoverEvent", "SentinelFence", "demote", "pause_writes", "read_event"]
 
 logger = logging.getLogger(__name__)
@@ -115,7 +117,7 @@ def demote(old: redis.Redis, new: Address, primary_now: Callable[[], Address | N
         return False
     try:
         role = old.execute_command("ROLE")
-        if not role or _text(role[0]) != "master":
+        if not role or text(role[0]) != "master":
             return False  # Sentinel, or another worker, got there first
         # Clients first: REPLICAOF answers a blocked BRPOP with an UNBLOCKED error, which a Celery
         # worker takes for unrecoverable and exits on; a dropped connection it reconnects, through
@@ -133,10 +135,6 @@ def demote(old: redis.Redis, new: Address, primary_now: Callable[[], Address | N
 def _drop_clients(server: redis.Redis) -> None:
     server.execute_command("CLIENT", "KILL", "TYPE", "normal")  # not this connection (SKIPME yes)
     server.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class SentinelFence:
@@ -210,7 +208,7 @@ class SentinelFence:
             except redis.RedisError:
                 continue
             if reply:
-                host, port = map(_text, reply)
+                host, port = map(text, reply)
                 return Address(host, int(port))
         return None
 

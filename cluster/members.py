@@ -19,8 +19,9 @@ from functools import cached_property
 from typing import Any
 
 from cluster.ring import HostRing
-from frontier.scripts import ScriptLoader, text
+from frontier.scripts import ScriptLoader
 from vcrawl import redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["Membership", "NodeInfo", "NodeRegistration", "NodeRegistry", "RingView"]
 

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import redis
 
 from vcrawl import names, redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["LocalOutputs", "OutputLedger", "OutputShipper", "is_output_due", "writer_token"]
 
@@ -80,7 +81,7 @@ class OutputLedger:
     def noted(self, job_id: str) -> dict[str, int]:
         """Every note of ``job_id``: writer -> the cycle it noted (live writers or not)."""
         raw = self._redis.hgetall(redis_keys.job_output_writers(job_id))
-        return {_text(writer): int(cycle) for writer, cycle in raw.items()}
+        return {text(writer): int(cycle) for writer, cycle in raw.items()}
 
     def pending(self, job_id: str) -> list[str]:
         """The live writers still holding output of ``job_id``, sorted."""
@@ -259,7 +260,3 @@ def _close(pubsub: Any) -> None:
             pubsub.close()
         except Exception:  # a broken connection is dropped either way
             logger.debug("closing the announcement subscription failed", exc_info=True)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

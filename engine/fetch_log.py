@@ -17,11 +17,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from engine.outcomes import Failed, FetchOutcome, Redirected, RobotsBlocked, Stored, Unchanged
-from storage import Storage
+from storage import Storage, job_fetch_log_location
 
-__all__ = ["FETCH_LOG", "LoggedUrl", "fetch_log_prefix", "latest_by_url", "log_lines", "read_fetch_log"]
+__all__ = ["LoggedUrl", "latest_by_url", "log_lines", "read_fetch_log"]
 
-FETCH_LOG = "fetch-log"
 
 
 @dataclass(frozen=True)
@@ -66,11 +65,6 @@ class LoggedUrl:
         return cls(**known)  # type: ignore[arg-type]
 
 
-def fetch_log_prefix(job_id: str) -> str:
-    """Where a job's fetch log parts are, under the data root."""
-    return f"jobs/{job_id}/{FETCH_LOG}"
-
-
 def log_lines(outcomes: Sequence[FetchOutcome], cycle: int, now: float) -> list[LoggedUrl]:
     """The fetch log lines of a batch's final outcomes (retries and robots.txt reads are not final)."""
     lines: list[LoggedUrl] = []
@@ -104,7 +98,7 @@ def log_lines(outcomes: Sequence[FetchOutcome], cycle: int, now: float) -> list[
 
 def read_fetch_log(store: Storage, job_id: str) -> Iterator[LoggedUrl]:
     """Every line of a job's fetch log, part by part (in name order); torn or foreign lines are skipped."""
-    for part in store.list_files(fetch_log_prefix(job_id)):
+    for part in store.list_files(job_fetch_log_location(job_id)):
         if not part.endswith(".jsonl"):
             continue
         for raw in store.read_bytes(part).splitlines():

@@ -15,22 +15,14 @@ from typing import Any
 
 import redis
 
-from vcrawl import redis_keys
+from vcrawl import names, redis_keys
+from vcrawl.lua import script_text
 from vcrawl.payloads import DownloadTask, FetchedPage
 
 __all__ = ["STATES", "TERMINAL_STATES", "StatusTrail"]
 
-STATES = (
-    "queued",
-    "downloading",
-    "downloaded",
-    "download_failed",
-    "robots_blocked",
-    "analyzing",
-    "analyzed",
-    "analysis_failed",
-)
-TERMINAL_STATES = frozenset({"download_failed", "robots_blocked", "analyzed", "analysis_failed"})
+STATES = names.TASK_STATES
+TERMINAL_STATES = frozenset(names.TASK_FINAL_STATES)
 _INT_FIELDS = frozenset({"http_status", "bytes", "attempts", "analysis_attempts", "result_bytes", "items"})
 _FLOAT_FIELDS = frozenset({"retry_at", "elapsed_s"} | {f"{state}_at" for state in STATES})
 
@@ -42,15 +34,13 @@ class StatusTrail:
         self._redis = client
         self._ttl_s = ttl_s
         self._clock = clock
-        self._transition = client.register_script(
-            resources.files("engine").joinpath("lua/trail_transition.lua").read_text(encoding="utf-8")
-        )
+        self._transition = client.register_script(script_text(resources.files("engine") / "lua", "trail_transition"))
 
     def queued(self, trail_id: str, task: DownloadTask) -> None:
         """Record a newly submitted task."""
         self._write(
             trail_id,
-            "queued",
+            names.TASK_QUEUED,
             url=task.url,
             page_type=task.page_type,
             analyzer=task.analyzer,
@@ -61,13 +51,13 @@ class StatusTrail:
 
     def downloading(self, trail_id: str) -> int:
         """Record the start of a download attempt; return its number (1 for the first)."""
-        return self._start_attempt(trail_id, "downloading", "attempts")
+        return self._start_attempt(trail_id, names.TASK_DOWNLOADING, "attempts")
 
     def downloaded(self, trail_id: str, page: FetchedPage, stored_at: str) -> None:
         """Record a stored page and where it is (absolute path or URL)."""
         self._write(
             trail_id,
-            "downloaded",
+            names.TASK_DOWNLOADED,
             http_status=page.http_status,
             bytes=page.bytes,
             final_url=page.final_url,
@@ -82,28 +72,39 @@ class StatusTrail:
     ) -> None:
         """Record a download that ended for good (``failed_task``: the task name that failed)."""
         self._write(
-            trail_id, "download_failed", reason=reason, error=error, http_status=http_status, failed_task=failed_task
+            trail_id,
+            names.TASK_DOWNLOAD_FAILED,
+            reason=reason,
+            error=error,
+            http_status=http_status,
+            failed_task=failed_task,
         )
 
     def robots_blocked(self, trail_id: str, error: str) -> None:
         """Record a task whose URL robots.txt disallows: it ends without a request for the page."""
-        self._write(trail_id, "robots_blocked", reason="robots_blocked", error=error, failed_task="vcrawl.fetch")
+        self._write(
+            trail_id, names.TASK_ROBOTS_BLOCKED, reason="robots_blocked", error=error, failed_task="vcrawl.fetch"
+        )
 
     def analyzing(self, trail_id: str) -> int:
         """Record the start of an analysis attempt; return its number."""
-        return self._start_attempt(trail_id, "analyzing", "analysis_attempts")
+        return self._start_attempt(trail_id, names.TASK_ANALYZING, "analysis_attempts")
 
     def analyzed(self, trail_id: str, result_path: str, result_bytes: int, items: int) -> None:
         """Record a written analysis result."""
-        self._write(trail_id, "analyzed", result_path=result_path, result_bytes=result_bytes, items=items)
+        self._write(trail_id, names.TASK_ANALYZED, result_path=result_path, result_bytes=result_bytes, items=items)
 
     def analysis_failed(self, trail_id: str, reason: str, error: str, failed_task: str) -> None:
         """Record an analysis that ended for good."""
-        self._write(trail_id, "analysis_failed", reason=reason, error=error, failed_task=failed_task)
+        self._write(trail_id, names.TASK_ANALYSIS_FAILED, reason=reason, error=error, failed_task=failed_task)
 
     def will_retry(self, trail_id: str, stage: str, error: str, delay_s: float) -> None:
         """Record a failed attempt that will be tried again in ``delay_s`` seconds."""
-        waiting_state, interrupted = ("queued", "downloading") if stage == "download" else ("downloaded", "analyzing")
+        waiting_state, interrupted = (
+            (names.TASK_QUEUED, names.TASK_DOWNLOADING)
+            if stage == "download"
+            else (names.TASK_DOWNLOADED, names.TASK_ANALYZING)
+        )
         retry_at = round(self._clock() + delay_s, 3)
         self._apply(trail_id, waiting_state, retry_from=interrupted, last_error=error, retry_at=retry_at)
 

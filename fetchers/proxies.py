@@ -48,6 +48,8 @@ from fetchers.base import Fetcher, FetchRequest, FetchResult
 from vcrawl import redis_keys
 from vcrawl.errors import DownloadFailed, FetchFailed
 from vcrawl.jobs import masked_url
+from vcrawl.lua import script_text
+from vcrawl.redis_replies import text
 from vcrawl.settings import Settings
 
 __all__ = [
@@ -367,10 +369,10 @@ class ProxyHealth:
         server_ms = int(seconds) * 1000 + int(micros) // 1000
         fresh: dict[str, float] = {}
         for field, value in raw.items():
-            until_ms = int(_text(value).split(":", 1)[0])
-            fresh[_text(field)] = now + (until_ms - server_ms) / 1000
+            until_ms = int(text(value).split(":", 1)[0])
+            fresh[text(field)] = now + (until_ms - server_ms) / 1000
         if harvested:
-            self._harvested = tuple(_text(proxy) for proxy in harvested[0])
+            self._harvested = tuple(text(proxy) for proxy in harvested[0])
         with self._lock:
             # A mark of this process newer than the read is kept; a record cleared elsewhere goes.
             for name, end in self._until.items():
@@ -380,10 +382,6 @@ class ProxyHealth:
         return fresh
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _lua(name: str) -> str:
     """A script of ``fetchers/lua/`` (its KEYS and ARGV are documented at its top)."""
-    return resources.files("fetchers").joinpath(f"lua/{name}.lua").read_text(encoding="utf-8")
+    return script_text(resources.files("fetchers") / "lua", name)

@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from fetchers.proxies import _name, _text
+from fetchers.proxies import _name
 from vcrawl import redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["HarvestedProxy", "read_pool", "write_pool"]
 
@@ -45,10 +46,10 @@ def read_pool(client: Any) -> list[HarvestedProxy]:
     pipe.zrange(redis_keys.proxy_pool(), 0, -1, withscores=True)
     pipe.hgetall(redis_keys.proxy_pool_info())
     ranked, info = pipe.execute()
-    info = {_text(key): _text(value) for key, value in info.items()}
+    info = {text(key): text(value) for key, value in info.items()}
     pool = []
     for member, score in ranked:
-        proxy = _text(member)
+        proxy = text(member)
         try:
             record = HarvestedProxy.from_dict(json.loads(info[proxy]))
         except (KeyError, ValueError, TypeError):  # no record: what the set says is enough

@@ -25,6 +25,7 @@ import redis
 
 from vcrawl import redis_keys
 from vcrawl.jobs import RevisitSpec
+from vcrawl.redis_replies import text
 
 __all__ = ["History", "UrlHistory", "content_hash", "next_interval", "parse_http_date"]
 
@@ -210,7 +211,7 @@ class History:
         """
         todo = redis_keys.job_todo(job_id)
         for start in range(0, int(self._redis.zcard(todo)), page_size):
-            urls = [_text(url) for url in self._redis.zrange(todo, start, start + page_size - 1)]
+            urls = [text(url) for url in self._redis.zrange(todo, start, start + page_size - 1)]
             records = self.load(job_id, urls)
             yield [(url, records[url].depth if url in records else 0) for url in urls]
 
@@ -224,7 +225,3 @@ class History:
         for key in (redis_keys.job_history(job_id), redis_keys.job_due(job_id)):
             total += int(self._redis.memory_usage(key, samples=0) or 0)
         return total
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

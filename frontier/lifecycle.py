@@ -12,8 +12,9 @@ import json
 from collections.abc import Sequence
 
 from frontier.records import CycleStart
-from frontier.scripts import ScriptLoader, job_keys, text
+from frontier.scripts import ScriptLoader, job_keys
 from vcrawl import names, redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["JobLifecycle"]
 

@@ -21,9 +21,10 @@ from typing import Any
 
 from frontier.history import UrlHistory
 from frontier.records import Admission, AdmitRequest, Batch, BatchRelease, Entry, PumpResult
-from frontier.scripts import ScriptLoader, job_keys, text
+from frontier.scripts import ScriptLoader, job_keys
 from frontier.statistics import stats_day, stats_minute
 from vcrawl import names, redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["FrontierQueue"]
 

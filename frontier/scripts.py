@@ -1,17 +1,9 @@
 """The frontier's Lua scripts: read from ``frontier/lua/*.lua``, named, and run over one client.
 
-How a script's text is made (``lua_source``):
-
-1. ``frontier/lua/<name>.lua`` is read as a package resource (``importlib.resources``), so an
-   installed wheel has it too. Each file starts with a comment block saying what its KEYS and
-   ARGV are and what it returns.
-2. Scripts that keep time or finish a job's URLs start with the shared prelude
-   ``frontier/lua/_common.lua`` (``clock_ms``, ``settle``, ``live_priority``, ``requeue``);
-   ``_WITH_COMMON`` says which.
-3. Every ``{{NAME}}`` is replaced by the value of ``vcrawl.names.NAME`` as a Lua literal, so job
-   states, meta fields, counter names and queue scores are spelled once, in Python
-   (``{{STATE_RUNNING}}`` becomes ``'running'``, ``{{INLINK_CAP}}`` becomes ``10``). An unknown
-   name is an error at load time.
+A script's text is made by ``vcrawl.lua.script_text`` (every ``{{NAME}}`` filled in from
+``vcrawl.names``); scripts that keep time or finish a job's URLs start with the shared prelude
+``frontier/lua/_common.lua`` (``clock_ms``, ``settle``, ``live_priority``, ``requeue``);
+``_WITH_COMMON`` says which.
 
 ``ScriptLoader`` registers each script on the client the first time it is used (no Redis call:
 redis-py only hashes the text) and runs it; a script Redis lost (restart, SCRIPT FLUSH) is loaded
@@ -21,8 +13,6 @@ again on the next call.
 from __future__ import annotations
 
 import functools
-import math
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,14 +23,14 @@ import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from vcrawl import names, redis_keys
+from vcrawl import redis_keys
+from vcrawl.lua import script_text
 
-__all__ = ["ScriptLoader", "job_keys", "lua_source", "text"]
+__all__ = ["ScriptLoader", "job_keys", "lua_source"]
 
 _WITH_COMMON = frozenset(
     {"admit", "pump", "start_lease", "release", "reclaim", "new_cycle", "resume", "hand_over", "node_beat", "node_down"}
 )
-_PLACEHOLDER = re.compile(r"\{\{([A-Za-z0-9_]+)\}\}")
 
 
 @functools.cache
@@ -50,22 +40,7 @@ def lua_source(name: str) -> str:
     Raises:
         ValueError: the script names a ``{{NAME}}`` that ``vcrawl.names`` does not define.
     """
-    folder = resources.files("frontier") / "lua"
-    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
-    if name in _WITH_COMMON:
-        body = (folder / "_common.lua").read_text(encoding="utf-8") + "\n" + body
-    return _PLACEHOLDER.sub(lambda match: _lua_literal(name, match.group(1)), body)
-
-
-def _lua_literal(script: str, placeholder: str) -> str:
-    """A name's value as Lua: a string literal, or a number (``repr``: exact, ``1e+16`` is Lua too;
-    a negative one in parentheses, so ``-{{NAME}}`` never makes a ``--`` comment)."""
-    value = getattr(names, placeholder, None) if placeholder.isupper() else None
-    if isinstance(value, str):
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return repr(value) if value >= 0 else f"({value!r})"
-    raise ValueError(f"frontier/lua/{script}.lua: no name {{{{{placeholder}}}}} in vcrawl.names")
+    return script_text(resources.files("frontier") / "lua", name, "_common" if name in _WITH_COMMON else None)
 
 
 class ReplicaWait:
@@ -175,10 +150,3 @@ def job_keys(job_id: str, *parts: str) -> list[str]:
         "inlinks": redis_keys.job_inlinks,
     }
     return [makers[part](job_id) for part in parts]
-
-
-def text(value: bytes | str | None) -> str:
-    """A Redis reply as text ('' for nothing), whether the client decodes responses or not."""
-    if value is None:
-        return ""
-    return value.decode() if isinstance(value, bytes) else str(value)

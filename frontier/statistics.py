@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import redis
 
-from frontier.scripts import text
 from vcrawl import names, redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["DayStats", "FrontierStats", "stats_day", "stats_days", "stats_minute"]
 

@@ -1,4 +1,5 @@
-"""Where crawled pages and analysis results are kept: a router over backends keyed by URL scheme."""
+"""Where crawled pages and analysis results are kept: a router over backends keyed by URL scheme,
+and every location in the data root (``storage.naming``: pages, results, a job's folder)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ from storage.naming import (
     PAGES_DIR,
     RESULTS_DIR,
     SINGLE_TASK_AREAS,
+    job_analysis_run_location,
+    job_fetch_log_location,
     job_page_location,
+    job_records_location,
+    job_replay_location,
     job_result_location,
+    job_warc_location,
     page_location,
     result_location,
     single_task_area_problem,
@@ -33,8 +39,13 @@ __all__ = [
     "Storage",
     "WarcWriter",
     "WebHdfsBackend",
+    "job_analysis_run_location",
+    "job_fetch_log_location",
     "job_page_location",
+    "job_records_location",
+    "job_replay_location",
     "job_result_location",
+    "job_warc_location",
     "lookup",
     "page_location",
     "read_response",

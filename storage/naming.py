@@ -20,12 +20,18 @@ import unicodedata
 from urllib.parse import SplitResult, unquote, urlsplit
 
 __all__ = [
+    "FETCH_LOG_DIR",
     "JOBS_DIR",
     "PAGES_DIR",
     "RESULTS_DIR",
     "SINGLE_TASK_AREAS",
+    "job_analysis_run_location",
+    "job_fetch_log_location",
     "job_page_location",
+    "job_records_location",
+    "job_replay_location",
     "job_result_location",
+    "job_warc_location",
     "page_location",
     "result_location",
     "single_task_area_problem",
@@ -37,6 +43,8 @@ RESULTS_DIR = "results"
 """Single tasks' analysis results (``result_location``); a job keeps its own ``results/`` under its folder."""
 JOBS_DIR = "jobs"
 """One folder per crawl job, ``jobs/<job id>/``: everything the job writes."""
+FETCH_LOG_DIR = "fetch-log"
+"""A job's fetch log parts (``jobs/<job>/fetch-log/``): one JSON line per URL it finished."""
 SINGLE_TASK_AREAS = (PAGES_DIR, RESULTS_DIR)
 """The top-level directories of the data root a single task's ``save_path``/``result_path`` may name."""
 
@@ -87,6 +95,39 @@ def job_result_location(job_id: str, analyzer: str, cycle: int | None) -> str:
     'jobs/shop/cycle-3/results/site-report.json'
     """
     return f"{_job_folder(job_id, cycle)}/{RESULTS_DIR}/{analyzer}.json"
+
+
+def job_records_location(job_id: str) -> str:
+    """Where a job's record parts are (``vcrawl export`` reads them).
+
+    >>> job_records_location("shop"), job_warc_location("shop"), job_fetch_log_location("shop")
+    ('jobs/shop/records', 'jobs/shop/warc', 'jobs/shop/fetch-log')
+    """
+    return f"{_job_folder(job_id, None)}/records"
+
+
+def job_warc_location(job_id: str) -> str:
+    """Where a job's WARC files and their CDXJ indexes are."""
+    return f"{_job_folder(job_id, None)}/warc"
+
+
+def job_fetch_log_location(job_id: str) -> str:
+    """Where a job's fetch log parts are."""
+    return f"{_job_folder(job_id, None)}/{FETCH_LOG_DIR}"
+
+
+def job_analysis_run_location(job_id: str, run_id: str) -> str:
+    """Where a batch analysis run keeps its work files (the map's parts).
+
+    >>> job_analysis_run_location("shop", "r1"), job_replay_location("shop", "r2")
+    ('jobs/shop/analysis/r1', 'jobs/shop/replays/r2')
+    """
+    return f"{_job_folder(job_id, None)}/analysis/{run_id}"
+
+
+def job_replay_location(job_id: str, run_id: str) -> str:
+    """Where a replay's records (``records/``) and its summary (``summary.json``) go, beside the crawl's own."""
+    return f"{_job_folder(job_id, None)}/replays/{run_id}"
 
 
 def single_task_area_problem(relative: str) -> str | None:

@@ -18,7 +18,7 @@ from engine import jobs as _jobs
 from engine.api_pages import check_secrets
 from engine.trail import STATES, TERMINAL_STATES
 from fetchers.proxy_pool import read_pool as _read_proxy_pool
-from storage import Storage
+from storage import Storage, job_records_location
 from storage import records as _records
 from tasks import deps
 from tasks.analysis_facade import (
@@ -42,6 +42,7 @@ from tasks.fetch import fetch
 from tasks.proxy_harvest import harvest_proxies
 from tasks.scheduled import start_cycle
 from telemetry import log_stream as _log_stream
+from vcrawl import names
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import JobSpec
 from vcrawl.schedules import ScheduleStore
@@ -158,7 +159,7 @@ def pause_job(job_id: str) -> bool:
 def resume_job(job_id: str) -> str | None:
     """Dispatch a paused job again; returns its state (``running`` or ``completed``), None if not paused."""
     state = deps.frontier().jobs.resume(job_id)
-    if state == "completed":  # nothing was left: the workers ship its output now (their poll would, in 2 s)
+    if state == names.STATE_COMPLETED:  # nothing was left: the workers ship its output now (their poll would, in 2 s)
         deps.output_ledger().announce(job_id, deps.frontier().jobs.cycle(job_id))
     return state
 
@@ -353,4 +354,4 @@ def export_records(job_id: str, out: TextIO, fmt: str, data: str | None = None) 
     Returns how many records were written.
     """
     current = deps.settings() if data is None else replace(deps.settings(), data=data)
-    return _records.export_records(Storage.from_settings(current), f"jobs/{job_id}/records", out, fmt)
+    return _records.export_records(Storage.from_settings(current), job_records_location(job_id), out, fmt)

@@ -15,12 +15,13 @@ from analyzers.batch_registry import batch_analyzer_names
 from batch_analysis.steps import DEFAULT_CHUNK
 from frontier import Frontier
 from tasks import batch_analysis, deps
+from vcrawl import names
 from vcrawl.errors import AnalysisFailed, InvalidTask, UnknownComponent
 from vcrawl.payloads import field_rules
 
 __all__ = ["analysis_run", "analysis_runs", "analyze_job", "analyzers", "reanalyze_job", "start_analysis"]
 
-_FINISHED = ("completed", "cancelled", "failed")
+_FINISHED = names.FINAL_STATES
 _POLL_S = 0.25
 
 Progress = Callable[[dict[str, Any]], None]
@@ -116,12 +117,12 @@ def wait_for_run(job_id: str, run_id: str, timeout_s: float, progress: Progress 
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        run = batch_analysis.runs().get(job_id, run_id) or {"run": run_id, "state": "running"}
+        run = batch_analysis.runs().get(job_id, run_id) or {"run": run_id, "state": names.RUN_RUNNING}
         if progress is not None:
             progress(run)
         if run.get("state") == "done":
             return run
-        if run.get("state") == "failed":
+        if run.get("state") == names.RUN_FAILED:
             raise AnalysisFailed(run_id, str(run.get("error") or "unknown error"))
         if time.monotonic() >= deadline:
             raise TimeoutError(f"run {run_id} of job {job_id} still running after {timeout_s:.0f} s")

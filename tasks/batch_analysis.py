@@ -26,7 +26,7 @@ from tasks.app import app
 from tasks.broker.lost_analyses import watch_analyses
 from tasks.broker.lost_fetches import watch_fetches
 from telemetry.alerts import Alert
-from vcrawl import redis_keys
+from vcrawl import names, redis_keys
 from vcrawl.errors import InvalidTask, PermanentError
 
 __all__ = [
@@ -97,7 +97,7 @@ def batch_reduce(self: Task, partials: list[str], job_id: str, run_id: str) -> s
 def batch_failed(request: Any, exc: BaseException, traceback: str, job_id: str = "", run_id: str = "") -> None:
     """Errback of the chord's body: a map that failed for good fails the run (if the map has not said so)."""
     run = runs().get(job_id, run_id)
-    if run is not None and run.get("state") == "running":
+    if run is not None and run.get("state") == names.RUN_RUNNING:
         _give_up(job_id, run_id, f"{type(exc).__name__}: {exc}", 0)
 
 
@@ -149,7 +149,7 @@ def recover_run(job_id: str, run_id: str) -> int:
     Both are idempotent, so a message that was only late costs a repeat, never a wrong result.
     """
     run = runs().get(job_id, run_id)
-    if run is None or run.get("state") != "running":
+    if run is None or run.get("state") != names.RUN_RUNNING:
         return 0
     chunks = int(run.get("chunks") or 0)
     done = {int(index) for index in deps.redis_client().smembers(redis_keys.analysis_chunks_done(job_id, run_id))}

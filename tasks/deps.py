@@ -28,7 +28,6 @@ from cluster.members import NodeRegistry, RingView
 from cluster.membership import NodeWatcher, RingKeeper, registration_for
 from cluster.outputs import OutputLedger, OutputShipper
 from engine.fetch_batch import CrawlEnv
-from engine.fetch_log import fetch_log_prefix
 from engine.fetch_step import FetchContext
 from engine.jobs import RuntimeCache, robots_limits
 from engine.pump import FrontierPump
@@ -48,7 +47,7 @@ from fetchers import (
 from fetchers.limits import cluster_limits, fetch_limits
 from fetchers.netguard import connections_opened
 from frontier import Batch, Frontier, History, HostGate, RobotsCache
-from storage import Storage
+from storage import Storage, job_fetch_log_location, job_records_location, job_warc_location
 from storage.records import RecordWriter
 from storage.records import recover_spools as recover_record_spools
 from storage.warc import WarcWriter
@@ -288,7 +287,7 @@ def records(job_id: str) -> RecordWriter:
         job_id,
         lambda current: RecordWriter(
             storage(),
-            f"jobs/{job_id}/records",
+            job_records_location(job_id),
             max_part_bytes=current.records_part_bytes,
             max_part_age_s=current.records_flush_s,
             spool_dir=spool_dir(current, "records"),
@@ -321,7 +320,7 @@ def fetch_log(job_id: str) -> RecordWriter:
         job_id,
         lambda current: RecordWriter(
             storage(),
-            fetch_log_prefix(job_id),
+            job_fetch_log_location(job_id),
             max_part_bytes=current.records_part_bytes,
             max_part_age_s=current.records_flush_s,
             spool_dir=spool_dir(current, "records"),
@@ -390,7 +389,7 @@ def warc(job_id: str) -> WarcWriter:
         job_id,
         lambda current: WarcWriter(
             storage(),
-            f"jobs/{job_id}/warc",
+            job_warc_location(job_id),
             max_file_bytes=current.warc_file_bytes,
             spool_dir=spool_dir(current, "warc"),
             on_open=lambda: note_output(job_id),

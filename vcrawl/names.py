@@ -1,10 +1,11 @@
-"""The words a crawl job is kept in: its states, its meta-hash fields, its counters and queue scores, in one place.
+"""The words a crawl job and a task are kept in: their states, a job's meta-hash fields, counters and queue scores.
 
 A job lives in one Redis hash (``redis_keys.job``): its spec, state, timestamps, the
 frontier's bookkeeping and the counters of what happened. Python and the frontier's Lua
 both read and write it, so every name is spelled here once; the Lua gets these values
-substituted for its ``{{NAME}}`` placeholders when the scripts are loaded
-(``frontier.scripts.lua_source``).
+substituted for its ``{{NAME}}`` placeholders when the scripts are loaded (``vcrawl.lua``). A
+single task's status trail (``engine.trail``) and a batch analysis run (``batch_analysis.runs``)
+have states of their own, here too.
 """
 
 from __future__ import annotations
@@ -75,6 +76,9 @@ __all__ = [
     "PREFIX_STATUS",
     "REASON_LEASE_EXPIRED",
     "REASON_MAX_PAGES",
+    "RUN_DONE",
+    "RUN_FAILED",
+    "RUN_RUNNING",
     "SCORE_BACK_OF_QUEUE",
     "SCORE_DEPTH",
     "SCORE_HUNDREDTH",
@@ -89,6 +93,16 @@ __all__ = [
     "STRATEGY_BREADTH_FIRST",
     "STRATEGY_DEPTH_FIRST",
     "STRATEGY_PRIORITY",
+    "TASK_ANALYSIS_FAILED",
+    "TASK_ANALYZED",
+    "TASK_ANALYZING",
+    "TASK_DOWNLOADED",
+    "TASK_DOWNLOADING",
+    "TASK_DOWNLOAD_FAILED",
+    "TASK_FINAL_STATES",
+    "TASK_QUEUED",
+    "TASK_ROBOTS_BLOCKED",
+    "TASK_STATES",
     "TEXT_FIELDS",
 ]
 
@@ -107,6 +121,27 @@ STATE_FAILED = "failed"
 
 ACTIVE_STATES = (STATE_RUNNING, STATE_PAUSED)
 FINAL_STATES = (STATE_COMPLETED, STATE_CANCELLED, STATE_FAILED)
+
+# A single task's states (its status trail), in the order a task goes through them. A retry waits
+# in the state before the one it interrupts; no other move goes back (engine/lua/trail_transition.lua).
+
+TASK_QUEUED = "queued"
+TASK_DOWNLOADING = "downloading"
+TASK_DOWNLOADED = "downloaded"
+TASK_DOWNLOAD_FAILED = "download_failed"
+TASK_ROBOTS_BLOCKED = "robots_blocked"
+TASK_ANALYZING = "analyzing"
+TASK_ANALYZED = "analyzed"
+TASK_ANALYSIS_FAILED = "analysis_failed"
+TASK_STATES = (TASK_QUEUED, TASK_DOWNLOADING, TASK_DOWNLOADED, TASK_DOWNLOAD_FAILED, TASK_ROBOTS_BLOCKED,
+               TASK_ANALYZING, TASK_ANALYZED, TASK_ANALYSIS_FAILED)  # fmt: skip
+TASK_FINAL_STATES = (TASK_DOWNLOAD_FAILED, TASK_ROBOTS_BLOCKED, TASK_ANALYZED, TASK_ANALYSIS_FAILED)
+
+# A batch analysis run's states (batch_analysis.runs).
+
+RUN_RUNNING = "running"
+RUN_DONE = "done"
+RUN_FAILED = "failed"
 
 # Fields of a job's meta hash that are not counters.
 

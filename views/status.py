@@ -15,10 +15,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from cluster.outputs import OutputLedger
-from engine.fetch_log import fetch_log_prefix
 from fetchers import proxy_stats
 from frontier import Frontier
-from storage import Storage
+from storage import Storage, job_fetch_log_location, job_records_location, job_warc_location
 from vcrawl import names
 from vcrawl.errors import VcrawlError
 
@@ -146,7 +145,7 @@ _OPTIONAL = frozenset({"error", "cycle", "started_at", "skipped_firings", "cycle
 
 def job_outputs(store: Storage, job_id: str) -> tuple[str, ...]:
     """The job's output files in storage: WARC files with their indexes, record parts, fetch log parts."""
-    prefixes = (f"jobs/{job_id}/warc", f"jobs/{job_id}/records", fetch_log_prefix(job_id))
+    prefixes = (job_warc_location(job_id), job_records_location(job_id), job_fetch_log_location(job_id))
     try:
         return tuple(location for prefix in prefixes for location in store.list_files(prefix))
     except (OSError, VcrawlError) as exc:  # a store out of reach must not hide the job's state

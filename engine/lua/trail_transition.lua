@@ -5,8 +5,9 @@
 -- ARGV: new state, ttl_s, now (epoch s), counter to increment ('' for none), the state a retry
 --       interrupts ('' for none), then field, value pairs to set when the move applies
 -- Returns {1 if applied else 0, the counter's new value (0 without a counter)}
-local ranks = {queued = 0, downloading = 1, downloaded = 2, download_failed = 3, robots_blocked = 3,
-               analyzing = 3, analyzed = 4, analysis_failed = 4}
+local ranks = {[{{TASK_QUEUED}}] = 0, [{{TASK_DOWNLOADING}}] = 1, [{{TASK_DOWNLOADED}}] = 2,
+               [{{TASK_DOWNLOAD_FAILED}}] = 3, [{{TASK_ROBOTS_BLOCKED}}] = 3, [{{TASK_ANALYZING}}] = 3,
+               [{{TASK_ANALYZED}}] = 4, [{{TASK_ANALYSIS_FAILED}}] = 4}
 local key, new, ttl, now = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
 local counter, retry_from = ARGV[4], ARGV[5]
 local count = 0

@@ -38,9 +38,9 @@ from celery.worker import state as worker_state
 
 from cluster.holdings import GRACE_S, HeldMessage, Holder, orphans
 from cluster.members import Membership
-from frontier.scripts import text
 from tasks import deps
 from vcrawl import redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["BrokerHoldings"]
 

@@ -25,6 +25,7 @@ from engine.analyze_batch import analysis_task_id
 from tasks import deps
 from tasks.batches import send_analysis
 from vcrawl import redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "ids_present", "watch_analyses"]
 
@@ -47,12 +48,12 @@ def ids_present(client: Any, lists: list[str], pattern: re.Pattern[str]) -> set[
     for key in lists:
         for start in range(0, client.llen(key), 1000):
             for payload in client.lrange(key, start, start + 999):
-                found.update(pattern.findall(_text(payload)))
+                found.update(pattern.findall(text(payload)))
     cursor = 0
     while True:
         cursor, entries = client.hscan(_UNACKED, cursor, count=1000)
         for payload in entries.values():
-            found.update(pattern.findall(_text(payload)))
+            found.update(pattern.findall(text(payload)))
         if not cursor:
             return found
 
@@ -70,11 +71,11 @@ def watch_analyses(now: float | None = None, lock_s: float = 5.0) -> int:
         return 0  # another worker looked a moment ago
     now = time.time() if now is None else now
     watched = redis_keys.lost_analyses_watch()
-    looks = {_text(field): json.loads(value) for field, value in client.hgetall(watched).items()}
+    looks = {text(field): json.loads(value) for field, value in client.hgetall(watched).items()}
     keep: dict[str, dict[str, float]] = {}
     due: list[tuple[str, str]] = []
     for job_id in deps.frontier().jobs.running_jobs():
-        for batch_id in map(_text, client.hkeys(redis_keys.job_released(job_id))):
+        for batch_id in map(text, client.hkeys(redis_keys.job_released(job_id))):
             field = f"{job_id} {batch_id}"
             look = looks.get(field) or {"at": now + FIRST_LOOK_S, "every": FIRST_LOOK_S}
             keep[field] = look
@@ -108,7 +109,3 @@ def _send_again(client: Any, job_id: str, batch_id: str) -> int:
     send_analysis(json.loads(raw))
     logger.warning("job %s: the analysis message of batch %s was lost; sent again", job_id, batch_id)
     return 1
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value

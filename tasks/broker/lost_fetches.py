@@ -26,6 +26,7 @@ from tasks import deps
 from tasks.broker.lost_analyses import ids_present
 from vcrawl import redis_keys
 from vcrawl.errors import VcrawlError
+from vcrawl.redis_replies import text
 
 __all__ = ["FIRST_LOOK_S", "fetch_ids_present", "watch_fetches"]
 
@@ -39,7 +40,7 @@ def fetch_ids_present(client: Any) -> set[str]:
     """The fetch task ids of every message on a download queue (shared, browser, ring nodes') or
     unacknowledged."""
     lists = queue_lists(DOWNLOAD_QUEUE) + queue_lists(DYNAMIC_QUEUE)
-    node_queues = {_text(key) for key in client.scan_iter(match=f"{NODE_QUEUE_PREFIX}*", count=1000)}
+    node_queues = {text(key) for key in client.scan_iter(match=f"{NODE_QUEUE_PREFIX}*", count=1000)}
     return ids_present(client, lists + sorted(node_queues), _ID_PATTERN)
 
 
@@ -51,7 +52,7 @@ def watch_fetches(now: float | None = None, lock_s: float = 5.0) -> int:
         return 0  # another worker looked a moment ago
     now = time.time() if now is None else now
     watched = redis_keys.lost_fetches_watch()
-    first_seen = {_text(field): float(value) for field, value in client.hgetall(watched).items()}
+    first_seen = {text(field): float(value) for field, value in client.hgetall(watched).items()}
     frontier = deps.frontier()
     keep: dict[str, float] = {}
     due: dict[str, list[str]] = {}
@@ -90,7 +91,3 @@ def _interval_ms(job_id: str) -> float:
     except VcrawlError:
         return 0.0  # the host still waits its Crawl-delay, if it has one
     return runtime.spec.politeness.min_interval_s * 1000
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value

@@ -32,10 +32,10 @@ from celery import Celery
 
 from cluster.holdings import claims_said_since
 from cluster.periodic import Periodic
-from frontier.scripts import text
 from tasks import deps
 from tasks.broker.holdings import BrokerHoldings
 from vcrawl import redis_keys
+from vcrawl.redis_replies import text
 
 __all__ = ["LOOK_EVERY_S", "look_at_primary", "primary_watch", "requeue_taken_before"]
 

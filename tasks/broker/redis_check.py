@@ -6,6 +6,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from vcrawl.redis_replies import text
+
 __all__ = ["check_redis_persistence", "persistence_problems"]
 
 logger = logging.getLogger(__name__)
@@ -42,7 +44,7 @@ def check_redis_persistence(client: Any) -> list[str]:
     try:
         config: dict[str, str] = {}
         for name in ("appendonly", "appendfsync", "save", "maxmemory", "maxmemory-policy"):
-            config.update({_text(k): _text(v) for k, v in client.config_get(name).items()})
+            config.update({text(k): text(v) for k, v in client.config_get(name).items()})
     except Exception as exc:  # CONFIG is often disabled on managed Redis
         logger.warning("vcrawl could not read the Redis configuration (%s); make sure it persists: see "
                        "'Guarantees' in the README", exc)  # fmt: skip
@@ -51,7 +53,3 @@ def check_redis_persistence(client: Any) -> list[str]:
     for problem in problems:
         logger.warning("REDIS CAN LOSE DATA: %s", problem)
     return problems
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

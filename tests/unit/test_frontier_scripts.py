@@ -7,8 +7,9 @@ from importlib import resources
 
 import pytest
 
-from frontier.scripts import _lua_literal, lua_source
+from frontier.scripts import lua_source
 from vcrawl import names
+from vcrawl.lua import _lua_literal, script_text
 
 SCRIPTS = sorted(
     entry.name.removesuffix(".lua")
@@ -53,3 +54,18 @@ def test_a_number_becomes_a_lua_number_a_negative_one_in_parentheses() -> None:
     assert _lua_literal("admit", "INLINK_CAP") == "10"
     assert float(_lua_literal("admit", "SCORE_INLINK")) == names.SCORE_INLINK
     assert _lua_literal("admit", "SCORE_SITEMAP_FIRST") == f"({names.SCORE_SITEMAP_FIRST!r})"  # -{{X}} is no comment
+
+
+@pytest.mark.parametrize("package", ["fetchers", "engine"])
+def test_every_package_reads_its_scripts_the_same_way(package: str) -> None:
+    folder = resources.files(package) / "lua"
+    for entry in folder.iterdir():
+        if entry.name.endswith(".lua"):
+            text = script_text(folder, entry.name.removesuffix(".lua"))
+            assert "{{" not in text and text.startswith("--"), entry.name
+
+
+def test_the_task_trail_script_spells_its_states_from_vcrawl_names() -> None:
+    text = script_text(resources.files("engine") / "lua", "trail_transition")
+    for state in names.TASK_STATES:
+        assert f"['{state}']" in text
