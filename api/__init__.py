@@ -1,4 +1,5 @@
-"""The job API and dashboard served by ``vcrawl serve``."""
+"""The job API and dashboard served by ``vcrawl serve``: its routes (``api.server``) and its bounded
+HTTP wire (``api.http``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The crawl pipeline as plain code: no Celery in here.
 
 ``tasks/`` (the Celery shell) decodes messages and calls these functions; the CLI and the API reach
-them through the ``tasks`` facade. Below this floor: fetchers, analyzers, frontier, storage, vcrawl.
+them through the ``tasks`` facade. Below this floor: fetchers, analyzers, frontier, storage, telemetry,
+vcrawl. Keeping the cluster whole (``cluster``), read models (``views``) and analysis after the crawl
+(``batch_analysis``) are on the floor above.
 
 - ``fetch_one`` (``engine.fetch_step``): the one fetch step, robots.txt to stored body, one outcome per URL.
 - ``analyze_one`` (``engine.analysis_step``): the one analysis step, links and the analyzer's result.
@@ -9,9 +11,9 @@ them through the ``tasks`` facade. Below this floor: fetchers, analyzers, fronti
 - ``run_analyze_batch`` (``engine.analyze_batch``): a job's analysis batch, retries and admission.
 - ``run_single_fetch`` / ``analyze_page`` (``engine.single``): a single ``crawl.delay`` task's steps.
 - ``engine.api_pages``: ``page_type: api`` around both steps: its headers and secret, rate limits, records.
-- ``engine.jobs``: job runtime, admission, status; ``engine.trail``: a single task's status trail;
-  ``engine.pump``: the frontier pump; ``engine.cycles``: scheduled cycles; ``telemetry.alerts``: alerts.
-- ``telemetry.log_context`` / ``telemetry.log_stream``: what a log line is about, and the cluster log stream.
+- ``engine.jobs``: job runtime, admission (``Link``); ``engine.trail``: a single task's status trail;
+  ``engine.pump``: the frontier pump; ``engine.cycles``: scheduled cycles; ``engine.sitemaps``:
+  sitemaps as a way in; ``engine.fetch_log``: one line per URL a job ended.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Downloading pages: the fetcher interface, the static fetcher and the registry."""
+"""Downloading pages: the fetcher interface, the static and browser fetchers, the registry, and
+what fetching needs around them (limits, the network guard, identities, proxies and their harvest)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The Celery task graph: ``crawl`` -> ``fetch`` (download queue) -> ``analyze`` (analysis queue).
+"""The Celery task graph and its façade: ``crawl`` -> ``fetch`` (download queue) -> ``analyze`` (analysis queue).
 
 Use ``from tasks import crawl; crawl.delay({"url": ...})``; ``status(id)`` reads the trail.
 The functions here are the façade the command line and the API use to reach the cluster;
-they never reach into ``tasks.deps`` or the other modules of this package.
+they never reach into ``tasks.deps`` or the other modules of this package. Importing it wires
+nothing: a worker's signals are in ``tasks.boot``, which only a starting worker imports.
 """
 
 from __future__ import annotations
