@@ -38,10 +38,10 @@ from tasks.broker import queues as _queues
 from tasks.broker.holdings import BrokerHoldings
 from tasks.broker.redelivery import requeue_unacked as _requeue_unacked
 from tasks.crawl import crawl
+from tasks.cycles import start_cycle
 from tasks.failures import record_failure
 from tasks.fetch import fetch
 from tasks.proxy_harvest import harvest_proxies
-from tasks.scheduled import start_cycle
 from telemetry import log_stream as _log_stream
 from vcrawl import names
 from vcrawl.errors import ConfigError, InvalidTask
