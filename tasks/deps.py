@@ -27,8 +27,8 @@ from cluster.holdings import Holdings
 from cluster.members import NodeRegistry, RingView
 from cluster.membership import NodeWatcher, RingKeeper, registration_for
 from cluster.outputs import OutputLedger, OutputShipper
-from engine.fetch_batch import CrawlEnv
-from engine.fetch_step import FetchContext
+from engine.crawl_env import CrawlEnv
+from engine.fetch_step import FetchContext, FetchPolicy, FetchServices
 from engine.jobs import RuntimeCache, robots_limits
 from engine.pump import FrontierPump
 from engine.single import SingleEnv
@@ -206,19 +206,18 @@ def single_context() -> FetchContext:
     def build() -> FetchContext:
         current = settings()
         robots_txt = robots_limits(fetch_limits(cluster_limits(current)))
-        return FetchContext(
+        services = FetchServices(
             fetcher=fetchers().get("static"),
             robots_fetcher=StaticFetcher(session(), robots_txt, policy=NetworkPolicy.from_settings(current)),
             identities=identities(),
-            retry=fetch_retry(),
             robots=robots(),
             store=storage(),
             fetchers=fetchers(),
             proxies=proxy_health(),
-            robots_retry_s=current.robots_error_ttl_s,
             alert=alert,
             api_auth=dict(current.api_auth),
         )
+        return FetchContext(services, FetchPolicy(retry=fetch_retry(), robots_retry_s=current.robots_error_ttl_s))
 
     return _once("single_context", build)
 
