@@ -14,7 +14,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -260,49 +260,21 @@ def fold_release(
     a URL's own retries go behind the host's other URLs. The host's next request waits its pause
     (the job's interval or the Crawl-delay, counted from now) or the longest wait an outcome asked for.
     """
-    counters: Counter[str] = Counter()
-    requeue: list[Entry] = []
-    requeue_back: list[Entry] = list(waiting)
-    history: dict[str, UrlHistory] = {}
-    done, host_delay_until, crawl_delay_s, fetched = 0, 0.0, None, False
     now = clock()
-    for outcome in outcomes:
-        counters.update(outcome.visit.counts)
-        fetched = fetched or outcome.visit.requested
-        if outcome.visit.host_wait_s > 0:  # an API's spent rate limit: the host waits for its reset
-            host_delay_until = max(host_delay_until, now + outcome.visit.host_wait_s)
-        if outcome.visit.crawl_delay_s is not None:
-            crawl_delay_s = outcome.visit.crawl_delay_s
-        if outcome.visit.revisit is not None:
-            history[outcome.entry.url] = outcome.visit.revisit
-        match outcome:
-            case Stored() | Redirected():
-                pass
-            case RobotsFetched():
-                requeue.append(outcome.entry)
-            case Retry(scope="host"):
-                requeue.append(outcome.entry)
-                host_delay_until = max(host_delay_until, now + outcome.delay_s)
-            case Retry():
-                requeue_back.append(outcome.entry)
-            case Failed():
-                done += 1
-                host_delay_until = max(host_delay_until, now + outcome.host_wait_s)
-            case _:  # Unchanged, RobotsBlocked
-                done += 1
-    requeue.extend(handed_back)
+    tally = _tally(outcomes, waiting, now)
+    requeue, requeue_back, host_delay_until = [*tally.requeue, *handed_back], tally.requeue_back, tally.host_delay_until
     # A retry still waiting for its Retry-After goes behind the host's other URLs even when the
     # batch hands its rest back (cancel, pause, a host pause): at the front it would hold the host.
     requeue_back.extend(entry for entry in requeue if entry.not_before_s > now)
     requeue = [entry for entry in requeue if entry.not_before_s <= now]
-    if not fetched and requeue_back:
+    if not tally.fetched and requeue_back:
         # Only waiting retries were leased: the host has nothing due before the first of them.
         host_delay_until = max(host_delay_until, min(entry.not_before_s for entry in requeue_back))
     pause = politeness.pause_s()
-    if crawl_delay_s is not None and obey_robots:
-        pause = max(pause, crawl_delay_s)
+    if tally.crawl_delay_s is not None and obey_robots:
+        pause = max(pause, tally.crawl_delay_s)
     host_delay_s = max(0.0, host_delay_until - clock())
-    if pause > 0 and fetched:
+    if pause > 0 and tally.fetched:
         # Counted from the release (Redis time, after the last response ended), the next request
         # to the host can never come early, however late in its slot this batch's request went out.
         host_delay_s = max(host_delay_s, pause)
@@ -311,14 +283,58 @@ def fold_release(
         throttle=f"={tail}" if answered else (f"+{tail}" if tail else ""),
         pause_ms=pause * 1000,
         host_delay_ms=host_delay_s * 1000,
-        done=done,
+        done=tally.done,
         requeue=tuple(requeue),
         requeue_back=tuple(requeue_back),
-        counters=counters,
-        crawl_delay_s=crawl_delay_s if obey_robots else None,
-        history=history,
-        fetched=fetched,  # else its Crawl-delay (or unknown robots.txt) still holds
+        counters=tally.counters,
+        crawl_delay_s=tally.crawl_delay_s if obey_robots else None,
+        history=tally.history,
+        fetched=tally.fetched,  # else its Crawl-delay (or unknown robots.txt) still holds
     )
+
+
+@dataclass
+class _Tally:
+    """What a batch's outcomes add up to (``fold_release``), before the host's pause is set."""
+
+    counters: Counter[str] = field(default_factory=Counter)
+    requeue: list[Entry] = field(default_factory=list)  # first again
+    requeue_back: list[Entry] = field(default_factory=list)  # behind the host's other URLs
+    history: dict[str, UrlHistory] = field(default_factory=dict)
+    done: int = 0
+    host_delay_until: float = 0.0
+    crawl_delay_s: float | None = None
+    fetched: bool = False
+
+
+def _tally(outcomes: Sequence[FetchOutcome], waiting: Sequence[Entry], now: float) -> _Tally:
+    """Count the outcomes, sort their entries into first again and behind, note the longest wait asked for."""
+    tally = _Tally(requeue_back=list(waiting))
+    for outcome in outcomes:
+        tally.counters.update(outcome.visit.counts)
+        tally.fetched = tally.fetched or outcome.visit.requested
+        if outcome.visit.host_wait_s > 0:  # an API's spent rate limit: the host waits for its reset
+            tally.host_delay_until = max(tally.host_delay_until, now + outcome.visit.host_wait_s)
+        if outcome.visit.crawl_delay_s is not None:
+            tally.crawl_delay_s = outcome.visit.crawl_delay_s
+        if outcome.visit.revisit is not None:
+            tally.history[outcome.entry.url] = outcome.visit.revisit
+        match outcome:
+            case Stored() | Redirected():
+                pass
+            case RobotsFetched():
+                tally.requeue.append(outcome.entry)
+            case Retry(scope="host"):
+                tally.requeue.append(outcome.entry)
+                tally.host_delay_until = max(tally.host_delay_until, now + outcome.delay_s)
+            case Retry():
+                tally.requeue_back.append(outcome.entry)
+            case Failed():
+                tally.done += 1
+                tally.host_delay_until = max(tally.host_delay_until, now + outcome.host_wait_s)
+            case _:  # Unchanged, RobotsBlocked
+                tally.done += 1
+    return tally
 
 
 def _redirect_link(outcome: Redirected) -> RedirectLink:
