@@ -18,7 +18,7 @@ from typing import Any
 
 from engine.analysis_step import Analysis, analyze_one
 from engine.api_pages import api_links, api_records, read_api_page
-from engine.fetch_batch import CrawlEnv
+from engine.crawl_env import CrawlEnv
 from engine.jobs import JobRuntime, Link, admit_links
 from frontier import UrlHistory
 from telemetry.alerts import Alert

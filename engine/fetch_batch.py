@@ -14,30 +14,37 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from engine.crawl_env import CrawlEnv
 from engine.fetch_log import log_lines
-from engine.fetch_step import Cycle, FetchContext, FetchItem, fetch_one, stops_batch
-from engine.host_trouble import throttle_tail
-from engine.jobs import JobRuntime, RuntimeCache, lease_ms
+from engine.fetch_step import (
+    Cycle,
+    FetchContext,
+    FetchItem,
+    FetchPolicy,
+    FetchServices,
+    JobHooks,
+    fetch_one,
+    stops_batch,
+)
+from engine.fetch_step.host_trouble import throttle_tail
+from engine.jobs import JobRuntime, lease_ms
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, SitemapRead, Stored
 from engine.sitemaps import SitemapSink, unchanged_by_hint
 from engine.warc_stage import StagedWarc
-from fetchers import FetcherRegistry, ProxyHealth
-from frontier import Batch, BatchRelease, Entry, Frontier, History, RobotsCache, UrlHistory
-from storage import Storage, job_page_location
-from storage.records import RecordWriter
-from storage.warc import WarcWriter
-from telemetry.alerts import Alert, Alerter
+from frontier import Batch, BatchRelease, Entry, UrlHistory
+from storage import job_page_location
+from telemetry.alerts import Alert
 from telemetry.log_context import log_context
 from vcrawl import names
 from vcrawl.errors import VcrawlError
 from vcrawl.payloads import FetchedBatch, RedirectLink
 from vcrawl.policies import PolitenessPolicy
 
-__all__ = ["FETCH_ID_PREFIX", "CrawlEnv", "fetch_context", "fetch_task_id", "fold_release", "run_fetch_batch"]
+__all__ = ["FETCH_ID_PREFIX", "fetch_context", "fetch_task_id", "fold_release", "run_fetch_batch"]
 
 FETCH_ID_PREFIX = "vcrawl-fetch:"
 
@@ -53,49 +60,24 @@ logger = logging.getLogger(__name__)
 _STATE_CHECK_S = 0.2  # a running batch notices a cancel or pause within this (plus one fetch)
 
 
-@dataclass(frozen=True)
-class CrawlEnv:
-    """The per-process services a crawl batch uses."""
-
-    frontier: Frontier
-    runtimes: RuntimeCache
-    robots: RobotsCache
-    storage: Storage
-    alerter: Alerter
-    alert_once: Callable[[str], bool]
-    fetchers: FetcherRegistry | None = None
-    records: Callable[[str], RecordWriter] | None = None  # job id -> this process's record writer
-    warc: Callable[[str], WarcWriter] | None = None  # job id -> this process's WARC writer
-    history: History | None = None  # URL history of scheduled jobs
-    robots_retry_s: float = 600.0
-    clock: Callable[[], float] = time.time
-    host_alert: tuple[float, int] = (0.5, 20)  # alert when this share of a host's URLs failed, after this many
-    proxies: ProxyHealth | None = None  # the cluster's proxy bench; None: draw from the pool blindly
-    fetch_log: Callable[[str], RecordWriter] | None = None  # job id -> this process's fetch log writer
-    on_completed: Callable[[str, int], None] | None = None  # (job, cycle): the job or cycle just completed
-
-    def alert(self, cause: str, alert: Alert) -> bool:
-        """Send ``alert`` unless one for ``cause`` went out in the alert window."""
-        if not self.alert_once(cause):
-            return False
-        self.alerter.send(alert)
-        return True
-
-
-def fetch_context(env: CrawlEnv, runtime: JobRuntime) -> FetchContext:
-    """What ``fetch_one`` needs for a URL of this job."""
+def fetch_context(env: CrawlEnv, runtime: JobRuntime, hooks: JobHooks) -> FetchContext:
+    """What ``fetch_one`` needs for a URL of this job: the process's services with the job's own
+    fetcher, identities and secrets, the job's policy, and the batch's ``hooks``."""
     politeness = runtime.spec.politeness
-    assert env.warc is not None or not runtime.spec.warc, "a crawl environment for WARC jobs has WARC writers"
-    cycle = Cycle(runtime.cycle, runtime.cycle_started_s, runtime.spec.revisit) if runtime.cycle else None
-    return FetchContext(
+    services = FetchServices(
         fetcher=runtime.fetcher,
         robots_fetcher=runtime.robots_fetcher,
         identities=runtime.identities,
-        retry=runtime.retry,
         robots=env.robots,
         store=env.storage,
         fetchers=env.fetchers,
         proxies=env.proxies,
+        alert=env.alert,
+        api_auth=runtime.api_auth,
+        clock=env.clock,
+    )
+    policy = FetchPolicy(
+        retry=runtime.retry,
         networks=runtime.networks or None,
         follow_redirects=False,  # a job follows redirects as links of their own, whatever the page type
         obey_robots=politeness.obey_robots,
@@ -103,13 +85,8 @@ def fetch_context(env: CrawlEnv, runtime: JobRuntime) -> FetchContext:
         retry_after=politeness.retry_after,
         pace_after_robots=not runtime.eager,
         robots_retry_s=env.robots_retry_s,
-        alert=env.alert,
-        api_auth=runtime.api_auth,
-        warc=partial(env.warc, runtime.job_id) if runtime.spec.warc and env.warc is not None else None,
-        cycle=cycle,
-        job_id=runtime.job_id,
-        clock=env.clock,
     )
+    return FetchContext(services, policy, hooks)
 
 
 def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
@@ -135,6 +112,7 @@ def _run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]
         handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
         env.frontier.queue.release(job_id, batch, handed_back)
         return nothing.to_dict()
+    assert env.warc is not None or not runtime.spec.warc, "a crawl environment for WARC jobs has WARC writers"
     staged = StagedWarc(partial(env.warc, job_id), f"job {job_id} batch {batch.batch_id}") if (
         runtime.spec.warc and env.warc is not None) else None  # fmt: skip
     try:
@@ -201,24 +179,17 @@ def _fetch_entries(
 ) -> tuple[list[FetchOutcome], list[Entry], list[Entry]]:
     """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting)."""
     outcomes: list[FetchOutcome] = []
-    ctx = replace(
-        fetch_context(env, runtime),
-        host_slowness=partial(_host_slowness, env, runtime.job_id, outcomes),
-        host_throttle=partial(_host_throttle, env, runtime.job_id, outcomes),
-    )
-    if staged is not None:
-        ctx = replace(ctx, warc=staged.stage)
     sitemaps = SitemapSink(runtime, env.frontier, batch.batch_id)
-    ctx = replace(ctx, sitemaps=sitemaps)
-    known: dict[str, UrlHistory] = {}
-    unchanged: set[str] = set()
-    if runtime.cycle:
-        assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
-        known = env.history.load(runtime.job_id, [entry.url for entry in batch.entries])
-        hints = sitemaps.hints([url for url, record in known.items() if record.fetched])
-        unchanged = {
-            url for url, hint in hints.items() if unchanged_by_hint(hint, runtime.cycle, known[url].fetched_cycle_s)
-        }
+    hooks = JobHooks(
+        job_id=runtime.job_id,
+        host_throttle=partial(_host_throttle, env, runtime.job_id, outcomes),
+        host_slowness=partial(_host_slowness, env, runtime.job_id, outcomes),
+        sitemaps=sitemaps,
+        cycle=Cycle(runtime.cycle, runtime.cycle_started_s, runtime.spec.revisit) if runtime.cycle else None,
+        warc=staged.stage if staged is not None else None,  # staged: the job archives (``warc: true``)
+    )
+    ctx = fetch_context(env, runtime, hooks)
+    known, unchanged = _history(env, runtime, batch, sitemaps)
     handed_back: list[Entry] = []
     waiting: list[Entry] = []
     checked_at = env.clock()
@@ -242,6 +213,21 @@ def _fetch_entries(
             handed_back.extend(batch.entries[index + 1 :])
             break
     return outcomes, handed_back, waiting
+
+
+def _history(
+    env: CrawlEnv, runtime: JobRuntime, batch: Batch, sitemaps: SitemapSink
+) -> tuple[dict[str, UrlHistory], set[str]]:
+    """A scheduled job's batch: its URLs' history, and those this cycle's sitemap says are unchanged."""
+    if not runtime.cycle:
+        return {}, set()
+    assert env.history is not None, "a crawl environment for scheduled jobs keeps URL history"
+    known = env.history.load(runtime.job_id, [entry.url for entry in batch.entries])
+    hints = sitemaps.hints([url for url, record in known.items() if record.fetched])
+    unchanged = {
+        url for url, hint in hints.items() if unchanged_by_hint(hint, runtime.cycle, known[url].fetched_cycle_s)
+    }
+    return known, unchanged
 
 
 def _host_slowness(env: CrawlEnv, job_id: str, batch_so_far: Sequence[FetchOutcome], host: str) -> tuple[int, int]:
@@ -274,49 +260,21 @@ def fold_release(
     a URL's own retries go behind the host's other URLs. The host's next request waits its pause
     (the job's interval or the Crawl-delay, counted from now) or the longest wait an outcome asked for.
     """
-    counters: Counter[str] = Counter()
-    requeue: list[Entry] = []
-    requeue_back: list[Entry] = list(waiting)
-    history: dict[str, UrlHistory] = {}
-    done, host_delay_until, crawl_delay_s, fetched = 0, 0.0, None, False
     now = clock()
-    for outcome in outcomes:
-        counters.update(outcome.visit.counts)
-        fetched = fetched or outcome.visit.requested
-        if outcome.visit.host_wait_s > 0:  # an API's spent rate limit: the host waits for its reset
-            host_delay_until = max(host_delay_until, now + outcome.visit.host_wait_s)
-        if outcome.visit.crawl_delay_s is not None:
-            crawl_delay_s = outcome.visit.crawl_delay_s
-        if outcome.visit.revisit is not None:
-            history[outcome.entry.url] = outcome.visit.revisit
-        match outcome:
-            case Stored() | Redirected():
-                pass
-            case RobotsFetched():
-                requeue.append(outcome.entry)
-            case Retry(scope="host"):
-                requeue.append(outcome.entry)
-                host_delay_until = max(host_delay_until, now + outcome.delay_s)
-            case Retry():
-                requeue_back.append(outcome.entry)
-            case Failed():
-                done += 1
-                host_delay_until = max(host_delay_until, now + outcome.host_wait_s)
-            case _:  # Unchanged, RobotsBlocked
-                done += 1
-    requeue.extend(handed_back)
+    tally = _tally(outcomes, waiting, now)
+    requeue, requeue_back, host_delay_until = [*tally.requeue, *handed_back], tally.requeue_back, tally.host_delay_until
     # A retry still waiting for its Retry-After goes behind the host's other URLs even when the
     # batch hands its rest back (cancel, pause, a host pause): at the front it would hold the host.
     requeue_back.extend(entry for entry in requeue if entry.not_before_s > now)
     requeue = [entry for entry in requeue if entry.not_before_s <= now]
-    if not fetched and requeue_back:
+    if not tally.fetched and requeue_back:
         # Only waiting retries were leased: the host has nothing due before the first of them.
         host_delay_until = max(host_delay_until, min(entry.not_before_s for entry in requeue_back))
     pause = politeness.pause_s()
-    if crawl_delay_s is not None and obey_robots:
-        pause = max(pause, crawl_delay_s)
+    if tally.crawl_delay_s is not None and obey_robots:
+        pause = max(pause, tally.crawl_delay_s)
     host_delay_s = max(0.0, host_delay_until - clock())
-    if pause > 0 and fetched:
+    if pause > 0 and tally.fetched:
         # Counted from the release (Redis time, after the last response ended), the next request
         # to the host can never come early, however late in its slot this batch's request went out.
         host_delay_s = max(host_delay_s, pause)
@@ -325,14 +283,58 @@ def fold_release(
         throttle=f"={tail}" if answered else (f"+{tail}" if tail else ""),
         pause_ms=pause * 1000,
         host_delay_ms=host_delay_s * 1000,
-        done=done,
+        done=tally.done,
         requeue=tuple(requeue),
         requeue_back=tuple(requeue_back),
-        counters=counters,
-        crawl_delay_s=crawl_delay_s if obey_robots else None,
-        history=history,
-        fetched=fetched,  # else its Crawl-delay (or unknown robots.txt) still holds
+        counters=tally.counters,
+        crawl_delay_s=tally.crawl_delay_s if obey_robots else None,
+        history=tally.history,
+        fetched=tally.fetched,  # else its Crawl-delay (or unknown robots.txt) still holds
     )
+
+
+@dataclass
+class _Tally:
+    """What a batch's outcomes add up to (``fold_release``), before the host's pause is set."""
+
+    counters: Counter[str] = field(default_factory=Counter)
+    requeue: list[Entry] = field(default_factory=list)  # first again
+    requeue_back: list[Entry] = field(default_factory=list)  # behind the host's other URLs
+    history: dict[str, UrlHistory] = field(default_factory=dict)
+    done: int = 0
+    host_delay_until: float = 0.0
+    crawl_delay_s: float | None = None
+    fetched: bool = False
+
+
+def _tally(outcomes: Sequence[FetchOutcome], waiting: Sequence[Entry], now: float) -> _Tally:
+    """Count the outcomes, sort their entries into first again and behind, note the longest wait asked for."""
+    tally = _Tally(requeue_back=list(waiting))
+    for outcome in outcomes:
+        tally.counters.update(outcome.visit.counts)
+        tally.fetched = tally.fetched or outcome.visit.requested
+        if outcome.visit.host_wait_s > 0:  # an API's spent rate limit: the host waits for its reset
+            tally.host_delay_until = max(tally.host_delay_until, now + outcome.visit.host_wait_s)
+        if outcome.visit.crawl_delay_s is not None:
+            tally.crawl_delay_s = outcome.visit.crawl_delay_s
+        if outcome.visit.revisit is not None:
+            tally.history[outcome.entry.url] = outcome.visit.revisit
+        match outcome:
+            case Stored() | Redirected():
+                pass
+            case RobotsFetched():
+                tally.requeue.append(outcome.entry)
+            case Retry(scope="host"):
+                tally.requeue.append(outcome.entry)
+                tally.host_delay_until = max(tally.host_delay_until, now + outcome.delay_s)
+            case Retry():
+                tally.requeue_back.append(outcome.entry)
+            case Failed():
+                tally.done += 1
+                tally.host_delay_until = max(tally.host_delay_until, now + outcome.host_wait_s)
+            case _:  # Unchanged, RobotsBlocked
+                tally.done += 1
+    return tally
 
 
 def _redirect_link(outcome: Redirected) -> RedirectLink:

@@ -70,7 +70,7 @@ def validate(data: Any, fetchers: FetcherRegistry, store: Storage) -> DownloadTa
 
 @dataclass(frozen=True)
 class SingleEnv:
-    """What a single task's fetch uses: the fetch step's context, the host gate, the trail, the pause."""
+    """What a single task's fetch uses: the fetch step's context (no job hooks), the host gate, the trail, the pause."""
 
     ctx: FetchContext
     gate: HostGate
@@ -100,6 +100,7 @@ def run_single_fetch(
         AttemptsExhausted: redelivered after killing its worker again and again.
     """
     ctx, gate, host = env.ctx, env.gate, host_key(task.url)
+    token = ctx.policy.robots_token
     rules = cached_robots(ctx, task.url)
     if rules is None:  # robots.txt first: a request of its own, in the host's slot; not an attempt
         if (slot_ms := gate.reserve(host, reserved_ms)) > 0:
@@ -107,17 +108,17 @@ def run_single_fetch(
         try:
             rules = read_robots_rules(ctx, task.url)
         finally:
-            gate.release(host, host_pause_s(env.politeness, rules, ctx.robots_token))
+            gate.release(host, host_pause_s(env.politeness, rules, token))
         if rules is not None:  # else the network policy refuses the host: the fetch step says so
             return ComeBack(None)
-    pause_s = host_pause_s(env.politeness, rules, ctx.robots_token)
+    pause_s = host_pause_s(env.politeness, rules, token)
     # No request leaves for a disallowed URL, nor for an origin the network policy refuses (rules None).
-    paced = rules is not None and rules.can_fetch(task.url, ctx.robots_token)
+    paced = rules is not None and rules.can_fetch(task.url, token)
     if paced and (slot_ms := gate.reserve(host, reserved_ms, pause_s)) > 0:
         return ComeBack(slot_ms)  # come back exactly at the reserved slot
     try:
         attempt = env.trail.downloading(trail_id)
-        if attempt > ctx.retry.retries + 1:
+        if attempt > ctx.policy.retry.retries + 1:
             raise AttemptsExhausted("download", attempt)
         return fetch_single(ctx, task, attempt)
     finally:
@@ -137,7 +138,7 @@ def fetch_single(ctx: FetchContext, task: DownloadTask, attempt: int = 1) -> Fet
 
 def cached_robots(ctx: FetchContext, url: str) -> RobotsRules | None:
     """The cached robots.txt rules for ``url``'s origin, or None when robots.txt must be read first."""
-    return ctx.robots.get(origin(url)) if ctx.obey_robots else RobotsRules.from_response(404, None)
+    return ctx.services.robots.get(origin(url)) if ctx.policy.obey_robots else RobotsRules.from_response(404, None)
 
 
 def host_pause_s(policy: PolitenessPolicy, rules: RobotsRules | None, token: str) -> float:

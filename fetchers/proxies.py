@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 import requests
@@ -55,6 +55,7 @@ from vcrawl.settings import Settings
 __all__ = [
     "PROXY_FAULTS",
     "ProxyHealth",
+    "ProxyRecorder",
     "fetch_through",
     "is_proxy_fault",
     "pick_proxy",
@@ -200,7 +201,15 @@ def proxy_stats(counters: Mapping[str, int]) -> dict[str, dict[str, Any]]:
     return stats
 
 
-def fetch_through(fetcher: Fetcher, request: FetchRequest, health: ProxyHealth | None) -> FetchResult:
+class ProxyRecorder(Protocol):
+    """Where a fetch through a proxy is noted (``ProxyHealth``)."""
+
+    def record(self, proxy: str | None, reason: str | None) -> None:
+        """Note how a fetch through ``proxy`` ended: ``reason`` of its failure, None for a response."""
+        ...
+
+
+def fetch_through(fetcher: Fetcher, request: FetchRequest, health: ProxyRecorder | None) -> FetchResult:
     """Fetch ``request``; its outcome goes on its proxy's record, and a proxy's fault is raised.
 
     Raises:

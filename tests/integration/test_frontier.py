@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +16,11 @@ import redis
 
 from cli.local_redis import LocalRedis
 from engine.analyze_batch import abandon_analysis
-from engine.fetch_batch import CrawlEnv
-from engine.jobs import admit_links, build_runtime
-from frontier import AdmitRequest, Batch, BatchRelease, Candidate, Entry, Frontier, FrontierQueue
+from engine.crawl_env import CrawlEnv
+from engine.jobs import JobRuntime, admit_links, build_runtime
+from frontier import AdmitRequest, Batch, BatchRelease, Candidate, Entry, Frontier, FrontierQueue, RobotsCache
+from storage import Storage
+from telemetry.alerts import Alerter
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
@@ -102,11 +105,11 @@ def test_concurrent_admissions_admit_each_url_once(client: redis.Redis, private_
     assert client.zcard(f"vcrawl:job:{{{runtime.job_id}}}:q:a.test") == 300
 
 
-def test_abandoned_analysis_finishes_its_pages_exactly_once(client: redis.Redis) -> None:
+def test_abandoned_analysis_finishes_its_pages_exactly_once(client: redis.Redis, tmp_path: Path) -> None:
     frontier = Frontier(client)
     runtime = _job(client, frontier, max_pages=100_000)
     admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="seeds", counters=Counter(), seeds=True)
-    env = CrawlEnv(frontier, _Runtimes(runtime), None, None, None, lambda key: False)  # type: ignore[arg-type]
+    env = _env(client, frontier, runtime, tmp_path)
     fetched = {"job": runtime.job_id, "batch": "9", "pages": [{"url": "http://a.test/"}], "redirects": []}
     client.hset(redis_keys.job_released(runtime.job_id), "9", json.dumps(fetched))  # as its release does
     links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(1500)]
@@ -123,13 +126,13 @@ def test_abandoned_analysis_finishes_its_pages_exactly_once(client: redis.Redis)
     assert state["pending"] == "1000" and state["analysis_failed:batch"] == "1"
 
 
-def test_abandon_after_a_complete_admission_changes_nothing(client: redis.Redis) -> None:
+def test_abandon_after_a_complete_admission_changes_nothing(client: redis.Redis, tmp_path: Path) -> None:
     frontier = Frontier(client)
     runtime = _job(client, frontier, max_pages=100_000)
     admit_links(runtime, frontier, [("http://a.test/", 0, 5)], done=0, token="seeds", counters=Counter(), seeds=True)
     links = [(f"http://a.test/p{n}.html", 1, 5) for n in range(1500)]
     admit_links(runtime, frontier, links, done=1, token="a:7", counters=Counter())
-    env = CrawlEnv(frontier, _Runtimes(runtime), None, None, None, lambda key: False)  # type: ignore[arg-type]
+    env = _env(client, frontier, runtime, tmp_path)
 
     abandon_analysis(env, {"job": runtime.job_id, "batch": "7", "pages": [{}], "redirects": []}, "late errback")
 
@@ -375,8 +378,13 @@ def test_only_a_running_or_paused_job_can_fail(client: redis.Redis) -> None:
 class _Runtimes:
     """Hands out one prepared runtime (what RuntimeCache does from Redis)."""
 
-    def __init__(self, runtime: Any) -> None:
+    def __init__(self, runtime: JobRuntime) -> None:
         self._runtime = runtime
 
-    def get(self, job_id: str, cycle: int = 0) -> Any:
+    def get(self, job_id: str, cycle: int = 0) -> JobRuntime:
         return self._runtime
+
+
+def _env(client: redis.Redis, frontier: Frontier, runtime: JobRuntime, data: Path) -> CrawlEnv:
+    """What an analysis errback uses: the frontier and the job's runtime (no alert goes out)."""
+    return CrawlEnv(frontier, _Runtimes(runtime), RobotsCache(client), Storage(str(data)), Alerter(), lambda key: False)

@@ -124,7 +124,8 @@ def test_a_single_task_to_a_refused_origin_fails_at_once_under_a_pacing_gate(
     with TestSite("127.0.0.2") as refused:
         forget_origin(refused.base)
         url = refused.add_page("/page.html", "<p>never</p>")
-        ctx = replace(deps.single_context(), networks=(ipaddress.ip_network("127.0.0.1/32"),))
+        cluster = deps.single_context()
+        ctx = replace(cluster, policy=replace(cluster.policy, networks=(ipaddress.ip_network("127.0.0.1/32"),)))
         pacing = PolitenessPolicy(1.0, 0.0)
         env = SingleEnv(ctx, HostGate(redis.Redis.from_url(redis_server.url), pacing), deps.trail(), pacing)
         task = single.validate({"url": url}, deps.fetchers(), deps.storage())

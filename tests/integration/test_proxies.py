@@ -12,11 +12,12 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.fetch_step import FetchContext
+from engine.fetch_step import FetchContext, FetchPolicy, FetchServices
 from engine.outcomes import Retry, Stored
 from engine.single import fetch_single
 from fetchers import FetchLimits, FetchRequest, IdentityPool, ProxyHealth, StaticFetcher, fetch_through, make_session
 from fetchers.netguard import NetworkPolicy, parse_networks
+from frontier import RobotsCache
 from storage import Storage
 from tests.integration.conftest import api_server, run_job
 from tests.proxy import ForwardProxy
@@ -25,7 +26,6 @@ from tests.waiting import wait_until
 from vcrawl import redis_keys
 from vcrawl.errors import FetchFailed
 from vcrawl.payloads import DownloadTask
-from vcrawl.policies import RetryPolicy
 from vcrawl.settings import Settings
 
 LOOPBACK = NetworkPolicy(allowed=parse_networks(["127.0.0.0/8"]))
@@ -238,8 +238,8 @@ def test_a_single_download_draws_around_a_benched_proxy(
     store = Storage.from_settings(vcrawl_settings)
 
     def context(pool: IdentityPool) -> FetchContext:  # the single task's fetch step, robots.txt aside
-        return FetchContext(fetcher, fetcher, pool, RetryPolicy(), None, store, proxies=health,  # type: ignore[arg-type]
-                            obey_robots=False)  # fmt: skip
+        services = FetchServices(fetcher, fetcher, pool, RobotsCache(bench), store, proxies=health)
+        return FetchContext(services, FetchPolicy(obey_robots=False))
 
     with ForwardProxy(mode="auth") as auth, ForwardProxy() as good:
         task = DownloadTask(url=site.add_page("/one", "one"), save_path="pages/proxies/one.html")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from engine.host_trouble import SLOW_HOST_BUDGET
+from engine.fetch_step.host_trouble import SLOW_HOST_BUDGET
 from tests.integration.conftest import AlertSinks, run_job
 from tests.integration.test_job_alerts import alerts_about
 from tests.site import Response, TestSite

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.fetch_batch import fold_release
-from engine.outcomes import Failed, Redirected, Retry, RobotsBlocked, RobotsFetched, Stored, Unchanged, Visit
+from engine.fetch_step import stops_batch
+from engine.outcomes import (
+    Failed,
+    FetchOutcome,
+    Redirected,
+    Retry,
+    RobotsBlocked,
+    RobotsFetched,
+    SitemapRead,
+    Stored,
+    Unchanged,
+    Visit,
+)
 from frontier import Entry
 from vcrawl.payloads import FetchedPage
 from vcrawl.policies import PolitenessPolicy
@@ -101,3 +115,33 @@ def test_the_host_throttle_streak_counts_first_requests_answered_429_or_503_in_a
     assert _fold([_throttled("a", 1), _throttled("b", 2)]).throttle == ""  # retries say nothing new
     assert _fold([_throttled("a", 1), _answered("b")]).throttle == "=0"
     assert _fold([]).throttle == ""
+
+
+def test_a_handed_back_retry_still_in_its_retry_after_goes_behind_the_hosts_other_urls() -> None:
+    waiting, rest = _entry("waiting", 1, not_before_s=NOW + 5), _entry("rest")
+    release = _fold([_answered("a")], handed_back=(waiting, rest))
+    assert release.requeue == (rest,) and release.requeue_back == (waiting,)
+
+
+_REQUESTED = Visit(requested=True)
+_STOPS = [
+    ("a page stored", Stored(_entry("a"), _page(_entry("a")), _REQUESTED), False),
+    ("a host-wide retry", Retry(_entry("a", 1), "connection_error", 2.0, "host", visit=_REQUESTED), True),
+    ("a URL's own retry", Retry(_entry("a", 1), "http_500", 2.0, "queue", 500, _REQUESTED), False),
+    ("robots.txt read in the slot", RobotsFetched(_entry("a"), _REQUESTED), True),
+    ("a sitemap that listed URLs", SitemapRead(_entry("a"), _REQUESTED, found=3), True),
+    ("a sitemap that listed none", SitemapRead(_entry("a"), _REQUESTED), False),
+    ("a failure whose host asked for a wait", Failed(_entry("a"), "http_503", 503, host_wait_s=30.0), True),
+    ("a plain failure", Failed(_entry("a"), "http_404", 404, visit=_REQUESTED), False),
+    ("a request to a host with a Crawl-delay", Unchanged(_entry("a"), Visit(requested=True, crawl_delay_s=2.0)), True),
+    ("no request, Crawl-delay known", RobotsBlocked(_entry("a"), Visit(crawl_delay_s=2.0)), False),
+]
+
+
+@pytest.mark.parametrize(("outcome", "stops"), [case[1:] for case in _STOPS], ids=[case[0] for case in _STOPS])
+def test_the_batch_stops_before_its_next_url_when_the_host_needs_its_pause(outcome: FetchOutcome, stops: bool) -> None:
+    assert stops_batch(outcome) is stops
+
+
+def test_a_crawl_delay_does_not_stop_the_batch_when_robots_txt_is_not_obeyed() -> None:
+    assert not stops_batch(Unchanged(_entry("a"), Visit(requested=True, crawl_delay_s=2.0)), obey_robots=False)

@@ -218,7 +218,7 @@ def offline(store: Storage) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(deps, "fetchers", lambda: FETCHERS)
         patch.setattr(deps, "storage", lambda: store)
-        for name in ("trail", "host_gate", "crawl_env"):
+        for name in ("trail", "host_gate", "single_env", "crawl_env"):
             patch.setattr(deps, name, _must_not_send)
         patch.setattr(_crawl_module, "dispatch", _must_not_send)
         yield

@@ -1,17 +1,18 @@
 """How a fetch's trouble is judged against its host: the host down, throttling, or too slow.
 
-``engine.fetch_step`` asks these when a request fails: whether the whole host should pause or
-only the URL should wait (``politeness.retry_after``, the failure budget of slow hosts), and
-whether a proxy's fault leaves any proxy to retry through.
+The fetch step (``engine.fetch_step.response``) asks these when a request fails: whether the whole
+host should pause or only the URL should wait (``politeness.retry_after``, the failure budget of
+slow hosts), and whether a proxy's fault leaves any proxy to retry through. A single task has no
+record of its host (no ``JobHooks``): its URL waits alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
+from engine.fetch_step.context import FetchContext
 from engine.outcomes import FetchOutcome, Retry
-from fetchers import IdentityPool, ProxyHealth, is_proxy_fault
+from fetchers import is_proxy_fault
 from fetchers.base import SLOW_REASONS
 from frontier import Entry, host_key
 from telemetry.alerts import Alert
@@ -23,7 +24,6 @@ __all__ = [
     "SLOW_REASONS",
     "THROTTLED",
     "THROTTLE_STREAK",
-    "HostView",
     "keeps_timing_out",
     "pool_exhausted",
     "throttle_tail",
@@ -45,43 +45,26 @@ SLOW_HOST_BUDGET = 5
 timeouts pause the whole host (with backoff) and an operator is alerted."""
 
 
-class HostView(Protocol):
-    """What these judgements read of a fetch's context (``engine.fetch_step.FetchContext``)."""
-
-    @property
-    def host_throttle(self) -> Callable[[str], int] | None: ...
-    @property
-    def host_slowness(self) -> Callable[[str], tuple[int, int]] | None: ...
-    @property
-    def alert(self) -> Callable[[str, Alert], bool] | None: ...
-    @property
-    def job_id(self) -> str: ...
-    @property
-    def proxies(self) -> ProxyHealth | None: ...
-    @property
-    def identities(self) -> IdentityPool: ...
-
-
-def throttles(ctx: HostView, entry: Entry) -> bool:
+def throttles(ctx: FetchContext, entry: Entry) -> bool:
     """True when this 429/503 to a URL's first request makes ``THROTTLE_STREAK`` of the host's
     answers to first requests in a row (``throttle_tail``)."""
-    if ctx.host_throttle is None or entry.attempt > 0:
+    if ctx.job is None or entry.attempt > 0:
         return False
-    return ctx.host_throttle(host_key(entry.url)) + 1 >= THROTTLE_STREAK
+    return ctx.job.host_throttle(host_key(entry.url)) + 1 >= THROTTLE_STREAK
 
 
-def keeps_timing_out(ctx: HostView, url: str, reason: str) -> bool:
+def keeps_timing_out(ctx: FetchContext, url: str, reason: str) -> bool:
     """True when the host spent its failure budget: at least ``SLOW_HOST_BUDGET`` requests given up
     for time, as many as it answered. Alerts once per alert window when it is."""
-    if ctx.host_slowness is None:
+    if ctx.job is None:
         return False
     host = host_key(url)
-    slow, answered = ctx.host_slowness(host)
+    slow, answered = ctx.job.host_slowness(host)
     slow += 1  # this one is counted with the batch's release
     if slow < SLOW_HOST_BUDGET or slow < answered:
         return False
-    if ctx.alert is not None:
-        ctx.alert(
+    if ctx.services.alert is not None:
+        ctx.services.alert(
             f"{ctx.job_id}:slow:{host}",
             Alert(
                 subject=f"host {host} keeps timing out in job {ctx.job_id}",
@@ -93,13 +76,14 @@ def keeps_timing_out(ctx: HostView, url: str, reason: str) -> bool:
     return True
 
 
-def pool_exhausted(ctx: HostView, reason: str) -> bool:
+def pool_exhausted(ctx: FetchContext, reason: str) -> bool:
     """A proxy's fault pauses the host only when no proxy of the pool is left to retry through:
     with one left, the URL goes to the back of its host's queue and its retry draws that one."""
     if not is_proxy_fault(reason):
         return False
-    return ctx.proxies is None or not ctx.proxies.has_healthy(
-        ctx.identities.proxies, harvested=ctx.identities.harvested
+    services = ctx.services
+    return services.proxies is None or not services.proxies.has_healthy(
+        services.identities.proxies, harvested=services.identities.harvested
     )
 
 

@@ -1,0 +1,61 @@
+"""What a crawl job's batches use in a worker process: ``CrawlEnv``, made once per process
+(``tasks.deps.crawl_env``), read by the fetch batch (``engine.fetch_batch``) and the analysis batch
+(``engine.analyze_batch``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.fetch_step import PageTypeFetchers, ProxyBench, RobotsRulesCache
+from engine.jobs import JobRuntime
+from frontier import Frontier, History
+from storage import Storage
+from storage.records import RecordWriter
+from storage.warc import WarcWriter
+from telemetry.alerts import Alert, Alerter
+
+__all__ = ["CrawlEnv", "Runtimes"]
+
+
+class Runtimes(Protocol):
+    """(job id, cycle) -> the job's runtime in this process (``engine.jobs.RuntimeCache``)."""
+
+    def get(self, job_id: str, cycle: int = 0) -> JobRuntime:
+        """The runtime of ``job_id`` in ``cycle`` (0: a one-off job).
+
+        Raises:
+            InvalidTask: no such job.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class CrawlEnv:
+    """The per-process services a crawl batch uses."""
+
+    frontier: Frontier
+    runtimes: Runtimes
+    robots: RobotsRulesCache
+    storage: Storage
+    alerter: Alerter
+    alert_once: Callable[[str], bool]
+    fetchers: PageTypeFetchers | None = None
+    records: Callable[[str], RecordWriter] | None = None  # job id -> this process's record writer
+    warc: Callable[[str], WarcWriter] | None = None  # job id -> this process's WARC writer
+    history: History | None = None  # URL history of scheduled jobs
+    robots_retry_s: float = 600.0
+    clock: Callable[[], float] = time.time
+    host_alert: tuple[float, int] = (0.5, 20)  # alert when this share of a host's URLs failed, after this many
+    proxies: ProxyBench | None = None  # the cluster's proxy bench; None: draw from the pool blindly
+    fetch_log: Callable[[str], RecordWriter] | None = None  # job id -> this process's fetch log writer
+    on_completed: Callable[[str, int], None] | None = None  # (job, cycle): the job or cycle just completed
+
+    def alert(self, cause: str, alert: Alert) -> bool:
+        """Send ``alert`` unless one for ``cause`` went out in the alert window."""
+        if not self.alert_once(cause):
+            return False
+        self.alerter.send(alert)
+        return True

@@ -1,0 +1,106 @@
+"""Per-process clients and components, made lazily on first use: the composition root.
+
+Nothing here connects at import time. A pool child gets fresh clients after fork
+(``worker_process_init`` calls ``reset``), so no socket is shared between processes. Every
+component is made once per process through one cache and one lock (``clients.once``), and
+``reset`` forgets them all.
+
+By floor, each module built only from those before it:
+
+- ``clients``: settings, the cache (``reset``), Redis, storage, the HTTP session and DNS cache, alerts.
+- ``pipeline``: the crawl pipeline's components: frontier, job runtimes, fetchers, robots.txt,
+  URL history, identities, the proxy bench, the host gate, the status trail, the policies.
+- ``keepers``: the cluster's keepers in this process: the output ledger and shipper, the ring's membership.
+- ``outputs``: jobs' record, WARC and fetch log writers, their spools, shipping them.
+- ``envs``: what the engine is handed: a single task's fetch context, the crawl environment, the pump.
+
+Use it as ``from tasks import deps; deps.frontier()``: every name lives here too.
+"""
+
+from __future__ import annotations
+
+from tasks.deps.clients import (
+    alert,
+    alerter,
+    dns_cache,
+    first_in_window,
+    redis_client,
+    reset,
+    session,
+    settings,
+    storage,
+)
+from tasks.deps.envs import crawl_env, job_completed, pump, single_context, single_env, start_batch_analyzers
+from tasks.deps.keepers import node_registry, output_ledger, output_shipper, ring_keeper, ring_queue, ring_view
+from tasks.deps.outputs import (
+    FETCH_LOG_IDLE_S,
+    close_warc,
+    fetch_log,
+    flush_records,
+    note_output,
+    records,
+    recover_spools,
+    spool_dir,
+    warc,
+)
+from tasks.deps.pipeline import (
+    analysis_retry,
+    batch_analysis_retry,
+    fetch_retry,
+    fetchers,
+    frontier,
+    history,
+    host_gate,
+    identities,
+    politeness,
+    proxy_health,
+    robots,
+    runtimes,
+    trail,
+)
+
+__all__ = [
+    "FETCH_LOG_IDLE_S",
+    "alert",
+    "alerter",
+    "analysis_retry",
+    "batch_analysis_retry",
+    "close_warc",
+    "crawl_env",
+    "dns_cache",
+    "fetch_log",
+    "fetch_retry",
+    "fetchers",
+    "first_in_window",
+    "flush_records",
+    "frontier",
+    "history",
+    "host_gate",
+    "identities",
+    "job_completed",
+    "node_registry",
+    "note_output",
+    "output_ledger",
+    "output_shipper",
+    "politeness",
+    "proxy_health",
+    "pump",
+    "records",
+    "recover_spools",
+    "redis_client",
+    "reset",
+    "ring_keeper",
+    "ring_queue",
+    "ring_view",
+    "robots",
+    "runtimes",
+    "session",
+    "settings",
+    "single_context",
+    "single_env",
+    "spool_dir",
+    "start_batch_analyzers",
+    "storage",
+    "trail",
+    "warc",
+]

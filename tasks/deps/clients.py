@@ -1,0 +1,126 @@
+"""This process's settings and clients, and the one cache every factory of ``tasks.deps`` builds through.
+
+``reset`` forgets everything made (a pool child calls it after fork, so no socket is shared
+between processes); ``once`` makes a component on first use, once per process, under one lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import redis
+import requests
+
+from fetchers import DnsCache, make_session
+from storage import Storage
+from tasks.redis_clients import make_redis_client
+from telemetry.alerts import Alert, Alerter
+from vcrawl import redis_keys
+from vcrawl.settings import Settings
+
+__all__ = [
+    "alert",
+    "alerter",
+    "dns_cache",
+    "first_in_window",
+    "made",
+    "once",
+    "per_job",
+    "redis_client",
+    "reset",
+    "session",
+    "settings",
+    "storage",
+]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.RLock()
+_settings: Settings | None = None
+_made: dict[str, Any] = {}
+
+
+def reset(new_settings: Settings | None = None) -> None:
+    """Forget every client; the next use builds them again (from ``new_settings`` if given)."""
+    global _settings
+    with _lock:
+        if (shipper := _made.get("output_shipper")) is not None:
+            shipper.stop(timeout_s=0)  # its writers are forgotten with the rest
+        _made.clear()
+        _settings = new_settings
+
+
+def settings() -> Settings:
+    """Return this process's settings (read from the environment on first use)."""
+    global _settings
+    with _lock:
+        if _settings is None:
+            _settings = Settings.from_env()
+        return _settings
+
+
+def once(name: str, build: Callable[[], Any]) -> Any:
+    """The component ``name`` of this process, built by ``build`` on first use (until ``reset``)."""
+    made_now = _made.get(name)
+    if made_now is None:
+        with _lock:
+            made_now = _made.get(name)
+            if made_now is None:
+                made_now = _made[name] = build()
+    return made_now
+
+
+def made(name: str) -> Any:
+    """The component ``name`` if this process made it already, else None (nothing is built)."""
+    return _made.get(name)
+
+
+def per_job(kind: str, job_id: str, build: Callable[[Settings], Any]) -> Any:
+    """This process's one ``kind`` writer for ``job_id``, made on first use."""
+    writers: dict[str, Any] = once(kind, dict)
+    with _lock:
+        if job_id not in writers:
+            writers[job_id] = build(settings())
+        return writers[job_id]
+
+
+def redis_client() -> redis.Redis:
+    """Return the Redis client for vcrawl's own keys (status trail, politeness)."""
+    return once("redis", lambda: make_redis_client(settings()))
+
+
+def storage() -> Storage:
+    """Return the storage router for the configured data location."""
+    return once("storage", lambda: Storage.from_settings(settings()))
+
+
+def session() -> requests.Session:
+    """Return this process's pooled HTTP session (shared by single tasks and jobs)."""
+    return once("session", lambda: make_session(pool_size=64, resolver=dns_cache()))
+
+
+def dns_cache() -> DnsCache:
+    """Return this process's DNS cache: every connection of its threads resolves through it."""
+    return once("dns_cache", lambda: DnsCache.from_settings(settings()))
+
+
+def alerter() -> Alerter:
+    """Return the admin alert sender."""
+    return once("alerter", lambda: Alerter.from_settings(settings()))
+
+
+def first_in_window(cause: str) -> bool:
+    """True once per ``cause`` per ``VCRAWL_ALERT_WINDOW_S``: a broken site does not send a thousand emails."""
+    window_s = max(1, int(settings().alert_window_s))
+    return bool(redis_client().set(redis_keys.alert_sent(cause, "job"), 1, nx=True, ex=window_s))
+
+
+def alert(cause: str, message: Alert) -> bool:
+    """Send ``message`` unless an alert for ``cause`` went out within the alert window."""
+    if not first_in_window(cause):
+        return False
+    alerter().send(message)
+    return True

@@ -1,0 +1,110 @@
+"""This process's cluster keepers: the output ledger and shipper (a job's output shipped when it
+completes), the ring's membership (registry, view, the keeper thread)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celeryconfig import DOWNLOAD_QUEUE
+from cluster.holdings import Holdings
+from cluster.members import NodeRegistry, RingView
+from cluster.membership import NodeWatcher, RingKeeper, registration_for
+from cluster.outputs import OutputLedger, OutputShipper
+from fetchers.netguard import connections_opened
+from storage.warc import WarcWriter
+from tasks.broker.queues import move_queue
+from tasks.deps.clients import alert, dns_cache, made, once, redis_client, settings
+from tasks.deps.pipeline import frontier, runtimes
+
+__all__ = [
+    "OUTPUT_KINDS",
+    "node_registry",
+    "output_ledger",
+    "output_shipper",
+    "ring_keeper",
+    "ring_queue",
+    "ring_view",
+]
+
+logger = logging.getLogger(__name__)
+
+OUTPUT_KINDS = ("warc", "records", "fetch_log")
+"""The kinds of per-job writers a process holds (``tasks.deps.outputs``), by their name in the cache."""
+
+
+def output_ledger() -> OutputLedger:
+    """Which worker processes hold a job's output not shipped yet (a process is dead after the node timeout)."""
+    return once("output_ledger", lambda: OutputLedger(redis_client(), settings().node_timeout_s))
+
+
+class _ProcessOutputs:
+    """This process's WARC, record and fetch log writers, by job (``cluster.outputs.LocalOutputs``)."""
+
+    def jobs(self) -> list[str]:
+        return sorted({job_id for kind in OUTPUT_KINDS for job_id in list(made(kind) or {})})
+
+    def has_pending(self, job_id: str) -> bool:
+        return any(writer.pending for writer in self._writers(job_id))
+
+    def ship(self, job_id: str) -> None:
+        # Every writer gets its turn even when one fails; the first failure is raised after.
+        failure: Exception | None = None
+        for writer in self._writers(job_id):
+            try:
+                writer.roll() if isinstance(writer, WarcWriter) else writer.flush()
+            except Exception as exc:
+                logger.warning("job %s: shipping %r failed (kept for the next try): %r", job_id, writer, exc)
+                failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _writers(self, job_id: str) -> list[Any]:
+        return [writer for kind in OUTPUT_KINDS if (writer := (made(kind) or {}).get(job_id)) is not None]
+
+
+def output_shipper() -> OutputShipper:
+    """This process's output shipper (not started): ships a job's output when the job completes."""
+    return once(
+        "output_shipper", lambda: OutputShipper(output_ledger(), _ProcessOutputs(), frontier().jobs.state_and_cycle)
+    )
+
+
+def node_registry() -> NodeRegistry:
+    """The ring's membership in this process's Redis."""
+    return once("node_registry", lambda: NodeRegistry(frontier().scripts, settings().node_timeout_s))
+
+
+def ring_view() -> RingView:
+    """This process's view of the ring (read again at most every second)."""
+    return once("ring_view", lambda: RingView(node_registry()))
+
+
+def ring_queue(host: str) -> str | None:
+    """The queue of ``host``'s ring node now (None: no ring node alive; use the shared queue)."""
+    return ring_view().current().queue_of(host)
+
+
+def ring_keeper(node_name: str | None, holdings: Holdings | None = None) -> RingKeeper:
+    """This worker's membership thread (not started): it beats as ``node_name`` (a ring node with
+    ``VCRAWL_NODE_WEIGHT`` / ``VCRAWL_RING``, else a plain worker of weight 0), says what it holds,
+    watches for dead members and sweeps orphaned messages (with ``holdings``)."""
+
+    def build() -> RingKeeper:
+        current = settings()
+        # A dead node's messages (and those its unacknowledged ones come back as, after the visibility
+        # timeout) go to the shared queue; whoever takes one passes it on to its host's owner now.
+        watcher = NodeWatcher(frontier(), node_registry(), runtimes(),
+                              lambda name: move_queue(redis_client(), name, DOWNLOAD_QUEUE), alert=alert,
+                              holdings=holdings)  # fmt: skip
+        registration = registration_for(node_name, max(0, current.ring_weight)) if node_name else None
+        beat_s = min(2.0, current.node_timeout_s / 5)
+        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view(), counters=_process_counters,
+                          holdings=holdings)  # fmt: skip
+
+    return once("ring_keeper", build)
+
+
+def _process_counters() -> dict[str, int]:
+    dns = dns_cache().stats()
+    return {"connections_opened": connections_opened(), "dns_lookups": dns.lookups, "dns_hits": dns.hits}
