@@ -180,4 +180,3 @@ def _beat_schedule(path: str | None) -> dict[str, Any]:
         return schedules.beat_schedule(path)  # not a bare name: globals().update below sets beat_schedule
     except InvalidTask as exc:
         raise ConfigError(f"VCRAWL_SCHEDULES_FILE={path}: {exc}") from None
-

@@ -22,7 +22,6 @@ from storage import Storage, job_fetch_log_location
 __all__ = ["LoggedUrl", "latest_by_url", "log_lines", "read_fetch_log"]
 
 
-
 @dataclass(frozen=True)
 class LoggedUrl:
     """One URL's end in a job: what the fetch log says of it."""

@@ -62,7 +62,6 @@ __all__ = [
 ]
 
 
-
 class Link(NamedTuple):
     """A URL to admit: how deep it is, how many redirects it may still follow, the sitemap level it
     comes from (0: a page's link, 1: a sitemap named by a job or robots.txt, ...) and the page or
@@ -73,6 +72,7 @@ class Link(NamedTuple):
     redirects_left: int
     sitemap: int = 0
     source: str = ""
+
 
 _ADMIT_CHUNK = 1000  # URLs per admission script call: each call blocks Redis ~10 us per URL
 

@@ -2,18 +2,21 @@
 
 ``celeryconfig.celery_settings`` turns this process's ``Settings`` into Celery's settings; they are
 read from the environment when the app first needs its configuration (a worker starting, a task
-sent), never at import. ``include`` lists what every worker imports at start: the task modules and
-``tasks.boot``, the worker's boot (its signals), which nothing else imports.
+sent), never at import (``_EnvironmentSettings``). ``include`` lists what every worker imports at
+start: the task modules and ``tasks.boot``, the worker's boot (its signals), which nothing else imports.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from celery import Celery
 
 from celeryconfig import celery_settings
 from tasks.broker.guard import guard_redis_qos, reconnect_at_transport_pace, reuse_redis_clients
+from vcrawl.errors import ConfigError
 from vcrawl.settings import Settings
 
 __all__ = ["app"]
@@ -26,8 +29,41 @@ _TASK_MODULES = (
     "tasks.batches",
     "tasks.proxy_harvest",
 )
+
+
+class _EnvironmentSettings(Mapping[str, Any]):
+    """Celery's settings for this process's ``VCRAWL_*`` environment, built on first read, never at import.
+
+    A config source (not ``add_defaults``): Celery reads it before it swaps the settings into
+    ``app.conf``, so another thread never sees the bare defaults (no broker) in between. A bad
+    variable stops the process naming it, as ``tasks.boot`` does for a worker's other checks.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._built: dict[str, Any] | None = None
+
+    def _settings(self) -> dict[str, Any]:
+        with self._lock:
+            if self._built is None:
+                try:
+                    self._built = celery_settings(Settings.from_env())
+                except ConfigError as exc:
+                    raise SystemExit(f"vcrawl: configuration error: {exc}") from exc
+            return self._built
+
+    def __getitem__(self, key: str) -> Any:
+        return self._settings()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._settings())
+
+    def __len__(self) -> int:
+        return len(self._settings())
+
+
 app = Celery("vcrawl", include=[*_TASK_MODULES, "tasks.boot"])
-app.add_defaults(lambda: celery_settings(Settings.from_env()))
+app.config_from_object(_EnvironmentSettings())
 
 
 @app.on_after_configure.connect

@@ -12,9 +12,8 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol
 
-from cluster.outputs import OutputLedger
 from fetchers import proxy_stats
 from frontier import Frontier
 from storage import Storage, job_fetch_log_location, job_records_location, job_warc_location
@@ -23,7 +22,16 @@ from vcrawl.errors import VcrawlError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CYCLE_COUNTERS", "CycleSummary", "JobStatus", "job_outputs", "job_status", "load_status"]
+
+class PendingOutputs(Protocol):
+    """Who still holds a job's output not shipped (``cluster.outputs.OutputLedger``)."""
+
+    def pending(self, job_id: str) -> list[str]:
+        """The writers (worker processes) that hold output of ``job_id`` not shipped yet."""
+        ...
+
+
+__all__ = ["CYCLE_COUNTERS", "CycleSummary", "JobStatus", "PendingOutputs", "job_outputs", "job_status", "load_status"]
 
 CYCLE_COUNTERS = (
     names.COUNTER_FETCHED,
@@ -158,7 +166,7 @@ def load_status(
     job_id: str,
     now: float | None = None,
     store: Storage | None = None,
-    ledger: OutputLedger | None = None,
+    ledger: PendingOutputs | None = None,
 ) -> JobStatus | None:
     """Read a job's status from the frontier, or None if unknown; with ``store`` and ``ledger``, its
     output files and the worker processes still holding output of it."""
@@ -223,7 +231,7 @@ def load_status(
 
 
 def job_status(
-    frontier: Frontier, job_id: str, store: Storage | None = None, ledger: OutputLedger | None = None
+    frontier: Frontier, job_id: str, store: Storage | None = None, ledger: PendingOutputs | None = None
 ) -> dict[str, Any] | None:
     """State and counters of a job as JSON-ready dict, or None if unknown."""
     status = load_status(frontier, job_id, store=store, ledger=ledger)

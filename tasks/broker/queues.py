@@ -21,7 +21,6 @@ def queue_lengths(client: Any) -> dict[str, int]:
     return {name: sum(counts[i * steps : (i + 1) * steps]) for i, name in enumerate(names)}
 
 
-
 def move_queue(client: Any, source: str, target: str, limit: int = 100_000) -> int:
     """Move the messages waiting on queue ``source`` to queue ``target``, oldest first, each to the
     same priority step, to be taken next; return how many (at most ``limit``)."""

@@ -18,8 +18,10 @@ from vcrawl.settings import Settings, child_environment
     ("settings", "named"),
     [
         (Settings(data="hdfs://127.0.0.1:9/crawl"), "VCRAWL_HDFS_USER"),
-        (Settings(data="hdfs://127.0.0.1:9/crawl", hdfs_user="u", hdfs_namenodes=("10.0.0.1:9870",)),
-         "VCRAWL_HDFS_NAMENODES"),
+        (
+            Settings(data="hdfs://127.0.0.1:9/crawl", hdfs_user="u", hdfs_namenodes=("10.0.0.1:9870",)),
+            "VCRAWL_HDFS_NAMENODES",
+        ),
         (Settings(data="hdfs://127.0.0.1/crawl", hdfs_user="u"), "VCRAWL_DATA"),
         (Settings(data="s3://bucket/crawl"), "VCRAWL_DATA"),
     ],
