@@ -8,8 +8,12 @@ acknowledged, batches released, URLs admitted, all gone (measured: 4303 of 6904 
 writes in one run of the test cluster). Every vcrawl worker therefore listens to the Sentinels
 (like ioredis's ``failoverDetector``) and acts on what they announce:
 
-- ``+selected-slave`` (the leading Sentinel picked the replica to promote): the old primary stops
-  taking writes at once (``CLIENT PAUSE … WRITE``). Writes are held, not refused: a client waits.
+- ``+try-failover`` (a Sentinel starts a failover) and ``+selected-slave`` (the leading Sentinel
+  picked the replica to promote): the old primary stops taking writes at once (``CLIENT PAUSE …
+  WRITE``). Writes are held, not refused: a client waits. Sentinel sends the replica ``REPLICAOF NO
+  ONE`` one tick of its timer (50-100 ms) after ``+selected-slave`` but two or three after
+  ``+try-failover``: a write the old primary takes after the replica is promoted is lost, so the
+  pause comes at the first sign, with that margin for a busy worker's listener.
 - ``+switch-master`` (the new primary is in place): the old one's clients are dropped (``CLIENT
   KILL TYPE normal|pubsub``), it is made a replica of the new one (``REPLICAOF``) and the pause is
   lifted. The held writes are never run there; their clients reconnect through the Sentinels to the
@@ -45,7 +49,7 @@ logger = logging.getLogger(__name__)
 FENCE_MS = 15_000
 """How long a pause holds if nothing lifts it: a promotion takes well under a second once chosen."""
 
-_CHANNELS = ("+selected-slave", "+switch-master")
+_CHANNELS = ("+try-failover", "+selected-slave", "+switch-master")
 _ABORTS = "-failover-abort-*"
 _LISTEN_POLL_S = 1.0  # how often a listener looks whether it should stop
 _RECONNECT_S = 1.0  # after a Sentinel stopped answering
@@ -64,7 +68,7 @@ class Address:
 class FailoverEvent:
     """What a Sentinel announced about our primary: the old one, and the new one once known."""
 
-    kind: str  # "selected" | "switched" | "aborted"
+    kind: str  # "trying" | "selected" | "switched" | "aborted"
     old: Address
     new: Address | None = None
 
@@ -76,6 +80,8 @@ def read_event(channel: str, data: str, master_name: str) -> FailoverEvent | Non
     FailoverEvent(kind='switched', old=Address(host='10.0.0.1', port=6379), new=Address(host='10.0.0.2', port=6380))
     >>> read_event("+selected-slave", "slave 10.0.0.2:6380 10.0.0.2 6380 @ m 10.0.0.1 6379", "m").kind
     'selected'
+    >>> read_event("+try-failover", "master m 10.0.0.1 6379", "m").kind
+    'trying'
     """
     words = data.split()
     try:
@@ -83,8 +89,11 @@ def read_event(channel: str, data: str, master_name: str) -> FailoverEvent | Non
             return FailoverEvent("switched", Address(words[1], int(words[2])), Address(words[3], int(words[4])))
         if channel == "+selected-slave" and len(words) == 8 and words[4] == "@" and words[5] == master_name:
             return FailoverEvent("selected", Address(words[6], int(words[7])))
-        if channel.startswith("-failover-abort") and len(words) == 4 and words[:2] == ["master", master_name]:
-            return FailoverEvent("aborted", Address(words[2], int(words[3])))
+        if len(words) == 4 and words[:2] == ["master", master_name]:
+            if channel == "+try-failover":
+                return FailoverEvent("trying", Address(words[2], int(words[3])))
+            if channel.startswith("-failover-abort"):
+                return FailoverEvent("aborted", Address(words[2], int(words[3])))
     except ValueError:  # a port that is no number: not an event of ours
         return None
     return None
@@ -179,25 +188,28 @@ class SentinelFence:
 
     def handle(self, event: FailoverEvent) -> None:
         """Act on one event (every listener calls this; the steps are idempotent)."""
-        if event.kind == "selected" and self.primary_now() != event.old:
+        pausing = event.kind in ("trying", "selected")
+        if pausing and self.primary_now() != event.old:
             return  # an event about a server that is no longer the primary: leave it alone
         with redis.Redis(host=event.old.host, port=event.old.port, **self._server_options) as old:
-            if event.kind == "selected":
+            if pausing:
                 done = pause_writes(old, self.fence_ms)
             elif event.kind == "switched" and event.new is not None:
                 pause_writes(old, self.fence_ms)  # an event missed, or a listener that just connected
                 done = demote(old, event.new, self.primary_now)
-            else:
+            elif not self.failover_running():  # a Sentinel that lost the election may abort mid-failover
                 done = unpause(old)
+            else:
+                done = False
         if event.new is not None:  # the new primary takes writes, whatever paused it before
             with redis.Redis(host=event.new.host, port=event.new.port, **self._server_options) as new:
                 unpause(new)
         if done:
             with self._lock:
                 self.fenced.append((time.time(), event))
-            logger.warning("Sentinel failover of %s: old primary %s %s", self.master_name, event.old,
-                           {"selected": "paused for writes", "switched": f"made a replica of {event.new}",
-                            "aborted": "unpaused"}[event.kind])  # fmt: skip
+            done_what = {"switched": f"made a replica of {event.new}", "aborted": "unpaused"}
+            logger.warning("Sentinel failover of %s: old primary %s %s (%s)", self.master_name, event.old,
+                           done_what.get(event.kind, "paused for writes"), event.kind)  # fmt: skip
 
     def primary_now(self) -> Address | None:
         """The primary the first Sentinel that answers names."""
@@ -211,6 +223,18 @@ class SentinelFence:
                 host, port = map(text, reply)
                 return Address(host, int(port))
         return None
+
+    def failover_running(self) -> bool:
+        """True when a Sentinel that answers runs a failover of our primary (its ``failover_in_progress`` flag)."""
+        for sentinel in self.sentinels:
+            try:
+                with redis.Redis(host=sentinel.host, port=sentinel.port, **self._sentinel_options) as client:
+                    state = client.sentinel_master(self.master_name)  # redis-py parses it into a dict
+            except redis.RedisError:
+                continue
+            if "failover_in_progress" in text(state.get("flags", "")).split(","):
+                return True
+        return False
 
     def _listen(self, sentinel: Address) -> None:
         while not self._stop.is_set():

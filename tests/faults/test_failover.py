@@ -147,6 +147,16 @@ class Crawl:
             lines += [f"{log.name}: {line}" for line in bad[-8:]]
         return "\n".join(lines) or "(no error lines in the worker logs)"
 
+    def failover_lines(self) -> str:
+        """What the workers did about a failover (fence steps, messages put back, lost fetches), with
+        their clocks: a short gap or a page fetched twice is told by these."""
+        words = ("Sentinel failover of", "primary changed", "put back", "was lost")
+        lines = []
+        for log in self.logs:
+            text = log.read_text(errors="replace").splitlines() if log.exists() else []
+            lines += [f"{log.name}: {line}" for line in text if any(word in line for word in words)]
+        return "\n".join(lines[-20:]) or "(no failover lines in the worker logs)"
+
 
 @contextmanager
 def crawl_behind_sentinel(tmp_path: Path, note: Note, pages_per_host: int, delay_s: float = 0.0) -> Iterator[Crawl]:
@@ -227,7 +237,11 @@ def judge(crawl: Crawl, status: dict[str, Any], kills: list[float], note: Note, 
     assert robots_violations == 0
     short = [(round(gap, 4), base, [(s.path, round(s.at - kills[0], 3), s.client_port) for s in pair])
              for gap, base, *pair in pairs if gap < INTERVAL_S]  # fmt: skip
-    assert not short, f"gaps below the interval (paths, seconds after the first kill, client port): {short}"
+    assert not short, (
+        f"gaps below the interval (paths, seconds after the first kill, client port): {short}\n"
+        f"first kill at {kills[0]:.3f} (monotonic), {time.time() - time.monotonic() + kills[0]:.3f} (epoch)\n"
+        f"{crawl.failover_lines()}"
+    )
     limit = len(crawl.sites) * failovers if twice_limit is None else twice_limit
     assert twice <= limit, {base: c.most_common(2) for base, c in seen.items()}
 

@@ -105,6 +105,9 @@ def test_with_the_fence_a_manual_failover_loses_no_acknowledged_write(tmp_path: 
             # The old primary was made a replica by the fence, not ~10 s later by Sentinel ...
             kinds = [event.kind for _, event in fence.fenced]
             assert "switched" in kinds and role(old) == "slave", (kinds, role(old))
+            # ... paused at the first sign, the failover's start, before the replica was even chosen ...
+            assert kinds[0] == "trying", kinds
+            assert not fence.failover_running()
             # ... and the writer waited at most a moment (a held write, a reconnect), well under that.
             assert writer.longest_wait_s < SENTINEL_RECONFIGURES_S, writer.longest_wait_s
             assert time.monotonic() - started < 60
@@ -117,3 +120,23 @@ def test_without_the_fence_the_old_primary_takes_writes_that_are_then_wiped(tmp_
     with cluster_and_settings(tmp_path) as (cluster, settings):
         _, _, lost = fail_over_under_writes(cluster, settings)
         assert len(lost) > 100, f"only {len(lost)} writes lost without the fence"
+
+
+def test_a_failover_under_way_is_seen_so_a_late_abort_does_not_unpause(tmp_path: Path) -> None:
+    """An abort from a Sentinel that lost the election may come while the winner still promotes: the
+    fence lifts the pause only when no Sentinel runs a failover (``failover_in_progress``)."""
+    with cluster_and_settings(tmp_path) as (cluster, settings):
+        fence = make_fence(settings)
+        assert fence is not None and not fence.failover_running()
+        old = cluster.failover()
+        deadline = time.monotonic() + 5
+        seen = False
+        while not seen and time.monotonic() < deadline:
+            seen = fence.failover_running()
+            time.sleep(0.01)
+        assert seen, "no Sentinel reported the failover under way"
+        cluster.wait_promotion(old, 30)
+        deadline = time.monotonic() + 10
+        while fence.failover_running() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not fence.failover_running()

@@ -15,6 +15,13 @@ def test_a_selected_replica_names_the_primary_to_fence() -> None:
     assert event == FailoverEvent("selected", Address("10.0.0.1", 6379))
 
 
+def test_a_failover_tried_names_the_primary_to_fence() -> None:
+    """The first sign (two or three Sentinel ticks before the replica is promoted): the fence pauses here."""
+    event = read_event("+try-failover", "master m 10.0.0.1 6379", "m")
+    assert event == FailoverEvent("trying", Address("10.0.0.1", 6379))
+    assert read_event("+try-failover", "master other 10.0.0.1 6379", "m") is None
+
+
 def test_events_of_other_primaries_and_other_channels_are_ignored() -> None:
     assert read_event("+switch-master", "other 10.0.0.1 6379 10.0.0.2 6380", "m") is None
     assert read_event("+sdown", "master m 10.0.0.1 6379", "m") is None
