@@ -36,7 +36,10 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 class Node:
     """One worker node in a process group of its own (its PID is its group id)."""
 
-    def __init__(self, letter: str, weight: int | None, threads: int, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, letter: str, weight: int | None, threads: int | None, env: dict[str, str], log_dir: Path
+    ) -> None:
+        """``threads``: the threads pool of that size; None: the shipped pool and concurrency."""
         self.letter, self.weight, self.threads = letter, weight, threads
         self.env = dict(env)
         if weight is not None:
@@ -47,10 +50,9 @@ class Node:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Node:
-        command = [
-            str(CELERY), "-A", "tasks", "worker", "-Q", QUEUES, "-P", "threads", "-c", str(self.threads),
-            "-n", f"{self.letter}@%h", "-l", "warning",
-        ]  # fmt: skip
+        pool = [] if self.threads is None else ["-P", "threads", "-c", str(self.threads)]
+        name = f"{self.letter}@%h"
+        command = [str(CELERY), "-A", "tasks", "worker", "-Q", QUEUES, *pool, "-n", name, "-l", "warning"]
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 command, env=self.env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,

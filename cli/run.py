@@ -89,8 +89,18 @@ def allowing(settings: Settings, networks: list[str]) -> Settings:
 
 
 def uses_private_redis(settings: Settings) -> bool:
-    """True unless ``VCRAWL_REDIS_URL`` names a cluster's Redis."""
-    return not settings.is_given("redis_url")
+    """True unless ``VCRAWL_REDIS_URL`` names a cluster's Redis.
+
+    Raises:
+        ConfigError: ``VCRAWL_FRONTIER_URL`` without ``VCRAWL_REDIS_URL`` (a private run keeps its whole
+            state in its own Redis, so that ``vcrawl resume`` finds it there).
+    """
+    if settings.is_given("redis_url"):
+        return False
+    if settings.frontier_url is not None:
+        raise ConfigError("VCRAWL_FRONTIER_URL is set but VCRAWL_REDIS_URL is not: a run on the embedded default "
+                          "keeps the frontier in its private Redis; set both to use a cluster's")  # fmt: skip
+    return True
 
 
 def run_job_locally(spec: JobSpec, settings: Settings, args: argparse.Namespace) -> int:

@@ -138,6 +138,10 @@ class FrontierQueue:
             return False
         return None if result < 0 else result == 1  # completed: the pump forgets it next round
 
+    def released_batches(self, job_id: str) -> list[str]:
+        """The batches released and handed to an analysis that has not admitted them yet."""
+        return [text(batch_id) for batch_id in self._redis.hkeys(redis_keys.job_released(job_id))]
+
     def handed_on(self, job_id: str, batch_id: str) -> dict[str, Any] | None:
         """What a released batch handed to its analysis, while that analysis has not admitted it."""
         raw = self._redis.hget(redis_keys.job_released(job_id), batch_id)

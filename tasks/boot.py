@@ -53,6 +53,8 @@ def _check_configuration(**_: Any) -> None:
         load_filters()  # vcrawl.filters: a name taken twice stops the worker here
         deps.fetchers()  # vcrawl.fetchers: the same
         check_redis_persistence(deps.redis_client())  # warns loudly; a worker still starts
+        if deps.settings().frontier_url is not None:
+            check_redis_persistence(deps.frontier_client())  # the frontier's own Redis, the same warnings
     except ConfigError as exc:
         logging.getLogger("vcrawl").critical("vcrawl cannot start: %s", exc)
         raise SystemExit(f"vcrawl: configuration error: {exc}") from exc

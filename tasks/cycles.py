@@ -37,7 +37,7 @@ def start_cycle(self: Task, name: str, spec: dict[str, Any], overlap: str = "ski
         runtimes=deps.runtimes(),
         fetchers=deps.fetchers(),
         history=deps.history(),
-        client=deps.redis_client(),
+        client=deps.frontier_client(),
         firing=self.request.id or f"{name}:{when}",
         overlap=overlap,
     )

@@ -6,7 +6,7 @@ import ipaddress
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -73,6 +73,9 @@ class Settings:
     # Admissions and releases wait at most this long for a replica to have them (WAIT), while the
     # primary has one: a failover then loses no acknowledged work (frontier.scripts.ReplicaWait). 0: never.
     redis_replica_wait_ms: int = 100
+    # The frontier's own Redis (job queues, leases, politeness, Bloom filters, robots); the broker and
+    # what Celery needs stay on redis_url. Unset: the frontier shares redis_url. Same password and TLS.
+    frontier_url: str | None = None
     data: str = "./crawl-data"
     user_agents: tuple[str, ...] = DEFAULT_USER_AGENTS
     referers: tuple[str, ...] = DEFAULT_REFERERS
@@ -196,6 +199,8 @@ class Settings:
             if self.redis_sentinel_master:
                 raise ConfigError("VCRAWL_REDIS_SENTINEL_MASTER is set, but VCRAWL_REDIS_URL is not a "
                                   f"sentinel:// URL: {self.redis_url!r}")  # fmt: skip
+        if self.frontier_url is not None:
+            _check_url("VCRAWL_FRONTIER_URL", self.frontier_url, ("redis", "rediss", "unix"))
         check_redis_tls(self)
         if self.redis_replica_wait_ms < 0:
             raise ConfigError(f"VCRAWL_REDIS_REPLICA_WAIT_MS must be 0 or more, got {self.redis_replica_wait_ms}")
@@ -311,6 +316,12 @@ class Settings:
         if secrets:
             values["api_auth"] = secrets
         return cls(**values, given=frozenset(values))
+
+    def frontier_target(self) -> Settings:
+        """These settings aimed at the frontier's Redis (``redis_url`` := ``frontier_url``), or themselves."""
+        if self.frontier_url is None:
+            return self
+        return replace(self, redis_url=self.frontier_url, redis_sentinel_master="", frontier_url=None)
 
     def is_given(self, name: str) -> bool:
         """True if the field ``name`` was set by its variable (``from_env``), not left at its default.

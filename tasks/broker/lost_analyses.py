@@ -22,6 +22,7 @@ from typing import Any
 
 from celeryconfig import ANALYSIS_QUEUE, queue_lists
 from engine.analyze_batch import analysis_task_id
+from frontier import Frontier
 from tasks import deps
 from tasks.batches import send_analysis
 from vcrawl import redis_keys
@@ -74,8 +75,9 @@ def watch_analyses(now: float | None = None, lock_s: float = 5.0) -> int:
     looks = {text(field): json.loads(value) for field, value in client.hgetall(watched).items()}
     keep: dict[str, dict[str, float]] = {}
     due: list[tuple[str, str]] = []
-    for job_id in deps.frontier().jobs.running_jobs():
-        for batch_id in map(text, client.hkeys(redis_keys.job_released(job_id))):
+    frontier = deps.frontier()  # the released batches are the frontier's; the queues and the watch, the broker's
+    for job_id in frontier.jobs.running_jobs():
+        for batch_id in frontier.queue.released_batches(job_id):
             field = f"{job_id} {batch_id}"
             look = looks.get(field) or {"at": now + FIRST_LOOK_S, "every": FIRST_LOOK_S}
             keep[field] = look
@@ -90,7 +92,7 @@ def watch_analyses(now: float | None = None, lock_s: float = 5.0) -> int:
                 every = min(LONGEST_LOOK_S, keep[field]["every"] * 2)
                 keep[field] = {"at": now + every, "every": every}
                 continue
-            sent += _send_again(client, job_id, batch_id)
+            sent += _send_again(frontier, job_id, batch_id)
             keep[field] = {"at": now + FIRST_LOOK_S, "every": FIRST_LOOK_S}
     gone = [field for field in looks if field not in keep]
     pipe = client.pipeline(transaction=False)
@@ -102,10 +104,10 @@ def watch_analyses(now: float | None = None, lock_s: float = 5.0) -> int:
     return sent
 
 
-def _send_again(client: Any, job_id: str, batch_id: str) -> int:
-    raw = client.hget(redis_keys.job_released(job_id), batch_id)
-    if raw is None:  # analysed meanwhile
+def _send_again(frontier: Frontier, job_id: str, batch_id: str) -> int:
+    handed = frontier.queue.handed_on(job_id, batch_id)
+    if handed is None:  # analysed meanwhile
         return 0
-    send_analysis(json.loads(raw))
+    send_analysis(handed)
     logger.warning("job %s: the analysis message of batch %s was lost; sent again", job_id, batch_id)
     return 1

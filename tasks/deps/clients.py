@@ -88,8 +88,16 @@ def per_job(kind: str, job_id: str, build: Callable[[Settings], Any]) -> Any:
 
 
 def redis_client() -> redis.Redis:
-    """Return the Redis client for vcrawl's own keys (status trail, politeness)."""
+    """Return the Redis client of the broker's server: vcrawl's keys that are not the frontier's
+    (status trails, ring membership, holdings, logs, alerts, proxies)."""
     return once("redis", lambda: make_redis_client(settings()))
+
+
+def frontier_client() -> redis.Redis:
+    """Return the Redis client of the frontier (``VCRAWL_FRONTIER_URL``; the broker's when unset)."""
+    if settings().frontier_url is None:
+        return redis_client()  # one server, one pool
+    return once("frontier_redis", lambda: make_redis_client(settings().frontier_target()))
 
 
 def storage() -> Storage:

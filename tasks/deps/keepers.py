@@ -12,6 +12,7 @@ from cluster.members import NodeRegistry, RingView
 from cluster.membership import NodeWatcher, RingKeeper, registration_for
 from cluster.outputs import OutputLedger, OutputShipper
 from fetchers.netguard import connections_opened
+from frontier.scripts import ScriptLoader
 from storage.warc import WarcWriter
 from tasks.broker.queues import move_queue
 from tasks.deps.clients import alert, dns_cache, made, once, redis_client, settings
@@ -72,7 +73,7 @@ def output_shipper() -> OutputShipper:
 
 def node_registry() -> NodeRegistry:
     """The ring's membership in this process's Redis."""
-    return once("node_registry", lambda: NodeRegistry(frontier().scripts, settings().node_timeout_s))
+    return once("node_registry", lambda: NodeRegistry(ScriptLoader(redis_client()), settings().node_timeout_s))
 
 
 def ring_view() -> RingView:

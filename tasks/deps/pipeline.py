@@ -8,7 +8,7 @@ from engine.trail import StatusTrail
 from fetchers import BrowserConfig, FetcherContext, FetcherRegistry, IdentityPool, NetworkPolicy, ProxyHealth
 from fetchers.limits import cluster_limits, fetch_limits
 from frontier import Frontier, History, HostGate, RobotsCache
-from tasks.deps.clients import dns_cache, once, redis_client, session, settings
+from tasks.deps.clients import dns_cache, frontier_client, once, redis_client, session, settings
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 
 __all__ = [
@@ -59,14 +59,14 @@ def fetchers() -> FetcherRegistry:
 
 def frontier() -> Frontier:
     """Return the crawl frontier (per-host queues and their scripts)."""
-    return once("frontier", lambda: Frontier(redis_client(), stats_ttl_s=settings().stats_retention_s,
+    return once("frontier", lambda: Frontier(frontier_client(), stats_ttl_s=settings().stats_retention_s,
                                              day_stats_ttl_s=settings().stats_retention_days * 86400,
                                              replica_wait_ms=settings().redis_replica_wait_ms))  # fmt: skip
 
 
 def runtimes() -> RuntimeCache:
     """Return the per-job runtime cache."""
-    return once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), redis_client()))
+    return once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), frontier_client()))
 
 
 def politeness() -> PolitenessPolicy:
@@ -77,13 +77,13 @@ def politeness() -> PolitenessPolicy:
 
 def history() -> History:
     """URL history of scheduled jobs."""
-    return once("history", lambda: History(redis_client()))
+    return once("history", lambda: History(frontier_client()))
 
 
 def robots() -> RobotsCache:
     """Return the robots.txt cache (Redis, with an in-process layer)."""
     current = settings()
-    return once("robots", lambda: RobotsCache(redis_client(), current.robots_ttl_s, current.robots_error_ttl_s))
+    return once("robots", lambda: RobotsCache(frontier_client(), current.robots_ttl_s, current.robots_error_ttl_s))
 
 
 def identities() -> IdentityPool:
@@ -105,7 +105,7 @@ def proxy_health() -> ProxyHealth:
 def host_gate() -> HostGate:
     """Return the cluster-wide per-host politeness gate."""
     current = settings()
-    return once("host_gate", lambda: HostGate(redis_client(), politeness(), busy_s=current.total_timeout_s + 30))
+    return once("host_gate", lambda: HostGate(frontier_client(), politeness(), busy_s=current.total_timeout_s + 30))
 
 
 def trail() -> StatusTrail:

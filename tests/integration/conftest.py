@@ -4,6 +4,7 @@ and pytest-celery's test setup on local processes (``celery_setup``)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -127,8 +128,12 @@ def vcrawl_settings(
     redis_server: LocalRedis, alert_sinks: AlertSinks, tmp_path_factory: pytest.TempPathFactory
 ) -> Settings:
     """Settings for the session: fast backoff, small body cap, known header lists, alert sinks."""
+    # VCRAWL_TEST_SPLIT_FRONTIER=1: the frontier in another database of the session's server, so a
+    # frontier key read or written through the broker's client (or the other way) is not found.
+    split = os.environ.get("VCRAWL_TEST_SPLIT_FRONTIER") == "1"
     settings = Settings(
         redis_url=redis_server.url,
+        frontier_url=redis_server.url.rsplit("/", 1)[0] + "/3" if split else None,
         data=str(tmp_path_factory.mktemp("crawl-data")),
         user_agents=TEST_USER_AGENTS,
         referers=TEST_REFERERS,
@@ -156,6 +161,14 @@ def vcrawl_settings(
     return settings
 
 
+def redis_env(settings: Settings) -> dict[str, str]:
+    """The variables that point a CLI subprocess at ``settings``' Redis: the broker's, and the frontier's if its own."""
+    env = {"VCRAWL_REDIS_URL": settings.redis_url}
+    if settings.frontier_url is not None:
+        env["VCRAWL_FRONTIER_URL"] = settings.frontier_url
+    return env
+
+
 @pytest.fixture(scope="session")
 def worker(vcrawl_settings: Settings) -> Iterator[EmbeddedWorker]:
     """A real Celery worker (thread pool) consuming both queues, in this process."""
@@ -174,7 +187,7 @@ def _no_robots_rules_from_earlier_tests(request: pytest.FixtureRequest) -> None:
         return  # a test with its own Redis and workers: nothing of the session's is in its way
     request.getfixturevalue("worker")  # the session's Redis and settings are up
     tasks.deps.robots().forget_local()
-    client = tasks.deps.redis_client()
+    client = tasks.deps.frontier_client()
     stale = list(client.scan_iter(match=redis_keys.robots("*"), count=1000))
     if stale:
         client.delete(*stale)
@@ -212,7 +225,7 @@ def forget_origin(base: str) -> None:
     host = base.split("//", 1)[1]
     tasks.deps.robots().forget_local(base.rstrip("/"))
     try:
-        client = tasks.deps.redis_client()
+        client = tasks.deps.frontier_client()  # robots rules and host gates are the frontier's
         stale = [key for key in client.scan_iter(match=f"*{host}*", count=1000) if b"{job-" not in _raw(key)]
         if stale:
             client.delete(*stale)

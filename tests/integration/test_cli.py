@@ -15,7 +15,7 @@ import pytest
 
 from tasks import crawl
 from tests.cluster import REPO
-from tests.integration.conftest import wait_for_end
+from tests.integration.conftest import redis_env, wait_for_end
 from tests.site import NOT_PAGES, Response, TestSite
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
@@ -77,7 +77,7 @@ def test_submit_status_and_cancel_against_a_running_cluster(
         site.add_page(f"/p{n}.html", f"<a href='/p{n + 1}.html'>next</a>")
     job_file = tmp_path / "job.yaml"
     job_file.write_text(f"seeds: [{site.url('/p0.html')}]\nmax_depth: 50\npoliteness: {{min_interval_s: 0.3}}\n")
-    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url, "VCRAWL_DATA": vcrawl_settings.data}
+    env = {**redis_env(vcrawl_settings), "VCRAWL_DATA": vcrawl_settings.data}
 
     submitted = _vcrawl("submit", str(job_file), env=env)
     assert submitted.returncode == 0, submitted.stderr
@@ -100,7 +100,7 @@ def test_submit_wait_follows_the_job_on_the_cluster_to_its_end(
         site.add_page(f"/w{n}.html", f"<a href='/w{n + 1}.html'>next</a>")
     job_file = tmp_path / "job.yaml"
     job_file.write_text(f"seeds: [{site.url('/w0.html')}]\nmax_depth: 10\npoliteness: {{min_interval_s: 0}}\n")
-    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url, "VCRAWL_DATA": vcrawl_settings.data}
+    env = {**redis_env(vcrawl_settings), "VCRAWL_DATA": vcrawl_settings.data}
 
     done = _vcrawl("submit", str(job_file), "--wait", "--json", env=env)
 
@@ -113,7 +113,7 @@ def test_submit_wait_follows_the_job_on_the_cluster_to_its_end(
 def test_status_command_shows_the_trail(worker: object, vcrawl_settings: Settings, site: TestSite) -> None:
     task_id = crawl.delay({"url": site.add_page("/s.html", "<p>hi</p>")}).id
     wait_for_end(task_id)
-    env = {"VCRAWL_REDIS_URL": vcrawl_settings.redis_url}
+    env = redis_env(vcrawl_settings)
 
     shown = _vcrawl("status", task_id, "--json", env=env)
     unknown = _vcrawl("status", "no-such-task", env=env)

@@ -45,7 +45,8 @@ def log_worker(vcrawl_settings: Settings, tmp_path_factory: pytest.TempPathFacto
     """A plain worker at -l warning writing JSON lines, alone on its own Redis; its environment and log file."""
     directory = tmp_path_factory.mktemp("cluster-logs")
     with LocalRedis(directory / "redis") as server:
-        settings = replace(vcrawl_settings, redis_url=server.url, data=str(directory / "data"), log_format="json")
+        data = str(directory / "data")
+        settings = replace(vcrawl_settings, redis_url=server.url, frontier_url=None, data=data, log_format="json")
         env, log = cluster_env(settings), directory / "worker.log"
         process = start_worker(env, "logs-test", log, concurrency=4, loglevel="WARNING")
         try:

@@ -160,7 +160,7 @@ def test_a_scheduled_jobs_days_count_the_new_and_changed_pages_of_every_cycle(si
 def test_the_day_keys_expire_after_the_configured_retention(vcrawl_settings: Settings, site: TestSite) -> None:
     serve_site(site, 2)
     status = run_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0, "jitter": 0}})
-    client = redis.Redis.from_url(vcrawl_settings.redis_url)
+    client = redis.Redis.from_url(vcrawl_settings.frontier_url or vcrawl_settings.redis_url)  # the frontier's
     day = stats_day(time.time())
     keys = [redis_keys.job_day_stats(status["job"], day), redis_keys.job_day_host_stats(status["job"], day)]
 

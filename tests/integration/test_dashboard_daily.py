@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 import pytest
-import redis
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -38,7 +37,7 @@ def test_the_dashboard_draws_the_days_of_a_job_next_to_its_minutes(
     job, fetched = status["job"], status["pages_fetched"]
     assert status["state"] == "completed" and fetched == 9
     earlier = stats_day(time.time() - 3 * 86400)
-    client = redis.Redis.from_url(tasks.settings().redis_url)
+    client = tasks.deps.frontier_client()
     key = redis_keys.job_day_stats(job, earlier)
     client.hset(key, mapping={"fetched": EARLIER, "stored": EARLIER, "bytes": 700, "failed:timeout": 1})
     client.expire(key, 600)

@@ -273,7 +273,7 @@ def test_cancel_stops_dispatch_at_once(site: TestSite) -> None:
 
 
 def filter_keys(job_id: str) -> list[str]:
-    return list(tasks.deps.redis_client().scan_iter(match=f"vcrawl:job:{{{job_id}}}:bloom:*", count=1000))
+    return list(tasks.deps.frontier_client().scan_iter(match=f"vcrawl:job:{{{job_id}}}:bloom:*", count=1000))
 
 
 def wait_for_no_filter(job_id: str, timeout_s: float = 5.0) -> bool:

@@ -46,6 +46,8 @@ def test_variables_are_parsed(variable: str, value: str, expected: tuple[str, ob
         ({"VCRAWL_FETCH_RETRIES": "2.5"}, "VCRAWL_FETCH_RETRIES"),
         ({"VCRAWL_TASK_EVENTS": "maybe"}, "VCRAWL_TASK_EVENTS"),
         ({"VCRAWL_REDIS_URL": "localhost:6379"}, "VCRAWL_REDIS_URL"),
+        ({"VCRAWL_FRONTIER_URL": "http://127.0.0.1:6379"}, "VCRAWL_FRONTIER_URL"),
+        ({"VCRAWL_FRONTIER_URL": "sentinel://127.0.0.1:26379"}, "VCRAWL_FRONTIER_URL"),
         ({"VCRAWL_PROXIES": "socks5://127.0.0.1:1080"}, "VCRAWL_PROXIES"),
         ({"VCRAWL_USER_AGENTS": "[1, 2]"}, "VCRAWL_USER_AGENTS"),
         ({"VCRAWL_USER_AGENTS": "[broken"}, "VCRAWL_USER_AGENTS"),
@@ -66,3 +68,14 @@ def test_settings_survive_the_trip_through_a_child_environment() -> None:
 
 def test_unix_socket_urls_are_spelled_for_celery() -> None:
     assert celery_redis_url("unix:///run/redis.sock?db=3") == "redis+socket:///run/redis.sock?virtual_host=3"
+
+
+def test_the_frontier_shares_the_brokers_redis_unless_it_is_given_its_own() -> None:
+    shared = Settings(redis_url="redis://broker:6379/0")
+    assert shared.frontier_target() is shared
+    frontier = "redis://frontier:6380/2"
+    own = Settings.from_env({"VCRAWL_REDIS_URL": "sentinel://s1:26379/0", "VCRAWL_REDIS_SENTINEL_MASTER": "m",
+                             "VCRAWL_FRONTIER_URL": frontier, "VCRAWL_REDIS_PASSWORD": "pw"})  # fmt: skip
+    target = own.frontier_target()
+    assert (target.redis_url, target.redis_sentinel_master, target.redis_password) == (frontier, "", "pw")
+    assert Settings.from_env(own.to_env()) == own
