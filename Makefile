@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 .PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs \
-	ring-experiment scale-out bench-analysis
+	ring-experiment scale-out bench-analysis bench-polite
 
 setup: system-packages $(STAMP)
 
@@ -81,6 +81,13 @@ ring-experiment: setup
 SCALE_ARGS ?=
 scale-out: setup
 	bench/run.sh scale $(SCALE_ARGS)
+
+# A polite page against an impolite one on two plain workers (issue 35, docs/scale-out.md): pages/s, and
+# Redis commands and CPU per page of the frontier's and the broker's Redis. About 2 minutes;
+# POLITE_ARGS=--shared puts both on one Redis, as before VCRAWL_FRONTIER_URL.
+POLITE_ARGS ?=
+bench-polite: setup
+	bench/run.sh polite $(POLITE_ARGS)
 
 # Batch analysis throughput (docs/performance.md): a 6,000-page universe crawled once, then `vcrawl analyze
 # --analyzer site-report` with 1 and 2 analysis processes, 3 runs each, near-duplicates once (bench/batch_analysis.py).

@@ -48,6 +48,12 @@ if [ "${1:-}" = scale ]; then
   exec .venv/bin/python bench/scale_out.py "$@"
 fi
 
+# `bench/run.sh polite [options]` (make bench-polite): a polite page against an impolite one, per Redis.
+if [ "${1:-}" = polite ]; then
+  shift
+  exec .venv/bin/python bench/polite.py "$@"
+fi
+
 # `bench/run.sh analysis [options]` (make bench-analysis): batch analysis pages/s with 1 and 2 analysis processes.
 if [ "${1:-}" = analysis ]; then
   shift
