@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
@@ -220,6 +221,8 @@ class BloomFilter:
         # EVALSHA in a plain pipeline: redis-py's Script objects would add a SCRIPT EXISTS round
         # trip to every pipeline. A NOSCRIPT reply (server restarted, failed over, SCRIPT FLUSH)
         # means that call did not run, so loading the script and sending it again is safe.
+        if isinstance(self._redis, RedisCluster):  # redis-py refuses a script in a cluster pipeline
+            return [cast(list[int], self._script(keys=[key], args=args)) for key, args in calls]
         replies: list[object] = [None] * len(calls)
         pending = list(range(len(calls)))
         for attempt in range(2):

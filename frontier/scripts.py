@@ -20,8 +20,10 @@ from importlib import resources
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import AskError, MovedError, NoScriptError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from vcrawl import redis_keys
 from vcrawl.lua import script_text
@@ -57,25 +59,28 @@ class ReplicaWait:
     reports a connected replica (asked every ``recheck_s``): a lone Redis waits for nothing.
     """
 
-    def __init__(self, client: redis.Redis, timeout_ms: int, recheck_s: float = 10.0,
+    def __init__(self, client: Any, timeout_ms: int, recheck_s: float = 10.0,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.timeout_ms = timeout_ms
         self._client = client
         self._recheck_s = recheck_s
         self._clock = clock
-        self._replicas = 0
-        self._asked_at: float | None = None
+        self._looks: dict[str, tuple[float, int]] = {}  # server -> (asked at, its connected replicas)
 
-    def wanted(self) -> bool:
-        """True when a replica is connected (as of the last look)."""
+    def wanted(self, server: redis.Redis | None = None) -> bool:
+        """True when ``server`` (the loader's own, when not given: one server) has a replica connected,
+        as of the last look; a Redis Cluster's primaries are asked one by one."""
+        server = self._client if server is None else server
+        name = repr(server.connection_pool) if hasattr(server, "connection_pool") else "cluster"
         now = self._clock()
-        if self._asked_at is None or now - self._asked_at >= self._recheck_s:
-            self._asked_at = now
+        asked_at, replicas = self._looks.get(name, (None, 0))
+        if asked_at is None or now - asked_at >= self._recheck_s:
             try:
-                self._replicas = int(self._client.info("replication").get("connected_slaves", 0))
-            except (redis.RedisError, ValueError):
-                self._replicas = 0  # asked again at the next look
-        return self._replicas > 0
+                replicas = int(server.info("replication").get("connected_slaves", 0))
+            except (redis.RedisError, ValueError, AttributeError):
+                replicas = 0  # asked again at the next look
+            self._looks[name] = (now, replicas)
+        return replicas > 0
 
 
 class ScriptLoader:
@@ -117,6 +122,8 @@ class ScriptLoader:
         loaded once and the pipeline sent again.
         """
         script = self.script(name)
+        if isinstance(self.client, RedisCluster):
+            return self._run_on_cluster(script, keys, args, wake=wake, also=also)
         for attempt in (1, 2):
             pipe = self.client.pipeline(transaction=False)
             pipe.evalsha(script.sha, len(keys), *keys, *args)
@@ -134,6 +141,44 @@ class ScriptLoader:
                     raise
                 self.client.script_load(script.script)
         raise AssertionError("unreachable")
+
+
+    def _run_on_cluster(
+        self, script: Script, keys: Sequence[str], args: Sequence[Any], *, wake: bool, also: Sequence[tuple[Any, ...]]
+    ) -> Any:
+        """``run_with_wake`` on a Redis Cluster: the script and its WAIT in one round trip to the primary
+        that holds the job's slot (redis-py refuses a script in a cluster pipeline, and WAIT waits for
+        the writes of its own connection), then the wake-up where that key lives."""
+        cluster = self.client
+        server = cluster.get_redis_connection(cluster.get_node_from_key(keys[0]))
+        reply: Any = None
+        try:
+            for attempt in (1, 2):
+                pipe = server.pipeline(transaction=False)
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                if self._replica_wait is not None and self._replica_wait.wanted(server):
+                    pipe.execute_command("WAIT", 1, self._replica_wait.timeout_ms)
+                try:
+                    reply = pipe.execute()[0]
+                    break
+                except NoScriptError:
+                    if attempt == 2:
+                        raise
+                    server.script_load(script.script)
+        except (MovedError, AskError, TryAgainError, RedisConnectionError):
+            # The slot moved, or its primary is gone: through the cluster client, which follows the
+            # slot to its owner and waits out a failover (a script run twice is harmless: each checks
+            # its lease, token or state first).
+            reply = script(keys=list(keys), args=list(args))
+        if wake or also:
+            pipe = cluster.pipeline(transaction=False)
+            if wake:
+                pipe.lpush(redis_keys.FRONTIER_WAKE, 1)
+                pipe.ltrim(redis_keys.FRONTIER_WAKE, 0, 63)
+            for command in also:
+                pipe.execute_command(*command)
+            pipe.execute()
+        return reply
 
 
 def job_keys(job_id: str, *parts: str) -> list[str]:

@@ -12,20 +12,32 @@ TLS (``vcrawl.redis_tls``): ``rediss://`` or ``VCRAWL_REDIS_TLS`` for the server
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import redis
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import SSLConnection
+from redis.exceptions import ClusterDownError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from cluster.fence import SentinelFence
-from vcrawl.redis_target import is_sentinel, parse_sentinels
+from vcrawl.redis_target import is_cluster, is_sentinel, parse_cluster, parse_sentinels
 from vcrawl.redis_tls import RedisTls
 from vcrawl.settings import Settings
 
-__all__ = ["FAILOVER_RETRY_S", "make_fence", "make_redis_client", "sentinel_options", "server_options"]
+__all__ = [
+    "FAILOVER_RETRY_S",
+    "make_fence",
+    "make_frontier_client",
+    "make_redis_client",
+    "sentinel_options",
+    "server_options",
+]
 
 FAILOVER_RETRY_S = 60.0
 """How long a command waits out a failover: Sentinel's default down-after is 30 s, plus the election."""
@@ -110,4 +122,52 @@ def make_redis_client(settings: Settings) -> redis.Redis:
         retry=_failover_retry(),
         retry_on_error=[RedisConnectionError, RedisTimeoutError],
         **server_tls,
+    )
+
+
+class _FailoverWaitingCluster(RedisCluster):
+    """A Redis Cluster client whose commands wait out a shard's failover.
+
+    redis-py (8.1) retries a command that met a dead primary at once, as many times as its retry
+    allows, with no pause: all spent in a moment, long before the replica is promoted
+    (``cluster-node-timeout`` plus an election). Here a command that met a connection error or a
+    cluster that says it is down is tried again with backoff (0.1 s up to 1 s) for up to
+    ``FAILOVER_RETRY_S``, as the Sentinel client does.
+    """
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        deadline = time.monotonic() + FAILOVER_RETRY_S
+        pause = 0.1
+        while True:
+            try:
+                return super().execute_command(*args, **kwargs)
+            except (RedisConnectionError, RedisTimeoutError, ClusterDownError):
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(1.0, pause * 2)
+
+
+def make_frontier_client(settings: Settings) -> redis.Redis | RedisCluster:
+    """A client of the frontier's Redis: ``VCRAWL_FRONTIER_URL`` (one server, or a Redis Cluster), else
+    the Redis of ``VCRAWL_REDIS_URL``.
+
+    A Redis Cluster client follows MOVED and ASK (slots moved to another primary) and, when a
+    primary is down, asks the nodes again for the slots' owners until its replica is promoted
+    (``cluster-node-timeout`` plus the election): commands are retried for up to ``FAILOVER_RETRY_S``.
+    """
+    if settings.frontier_url is None or not is_cluster(settings.frontier_url):
+        return make_redis_client(settings.frontier_target())
+    tls = RedisTls.from_settings(settings)
+    extra: dict[str, object] = {"password": settings.redis_password} if settings.redis_password else {}
+    if tls.servers:
+        extra.update(ssl=True, **tls.server_options())
+    nodes = [ClusterNode(host, port) for host, port in parse_cluster(settings.frontier_url)]
+    return _FailoverWaitingCluster(
+        startup_nodes=nodes,
+        decode_responses=True,
+        socket_timeout=_COMMAND_TIMEOUT_S,
+        socket_connect_timeout=_COMMAND_TIMEOUT_S,
+        retry=_failover_retry(),
+        **extra,
     )

@@ -12,19 +12,22 @@ def task_status(trail_id: str) -> str:
     return f"{PREFIX}:task:{trail_id}"
 
 
+# A host's gate keys share the hash tag {host}: one script reads and writes them together.
+
+
 def host_gate(host: str) -> str:
     """String: the next time (ms) a single task may start a request to ``host``."""
-    return f"{PREFIX}:gate:{host}"
+    return f"{PREFIX}:gate:{{{host}}}"
 
 
 def host_free(host: str) -> str:
     """String: a pause after the last single-task request to ``host`` ended (ms)."""
-    return f"{PREFIX}:free:{host}"
+    return f"{PREFIX}:free:{{{host}}}"
 
 
 def host_busy(host: str) -> str:
     """String that exists while a single task's request to ``host`` runs."""
-    return f"{PREFIX}:busy:{host}"
+    return f"{PREFIX}:busy:{{{host}}}"
 
 
 def robots(origin: str) -> str:

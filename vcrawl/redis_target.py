@@ -14,9 +14,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, urlsplit
 
-__all__ = ["SENTINEL_SCHEME", "SentinelSet", "celery_redis_url", "is_sentinel", "parse_sentinels"]
+__all__ = [
+    "CLUSTER_SCHEME",
+    "SENTINEL_SCHEME",
+    "SentinelSet",
+    "celery_redis_url",
+    "check_frontier_url",
+    "is_cluster",
+    "is_sentinel",
+    "parse_cluster",
+    "parse_sentinels",
+]
 
 SENTINEL_SCHEME = "sentinel"
+CLUSTER_SCHEME = "redis-cluster"
 _SEPARATOR = ";"
 
 
@@ -31,6 +42,50 @@ class SentinelSet:
 def is_sentinel(url: str) -> bool:
     """True for a ``sentinel://`` URL (one or more, separated by ``;``)."""
     return url.strip().lower().startswith(f"{SENTINEL_SCHEME}://")
+
+
+def is_cluster(url: str) -> bool:
+    """True for a ``redis-cluster://`` URL (the frontier on a Redis Cluster)."""
+    return url.strip().lower().startswith(f"{CLUSTER_SCHEME}://")
+
+
+def parse_cluster(url: str) -> tuple[tuple[str, int], ...]:
+    """Read ``redis-cluster://h1:p1,h2:p2,...``: the nodes a client starts from (any of the cluster's).
+
+    >>> parse_cluster("redis-cluster://10.0.0.1:7000,10.0.0.2:7001")
+    (('10.0.0.1', 7000), ('10.0.0.2', 7001))
+
+    Raises:
+        ValueError: no node, a node that is no ``host:port``, a password, a database or a path.
+    """
+    rest = url.strip()[len(CLUSTER_SCHEME) + 3 :] if is_cluster(url) else ""
+    if "@" in rest:
+        raise ValueError("passwords go in VCRAWL_REDIS_PASSWORD, not the URL")
+    if "/" in rest.rstrip("/") or "?" in rest:
+        raise ValueError("a Redis Cluster has one database (0) and takes no options in the URL")
+    nodes = []
+    for part in filter(None, (piece.strip() for piece in rest.rstrip("/").split(","))):
+        host, _, port = part.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{part!r} is not host:port")
+        nodes.append((host.strip("[]"), int(port)))
+    if not nodes:
+        raise ValueError("no cluster node given: redis-cluster://host:port[,host:port...]")
+    return tuple(nodes)
+
+
+def check_frontier_url(url: str) -> None:
+    """Check ``VCRAWL_FRONTIER_URL``: one server (``redis://``, ``rediss://``, ``unix://``) or a Redis Cluster.
+
+    Raises:
+        ValueError: anything else, or a malformed cluster URL.
+    """
+    if is_cluster(url):
+        parse_cluster(url)
+        return
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix") or not (parts.netloc or parts.path):
+        raise ValueError("must be a URL with scheme redis/rediss/unix, or redis-cluster://host:port[,host:port...]")
 
 
 def parse_sentinels(url: str) -> SentinelSet:

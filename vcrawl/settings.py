@@ -14,7 +14,7 @@ from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
 from vcrawl.proxy_sources import ProxySource, dump_proxy_sources, load_proxy_sources
-from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
+from vcrawl.redis_target import celery_redis_url, check_frontier_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
 
 __all__ = [
@@ -73,8 +73,8 @@ class Settings:
     # Admissions and releases wait at most this long for a replica to have them (WAIT), while the
     # primary has one: a failover then loses no acknowledged work (frontier.scripts.ReplicaWait). 0: never.
     redis_replica_wait_ms: int = 100
-    # The frontier's own Redis (job queues, leases, politeness, Bloom filters, robots); the broker and
-    # what Celery needs stay on redis_url. Unset: the frontier shares redis_url. Same password and TLS.
+    # The frontier's own Redis or Redis Cluster (job queues, leases, politeness, Bloom filters, robots); the
+    # broker and the cluster's keeping stay on redis_url. Unset: it shares redis_url. Same password, TLS.
     frontier_url: str | None = None
     data: str = "./crawl-data"
     user_agents: tuple[str, ...] = DEFAULT_USER_AGENTS
@@ -200,7 +200,10 @@ class Settings:
                 raise ConfigError("VCRAWL_REDIS_SENTINEL_MASTER is set, but VCRAWL_REDIS_URL is not a "
                                   f"sentinel:// URL: {self.redis_url!r}")  # fmt: skip
         if self.frontier_url is not None:
-            _check_url("VCRAWL_FRONTIER_URL", self.frontier_url, ("redis", "rediss", "unix"))
+            try:
+                check_frontier_url(self.frontier_url)
+            except ValueError as exc:
+                raise ConfigError(f"VCRAWL_FRONTIER_URL: {exc}") from None  # no echo: it may hold a password
         check_redis_tls(self)
         if self.redis_replica_wait_ms < 0:
             raise ConfigError(f"VCRAWL_REDIS_REPLICA_WAIT_MS must be 0 or more, got {self.redis_replica_wait_ms}")
@@ -318,7 +321,7 @@ class Settings:
         return cls(**values, given=frozenset(values))
 
     def frontier_target(self) -> Settings:
-        """These settings aimed at the frontier's Redis (``redis_url`` := ``frontier_url``), or themselves."""
+        """These settings aimed at the frontier's one server (``redis_url`` := ``frontier_url``), or themselves."""
         if self.frontier_url is None:
             return self
         return replace(self, redis_url=self.frontier_url, redis_sentinel_master="", frontier_url=None)

@@ -16,7 +16,7 @@ import requests
 
 from fetchers import DnsCache, make_session
 from storage import Storage
-from tasks.redis_clients import make_redis_client
+from tasks.redis_clients import make_frontier_client, make_redis_client
 from telemetry.alerts import Alert, Alerter
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
@@ -93,11 +93,11 @@ def redis_client() -> redis.Redis:
     return once("redis", lambda: make_redis_client(settings()))
 
 
-def frontier_client() -> redis.Redis:
+def frontier_client() -> Any:
     """Return the Redis client of the frontier (``VCRAWL_FRONTIER_URL``; the broker's when unset)."""
     if settings().frontier_url is None:
         return redis_client()  # one server, one pool
-    return once("frontier_redis", lambda: make_redis_client(settings().frontier_target()))
+    return once("frontier_redis", lambda: make_frontier_client(settings()))
 
 
 def storage() -> Storage:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vcrawl.errors import ConfigError
+from vcrawl.redis_target import parse_cluster
 from vcrawl.settings import DEFAULT_USER_AGENTS, Settings, celery_redis_url
 
 
@@ -48,6 +49,10 @@ def test_variables_are_parsed(variable: str, value: str, expected: tuple[str, ob
         ({"VCRAWL_REDIS_URL": "localhost:6379"}, "VCRAWL_REDIS_URL"),
         ({"VCRAWL_FRONTIER_URL": "http://127.0.0.1:6379"}, "VCRAWL_FRONTIER_URL"),
         ({"VCRAWL_FRONTIER_URL": "sentinel://127.0.0.1:26379"}, "VCRAWL_FRONTIER_URL"),
+        ({"VCRAWL_FRONTIER_URL": "redis-cluster://"}, "VCRAWL_FRONTIER_URL"),
+        ({"VCRAWL_FRONTIER_URL": "redis-cluster://10.0.0.1"}, "VCRAWL_FRONTIER_URL"),
+        ({"VCRAWL_FRONTIER_URL": "redis-cluster://u:pw@10.0.0.1:7000"}, "VCRAWL_FRONTIER_URL"),
+        ({"VCRAWL_FRONTIER_URL": "redis-cluster://10.0.0.1:7000/2"}, "VCRAWL_FRONTIER_URL"),
         ({"VCRAWL_PROXIES": "socks5://127.0.0.1:1080"}, "VCRAWL_PROXIES"),
         ({"VCRAWL_USER_AGENTS": "[1, 2]"}, "VCRAWL_USER_AGENTS"),
         ({"VCRAWL_USER_AGENTS": "[broken"}, "VCRAWL_USER_AGENTS"),
@@ -79,3 +84,11 @@ def test_the_frontier_shares_the_brokers_redis_unless_it_is_given_its_own() -> N
     target = own.frontier_target()
     assert (target.redis_url, target.redis_sentinel_master, target.redis_password) == (frontier, "", "pw")
     assert Settings.from_env(own.to_env()) == own
+
+
+def test_a_redis_cluster_url_lists_the_nodes_to_start_from() -> None:
+    settings = Settings.from_env({"VCRAWL_FRONTIER_URL": "redis-cluster://10.0.0.1:7000,10.0.0.2:7001"})
+    assert parse_cluster(settings.frontier_url or "") == (("10.0.0.1", 7000), ("10.0.0.2", 7001))
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env({"VCRAWL_FRONTIER_URL": "redis-cluster://u:secret@10.0.0.1:7000"})
+    assert "secret" not in str(refused.value)

@@ -1,0 +1,109 @@
+"""The frontier on a real Redis Cluster (``VCRAWL_FRONTIER_URL=redis-cluster://...``), the broker on a
+Redis of its own.
+
+Real processes: a cluster of 3 primaries and 3 replicas (tests/redis_cluster.py), a private
+redis-server for the broker, a `celery -A tasks worker` subprocess, test sites on 127.0.0.2-4.
+Today a job's frontier keys share one hash tag, so each job lives on one shard and jobs spread
+over the shards by their ids; a host's gate and robots.txt keys spread by host.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from cli.local_redis import LocalRedis
+from tests.cluster import cluster_env, start_job, start_worker, stop_worker, submit, wait_all
+from tests.faults.test_faults import serve_pages
+from tests.integration.test_frontier_redis import wait_job
+from tests.redis_cluster import RedisCluster
+from tests.site import NOT_PAGES, TestSite
+from vcrawl.settings import Settings
+
+pytestmark = pytest.mark.slow
+
+HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+INTERVAL_S = 0.05
+ROBOTS = "User-agent: *\nDisallow: /private\n"
+
+
+@pytest.fixture
+def cluster_run(tmp_path: Path) -> Iterator[tuple[RedisCluster, redis.Redis, dict[str, str], list[TestSite]]]:
+    with RedisCluster(tmp_path / "cluster") as cluster, LocalRedis(tmp_path / "broker") as broker:
+        sites = [TestSite(host) for host in HOSTS]
+        try:
+            for site in sites:
+                site.__enter__()
+                site.add_page("/robots.txt", ROBOTS)
+                site.add_page("/private", "<html></html>")
+            env = cluster_env(Settings(redis_url=broker.url, frontier_url=cluster.url, data=str(tmp_path / "d")))
+            worker = start_worker(env, "w1", tmp_path / "w1.log", concurrency=4)
+            try:
+                with redis.Redis.from_url(broker.url) as broker_client:
+                    yield cluster, broker_client, env, sites
+            finally:
+                stop_worker(worker)
+        finally:
+            for site in sites:
+                site.__exit__(None, None, None)
+
+
+def test_jobs_on_a_redis_cluster_complete_politely_and_spread_over_the_shards(
+    cluster_run: tuple[RedisCluster, redis.Redis, dict[str, str], list[TestSite]],
+) -> None:
+    cluster, broker, env, sites = cluster_run
+    expected = {site.base: serve_pages(site, 15) for site in sites}
+    politeness = {"min_interval_s": INTERVAL_S, "jitter": 0}
+    # Jobs land on the shard of their id's slot: start jobs until two shards hold one (bounded).
+    jobs: dict[str, TestSite] = {}
+    for site in itertools.islice(itertools.cycle(sites), 6):
+        jobs[start_job(env, {"seeds": [site.url("/")], "politeness": politeness})] = site
+        holding = [port for port, count in cluster.keys_per_primary("vcrawl:job:*").items() if count]
+        if len(jobs) >= 3 and len(holding) >= 2:
+            break
+    for job_id in jobs:
+        status = wait_job(env, job_id, 120)
+        assert status["state"] == "completed", status
+
+    [task_id] = submit(env, [{"url": sites[0].url("/p1"), "analyzer": "links"}])
+    [record] = wait_all(env, [task_id], {"analyzed", "failed"}, 60).values()
+    assert record["state"] == "analyzed", record
+
+    for site in sites:
+        paths = [seen.path for seen in site.seen if seen.path not in NOT_PAGES]
+        crawls = sum(1 for owner in jobs.values() if owner is site)
+        assert sorted(paths) == sorted(expected[site.base] * crawls + ["/p1"] * (site is sites[0])), site.base
+        arrivals = sorted(seen.at for seen in site.seen)
+        gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+        assert min(gaps) >= INTERVAL_S * 0.99 or crawls > 1, (site.base, min(gaps))
+    holding = {port: count for port, count in cluster.keys_per_primary("vcrawl:job:*").items() if count}
+    assert len(holding) >= 2, f"every job on one shard: {holding}"
+    assert sum(cluster.keys_per_primary("vcrawl:gate:*").values()) >= 1  # the single task's host gate
+    assert sum(cluster.keys_per_primary("vcrawl:robots:*").values()) >= 1
+    on_broker = [key for key in broker.scan_iter(count=1000) if key.startswith((b"vcrawl:job:", b"vcrawl:gate:"))]
+    assert on_broker == []
+
+
+def test_a_shard_primary_killed_mid_job_its_replica_takes_over_and_the_job_completes(
+    cluster_run: tuple[RedisCluster, redis.Redis, dict[str, str], list[TestSite]],
+) -> None:
+    cluster, _, env, sites = cluster_run
+    expected = {site.base: serve_pages(site, 60) for site in sites}
+    job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": {"min_interval_s": 0.05}})
+    holder = max(cluster.keys_per_primary("vcrawl:job:*").items(), key=lambda item: item[1])[0]
+    deadline = time.monotonic() + 60
+    while sum(len(site.seen) for site in sites) < 40 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    cluster.kill_primary(holder)
+    _, promotion_s = cluster.wait_promotion(holder, 30)
+    status = wait_job(env, job_id, 180)
+    assert status["state"] == "completed", status
+    for site in sites:
+        fetched = {seen.path for seen in site.seen if seen.path not in NOT_PAGES}
+        assert fetched == set(expected[site.base]), (site.base, promotion_s)
+        assert "/private" not in fetched
