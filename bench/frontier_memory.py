@@ -43,7 +43,7 @@ from vcrawl.settings import Settings
 
 SHARD_BYTES = 16 * 2**30
 HEADROOM = 0.25  # fragmentation (jemalloc), replication/AOF buffers, a fork's copy-on-write
-SECTIONS = ("news", "products/catalog", "blog/2024/03", "docs/reference", "forum/thread")
+SECTIONS = ("en/news/2024/03", "products/catalog/tools", "blog/2024/03/14", "docs/reference/api/v2", "forum/general")
 LAST_MODIFIED = "Tue, 14 Nov 2023 22:13:20 GMT"
 JOBS = {"one_off": "one-off, breadth-first", "priority": "one-off, priority", "scheduled": "scheduled (one cycle)"}
 
@@ -65,8 +65,9 @@ def key_bytes(client: redis.Redis, job_id: str) -> dict[str, int]:
 
 
 def host_links(host: str, count: int) -> list[Link]:
-    """``count`` links of one host (55-70 bytes with 1,000 hosts), as a page's analysis finds them."""
-    return [Link(f"http://{host}/{SECTIONS[n % len(SECTIONS)]}/page-{n}.html?x={n % 7}", 1, 5) for n in range(count)]
+    """``count`` links of one host (63-76 bytes, 70 on average with 1,000 hosts), as a page's analysis finds them."""
+    paths = (f"{SECTIONS[n % len(SECTIONS)]}/article-{n}.html?ref=home&x={n % 7}" for n in range(count))
+    return [Link(f"http://{host}/{path}", 1, 5) for path in paths]
 
 
 def spec_of(job_id: str, hosts: int, capacity: int, strategy: str = "breadth-first") -> JobSpec:
