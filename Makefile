@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
 .PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs \
-	ring-experiment scale-out bench-analysis bench-polite
+	ring-experiment scale-out bench-analysis bench-polite bench-memory
 
 setup: system-packages $(STAMP)
 
@@ -95,6 +95,13 @@ bench-polite: setup
 ANALYSIS_ARGS ?=
 bench-analysis: setup
 	bench/run.sh analysis $(ANALYSIS_ARGS)
+
+# The frontier's Redis memory per queued and per seen URL, and how many URLs one 16 GiB Redis holds
+# (issue 35, docs/scale-out.md): three polite jobs of 200,000 URLs over 1,000 hosts on a private
+# redis-server, no workers (bench/frontier_memory.py). About a minute; MEMORY_ARGS="--urls 50000" for less.
+MEMORY_ARGS ?=
+bench-memory: setup
+	bench/run.sh memory $(MEMORY_ARGS)
 
 # The manual (docs/, Sphinx + MyST) with warnings as errors; its tools are the `docs` extra.
 DOCS_STAMP := $(VENV)/.docs-installed

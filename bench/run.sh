@@ -10,6 +10,13 @@ BENCH_PY="${BENCH_PY:-/tmp/venv-bench/bin/python}"
 export BENCH_PY VCRAWL_BENCH_KIT="$KIT"
 OUT="${BENCH_OUT:-/tmp/vcrawl-bench.jsonl}"
 
+# `bench/run.sh memory [options]` (make bench-memory): Redis bytes per queued and per seen URL, and
+# what a 16 GiB Redis holds. A private redis-server only: none of the kit below is needed.
+if [ "${1:-}" = memory ]; then
+  shift
+  exec .venv/bin/python bench/frontier_memory.py "$@"
+fi
+
 # The kit's own requirements (Scrapy baseline, aiohttp/nginx servers, psutil), as its README says.
 if [ ! -x "$BENCH_PY" ]; then
   python3 -m venv "$(dirname "$(dirname "$BENCH_PY")")"
