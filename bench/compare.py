@@ -13,6 +13,8 @@ Cases (issues 9 and 16):
   c  polite: 50 hosts, 0.5 s per host, jitter off; vcrawl with 2 worker processes
   d  scale: vcrawl with 1 and with 2 worker processes on (a)
   e  Debian's python3.11-doc (526 pages reachable) served by Python's http.server, 16 per host
+  p  polite at scale (issue 35): 200 hosts x 4k pages, no trap URLs, no Crawl-delay, 0.25 s per
+     host, one request at a time, jitter off (Scrapy DOWNLOAD_DELAY 0.25, one per domain)
 
 vcrawl runs three ways. ``vcrawl-defaults`` rows: what a new user runs, and exactly what the
 acceptance check 09-performance runs: ``vcrawl crawl --job JOB`` with a job that sets only
@@ -67,21 +69,31 @@ UNIVERSES = {
     "a": {"hosts": 20, "pages": 6000, "latency_ms": 0.0, "jitter_ms": 0.0, "port": 18871, "no_crawl_delay": True},
     "b": {"hosts": 100, "pages": 6000, "latency_ms": 100.0, "jitter_ms": 20.0, "port": 18872},
     "c": {"hosts": 50, "pages": 3000, "latency_ms": 0.0, "jitter_ms": 0.0, "port": 18873},
+    "p": {
+        "hosts": 200,
+        "pages": 4000,
+        "latency_ms": 0.0,
+        "jitter_ms": 0.0,
+        "port": 18874,
+        "no_crawl_delay": True,
+        "no_traps": True,
+    },
 }
-UNIVERSES_OF = {"a": "a", "d": "a", "b": "b", "c": "c", "e": "e"}
+UNIVERSES_OF = {"a": "a", "d": "a", "b": "b", "c": "c", "e": "e", "p": "p"}
+POLITE_AT_SCALE_S = 0.25
 
 
 def main() -> int:
     """Run the cases, print every run's JSON line, then the comparison table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["a", "d", "b", "c", "e"], choices=sorted(UNIVERSES_OF))
+    parser.add_argument("--cases", nargs="+", default=["a", "d", "b", "c", "e", "p"], choices=sorted(UNIVERSES_OF))
     parser.add_argument("--out", default="/tmp/vcrawl-compare.jsonl", help="JSON lines of every run")
     parser.add_argument("--timeout", type=float, default=400.0, help="hard stop of one run, seconds")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the `finally`s stop what was started
     rows: list[dict[str, Any]] = []
     with open(args.out, "w") as out:
-        for universe in ("a", "b", "c", "e"):
+        for universe in ("a", "b", "c", "e", "p"):
             wanted = [case for case in args.cases if UNIVERSES_OF[case] == universe]
             if wanted:
                 started = time.monotonic()
@@ -127,6 +139,7 @@ def run_universe(name: str, cases: list[str], timeout_s: float) -> list[dict[str
             "--port",
             str(spec.pop("port")),
             *(["--crawl-delay-frac", "0"] if spec.pop("no_crawl_delay", 0) else []),
+            *(["--special-frac", "0"] if spec.pop("no_traps", 0) else []),
         ]
         server = crawl_universe.start_universe(argparse.Namespace(**spec), state, work, extra)
     rows: list[dict[str, Any]] = []
@@ -178,6 +191,13 @@ def planned_runs(cases: list[str]) -> list[tuple[str, str, list[str] | Vcrawl | 
             ("c", "vcrawl", Vcrawl(per_host=1, threads=32, delay_s=0.5)),
             ("c", "vcrawl-embedded", Vcrawl(per_host=1, threads=32, delay_s=0.5, embedded=True)),
             ("c", "vcrawl-host", Vcrawl(per_host=1, threads=32, delay_s=0.5, retry_after="host")),
+        ]
+    if "p" in cases:
+        polite = ["--delay", str(POLITE_AT_SCALE_S), "--jitter", "0"]
+        runs += [
+            ("p", "scrapy", scrapy(["--concurrency", "64", "--per-host", "1", *polite])),
+            ("p", "vcrawl-defaults", Vcrawl(per_host=1, delay_s=POLITE_AT_SCALE_S, retry_after=None, defaults=True)),
+            ("p", "vcrawl", Vcrawl(per_host=1, delay_s=POLITE_AT_SCALE_S)),
         ]
     if "e" in cases:  # one host: 16 per host is the whole concurrency for every crawler
         runs += [
@@ -298,8 +318,8 @@ def run_one(case: str, tool: str, run: list[str] | Vcrawl, state: Path, work: Pa
         row["redis_requests_per_page"] = round(redis_cost["requests"] / fetched, 2)
         row["redis_commands_per_page"] = round(redis_cost["commands"] / fetched, 2)
         row["redis_cpu_ms_per_page"] = round(1000 * redis_cost["cpu_s"] / fetched, 3)
-    if case == "c":
-        row.update(per_host_bound(offset, row, state, delay_s=0.5))
+    if case in ("c", "p"):
+        row.update(per_host_bound(offset, row, state, delay_s=0.5 if case == "c" else POLITE_AT_SCALE_S))
     return row
 
 
@@ -310,7 +330,8 @@ def vcrawl_command(
     manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
     job_file = work.with_name(f"job-{work.name}.json")
     if run.defaults:  # byte for byte the acceptance check's command and environment
-        job_file.write_text(json.dumps(acceptance_job(manifest, run.retry_after), indent=1))
+        job = acceptance_job(manifest, run.retry_after, run.per_host, run.delay_s)
+        job_file.write_text(json.dumps(job, indent=1))
         env["VCRAWL_ALLOWED_NETWORKS"] = LOOPBACK
         return [*measure, "--", str(VCRAWL), "crawl", "--job", str(job_file), "--data", str(pages), "--json"], None
     job_file.write_text(json.dumps(job_for(manifest, run.per_host, run.delay_s, run.retry_after or "host")))
@@ -328,15 +349,18 @@ def vcrawl_command(
     return [*measure, "--keep-dir", *extra, "--", str(VCRAWL), "submit", str(job_file), "--wait", "--json"], cluster
 
 
-def acceptance_job(manifest: dict[str, Any], retry_after: str | None) -> dict[str, Any]:
-    """The job of the acceptance check 09-performance (its ``job_file ... delay=0 per_host=16``).
+def acceptance_job(
+    manifest: dict[str, Any], retry_after: str | None, per_host: int = 16, delay_s: float = 0.0
+) -> dict[str, Any]:
+    """The job of the acceptance check 09-performance (its ``job_file ... delay=0 per_host=16``), or of
+    24-past-one-redis with ``per_host`` 1 and ``delay_s`` 0.25.
 
     Politeness like Scrapy's (no delay, 16 per host, robots obeyed); everything else is vcrawl's
     default: retries, backoff, ``retry_after: host``, workers and threads. ``retry_after`` (not
     None) is the one change of the ``-url`` row.
     """
     hosts = sorted({seed.split("/")[2].split(":")[0] for seed in manifest["seeds"]})
-    politeness: dict[str, Any] = {"min_interval_s": 0.0, "jitter": 0.0, "per_host": 16, "obey_robots": True}
+    politeness: dict[str, Any] = {"min_interval_s": delay_s, "jitter": 0.0, "per_host": per_host, "obey_robots": True}
     if retry_after is not None:
         politeness["retry_after"] = retry_after
     return {"seeds": manifest["seeds"], "scope": {"hosts": hosts}, "max_depth": 100, "max_pages": 1000000,

@@ -82,6 +82,14 @@ def print_goals(by: dict[tuple[str, str], Row]) -> None:
         sc = by.get(("c", "scrapy"))
         if sc and sc.get("per_host_bound"):
             _reference("(c) Scrapy vs its per-host bound", sc["fetched_per_s"] / sc["per_host_bound"])
+    for tool, name in (("vcrawl-defaults", "defaults"), ("vcrawl", "tuned cluster")):
+        if by.get(("p", tool)) and by.get(("p", "scrapy")):  # issue 35's goals
+            p, sp = by[("p", tool)], by[("p", "scrapy")]
+            _goal(f"(p) polite at scale, {name}: pages/s vs Scrapy", _speed(by, "p", tool, "scrapy"), 2.5)
+            cpu_ratio = p["cpu_ms_per_fetched"] / sp["cpu_ms_per_fetched"]
+            _goal(f"(p) polite at scale, {name}: CPU/page vs Scrapy", cpu_ratio, 0.5, False)
+            _goal(f"(p) polite at scale, {name}: gaps below the delay", p.get("gaps_below_delay", 0), 0,
+                  at_least=False, unit="")  # fmt: skip
     one, two = by.get(("d", "vcrawl-1proc")), by.get(("a", "vcrawl")) or by.get(("d", "vcrawl"))
     if one and two:
         _goal("(d) 2 worker processes vs 1", two["fetched_per_s"] / one["fetched_per_s"], 1.8)
