@@ -21,11 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
+
+from tests.waiting import wait_until
 
 __all__ = ["RedisCluster"]
 
@@ -76,13 +78,7 @@ def _answer(port: int, *command: str) -> Any:
 
 def _wait(check: Callable[[], T], timeout_s: float, what: Callable[[], str]) -> T:
     """Call ``check`` until it returns something truthy; fail with ``what()`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if result := check():
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"Redis Cluster harness: not within {timeout_s}s: {what()}")
-        time.sleep(_POLL_S)
+    return cast(T, wait_until(check, timeout_s, lambda: f"Redis Cluster harness: {what()}", poll_s=_POLL_S))
 
 
 @dataclass(frozen=True)

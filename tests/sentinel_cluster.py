@@ -24,13 +24,14 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 from redis.sentinel import Sentinel
 
 from tests.celery_setup import LocalWorkerProcess
 from tests.tls_files import TlsFiles
+from tests.waiting import wait_until
 
 __all__ = ["SentinelCluster", "SentinelWorker", "start_sentinel_worker"]
 
@@ -66,13 +67,7 @@ def _answer(port: int, *command: str, tls: TlsFiles | None = None) -> Any:
 
 def _wait(check: Callable[[], T], timeout_s: float, what: Callable[[], str]) -> T:
     """Call ``check`` until it returns something truthy; fail with ``what()`` after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if result := check():
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"Sentinel harness: not within {timeout_s}s: {what()}")
-        time.sleep(_POLL_S)
+    return cast(T, wait_until(check, timeout_s, lambda: f"Sentinel harness: {what()}", poll_s=_POLL_S))
 
 
 class _Server:
