@@ -477,6 +477,45 @@ class RedisCluster:
         _wait(self._agreed, self.settle_timeout_s, lambda: f"new node {node.port} known: {self._describe()}")
         return node.port
 
+    def slot_of(self, key: str) -> tuple[int, int]:
+        """The slot of ``key`` and the port of the primary that serves it."""
+        slot = int(_answer(self.primary_ports()[0], "CLUSTER", "KEYSLOT", key))
+        return slot, self.slot_owner(slot)
+
+    def slot_owner(self, slot: int) -> int:
+        """The port of the primary that serves ``slot``."""
+        for start, end, owner, *_ in _answer(self.primary_ports()[0], "CLUSTER", "SLOTS") or []:
+            if int(start) <= slot <= int(end):
+                return int(owner[1])
+        raise AssertionError(f"Redis Cluster harness: nobody serves slot {slot}: {self._describe()}")
+
+    def move_slot(self, slot: int, to_port: int, keys_per_step: int = 20, step_pause_s: float = 0.05) -> int:
+        """Move one slot, with its keys, to the primary on ``to_port``, the way ``redis-cli --cluster
+        reshard`` does: IMPORTING on the target, MIGRATING on the source, MIGRATE a few keys at a
+        time (clients meet ASK and TRYAGAIN meanwhile), then the slot's new owner told to every
+        primary (MOVED from then on). Returns how many keys moved.
+
+        Raises:
+            AssertionError: a step failed, or the cluster did not agree afterwards.
+        """
+        from_port = self.slot_owner(slot)
+        ids = {entry.port: entry.node_id for entry in self._any_entries()}
+        with _client(from_port) as source, _client(to_port) as target:
+            target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[from_port])
+            source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
+            moved = 0
+            for _ in range(100_000):  # bounded: a slot of a test holds thousands of keys at most
+                keys = source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, keys_per_step)
+                if not keys:
+                    break
+                source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                time.sleep(step_pause_s)  # a live migration: the crawl goes on between the steps
+            for port in self.primary_ports():
+                _answer(port, "CLUSTER", "SETSLOT", str(slot), "NODE", ids[to_port])
+        _wait(self._agreed, self.settle_timeout_s, lambda: f"agreement after moving slot {slot}: {self._describe()}")
+        return moved
+
     def rebalance(self, timeout_s: float = 120.0) -> float:
         """``redis-cli --cluster rebalance --cluster-use-empty-masters``: move slots, with their
         keys, until the primaries own about as many each; return the seconds it took once every

@@ -10,6 +10,9 @@ over the shards by their ids; a host's gate and robots.txt keys spread by host.
 from __future__ import annotations
 
 import itertools
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,9 +21,9 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from tests.cluster import cluster_env, start_job, start_worker, stop_worker, submit, wait_all
+from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker, submit, wait_all
 from tests.faults.test_faults import serve_pages
-from tests.integration.test_frontier_redis import wait_job
+from tests.integration.test_frontier_redis import cli, wait_job
 from tests.redis_cluster import RedisCluster
 from tests.site import NOT_PAGES, TestSite
 from vcrawl.settings import Settings
@@ -107,3 +110,63 @@ def test_a_shard_primary_killed_mid_job_its_replica_takes_over_and_the_job_compl
         fetched = {seen.path for seen in site.seen if seen.path not in NOT_PAGES}
         assert fetched == set(expected[site.base]), (site.base, promotion_s)
         assert "/private" not in fetched
+
+
+def test_the_slot_of_a_running_job_moves_to_another_primary_and_the_job_completes(
+    cluster_run: tuple[RedisCluster, redis.Redis, dict[str, str], list[TestSite]],
+) -> None:
+    """A live slot migration under the crawl (IMPORTING/MIGRATING, keys moved a few at a time, then
+    the new owner): the frontier's scripts meet ASK and TRYAGAIN, then MOVED; nothing is lost or
+    fetched twice."""
+    cluster, _, env, sites = cluster_run
+    expected = {site.base: serve_pages(site, 60) for site in sites}
+    job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": {"min_interval_s": 0.05}})
+    slot, owner = cluster.slot_of(f"vcrawl:job:{{{job_id}}}")
+    deadline = time.monotonic() + 60
+    while sum(len(site.seen) for site in sites) < 40 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    target = next(port for port in cluster.primary_ports() if port != owner)
+    moved = cluster.move_slot(slot, target)
+    assert cluster.slot_owner(slot) == target and moved > 0
+    status = wait_job(env, job_id, 180)
+    assert status["state"] == "completed", status
+    for site in sites:
+        paths = [seen.path for seen in site.seen if seen.path not in NOT_PAGES]
+        assert sorted(paths) == sorted(expected[site.base]), site.base  # each page once
+
+
+def test_a_paused_job_and_a_scheduled_jobs_second_cycle_on_the_cluster(
+    cluster_run: tuple[RedisCluster, redis.Redis, dict[str, str], list[TestSite]],
+) -> None:
+    _, _, env, sites = cluster_run
+    site = sites[0]
+    expected = serve_pages(site, 10)
+    job_id = start_job(env, {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.2, "jitter": 0}})
+    deadline = time.monotonic() + 30
+    while len(site.seen) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    cli(env, "pause", job_id)
+    assert json.loads(cli(env, "status", job_id, "--json").strip().splitlines()[-1])["state"] == "paused"
+    cli(env, "resume", job_id)
+    assert wait_job(env, job_id, 90)["state"] == "completed"
+
+    other = sites[1]
+    serve_pages(other, 5)
+    spec = {"id": "news", "seeds": [other.url("/")], "politeness": {"min_interval_s": 0}}
+    for cycle in (1, 2):
+        started = start_cycle(env, "news", spec)
+        assert started["status"] == "started" and started["cycle"] == cycle, started
+        status = wait_job(env, "news", 90)
+        assert status["state"] == "completed" and status["cycle"] == cycle, status
+    assert sorted(seen.path for seen in site.seen if seen.path not in NOT_PAGES) == sorted(expected)
+    assert sum(1 for seen in other.seen if seen.path == "/") == 2  # fetched again in the second cycle
+
+
+def start_cycle(env: dict[str, str], name: str, spec: dict[str, object]) -> dict[str, object]:
+    """A firing of the schedule ``name``: the task beat sends, run in a process of its own given only the
+    environment (as test_cycles.py runs it); the crawl itself runs on the worker."""
+    code = ("import json, sys, uuid, tasks; print(json.dumps(tasks.start_cycle.apply("
+            "args=(sys.argv[1], json.loads(sys.argv[2])), task_id=str(uuid.uuid4())).get()))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code, name, json.dumps(spec)], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=90, check=True)  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])
