@@ -65,13 +65,13 @@ class ReplicaWait:
         self._client = client
         self._recheck_s = recheck_s
         self._clock = clock
-        self._looks: dict[str, tuple[float, int]] = {}  # server -> (asked at, its connected replicas)
+        self._looks: dict[int, tuple[float, int]] = {}  # id(server client) -> (asked at, its connected replicas)
 
     def wanted(self, server: redis.Redis | None = None) -> bool:
         """True when ``server`` (the loader's own, when not given: one server) has a replica connected,
         as of the last look; a Redis Cluster's primaries are asked one by one."""
         server = self._client if server is None else server
-        name = repr(server.connection_pool) if hasattr(server, "connection_pool") else "cluster"
+        name = id(server)  # the loader's own, or a cluster node's: clients that live as long as the loader
         now = self._clock()
         asked_at, replicas = self._looks.get(name, (None, 0))
         if asked_at is None or now - asked_at >= self._recheck_s:
@@ -141,7 +141,6 @@ class ScriptLoader:
                     raise
                 self.client.script_load(script.script)
         raise AssertionError("unreachable")
-
 
     def _run_on_cluster(
         self, script: Script, keys: Sequence[str], args: Sequence[Any], *, wake: bool, also: Sequence[tuple[Any, ...]]
