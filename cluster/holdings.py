@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cluster.members import Membership
-from engine.fetch_batch import FETCH_ID_PREFIX
+from engine.fetch_batch import BUNDLE_SEPARATOR, FETCH_ID_PREFIX
 
 __all__ = [
     "GRACE_S",
@@ -129,17 +129,19 @@ def claims_said_since(
 
 
 def held_fetch_batches(messages: Iterable[HeldMessage]) -> dict[str, list[str]]:
-    """Job id -> batch ids of the fetch messages among ``messages`` (their task ids name them).
+    """Job id -> batch ids of the fetch messages among ``messages`` (their task ids name them; a
+    bundle's names all its batches).
 
-    >>> held_fetch_batches([HeldMessage("t", "vcrawl-fetch:j1:7.ab", "download"), HeldMessage("u", "x", "analysis")])
-    {'j1': ['7.ab']}
+    >>> held_fetch_batches([HeldMessage("t", "vcrawl-fetch:j1:7.ab", "download"), HeldMessage("u", "x", "analysis"),
+    ...                     HeldMessage("v", "vcrawl-fetch:j1:8.cd+9.ef", "download")])
+    {'j1': ['7.ab', '8.cd', '9.ef']}
     """
     batches: dict[str, list[str]] = {}
     for message in messages:
         if message.task_id.startswith(FETCH_ID_PREFIX):
             job_id, _, batch_id = message.task_id[len(FETCH_ID_PREFIX) :].rpartition(":")
             if job_id and batch_id:
-                batches.setdefault(job_id, []).append(batch_id)
+                batches.setdefault(job_id, []).extend(batch_id.split(BUNDLE_SEPARATOR))
     return batches
 
 

@@ -162,7 +162,7 @@ class NodeWatcher:
         lost = HeldWork(tuple(self._holdings.orphans(membership)))
         if not lost.messages:
             return 0
-        urls = self._hand_back(lost.fetch_batches)
+        urls = self.hand_back(lost.fetch_batches)
         restored = self._holdings.restore([message.tag for message in lost.messages])
         if restored:
             queues = sorted({message.queue for message in lost.messages if message.queue})
@@ -171,7 +171,7 @@ class NodeWatcher:
                            urls)  # fmt: skip
         return restored
 
-    def _hand_back(self, batches: Mapping[str, list[str]]) -> int:
+    def hand_back(self, batches: Mapping[str, list[str]]) -> int:
         """Hand back the leases of ``batches`` (job -> batch ids) that are still leased; return the URLs."""
         urls = 0
         for job_id, batch_ids in batches.items():
@@ -299,6 +299,10 @@ class RingKeeper:
                 self._watcher.check()
             except Exception:
                 logger.exception("ring: %s could not leave the ring cleanly", self._registration.name)
+
+    def hand_back(self, batches: Mapping[str, list[str]]) -> int:
+        """Hand back the leases of ``batches`` (job -> batch ids) still leased (``NodeWatcher.hand_back``)."""
+        return self._watcher.hand_back(batches)
 
     def beat_once(self) -> None:
         if self._registration is None:

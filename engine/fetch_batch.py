@@ -12,11 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
+
+import redis
 
 from engine.crawl_env import CrawlEnv
 from engine.fetch_log import log_lines
@@ -44,9 +47,23 @@ from vcrawl.errors import VcrawlError
 from vcrawl.payloads import FetchedBatch, RedirectLink
 from vcrawl.policies import PolitenessPolicy
 
-__all__ = ["FETCH_ID_PREFIX", "fetch_context", "fetch_task_id", "fold_release", "run_fetch_batch"]
+__all__ = [
+    "BUNDLE_SEPARATOR",
+    "FETCH_ID_PREFIX",
+    "FetchedEntries",
+    "StartedFetch",
+    "drive",
+    "fetch_context",
+    "fetch_task_id",
+    "finish_fetch",
+    "fold_release",
+    "run_fetch_batch",
+    "start_fetch",
+]
 
 FETCH_ID_PREFIX = "vcrawl-fetch:"
+BUNDLE_SEPARATOR = "+"
+"""Joins a bundle's batch ids in its task id (``tasks.batches.fetch_bundle``): each batch in it is named."""
 
 
 def fetch_task_id(job_id: str, batch_id: str) -> str:
@@ -58,6 +75,25 @@ def fetch_task_id(job_id: str, batch_id: str) -> str:
 logger = logging.getLogger(__name__)
 
 _STATE_CHECK_S = 0.2  # a running batch notices a cancel or pause within this (plus one fetch)
+REDIS_WAIT_S = 60.0
+"""How long a started batch waits for its Redis to come back (a restart, a failover) before it gives up:
+what it fetched so far is released, not fetched again."""
+
+
+def ride_out(call: Callable[[], Any], what: str, wait_s: float = REDIS_WAIT_S,
+             sleep: Callable[[float], None] = time.sleep) -> Any:  # fmt: skip
+    """``call()``, called again with backoff (0.1 s to 1 s) while Redis cannot be reached, up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.1
+    while True:
+        try:
+            return call()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if time.monotonic() + pause > deadline:
+                raise
+            logger.warning("%s: Redis unreachable (%r); trying again in %.1f s", what, exc, pause)
+            sleep(pause)
+            pause = min(1.0, pause * 2)
 
 
 def fetch_context(env: CrawlEnv, runtime: JobRuntime, hooks: JobHooks) -> FetchContext:
@@ -89,55 +125,107 @@ def fetch_context(env: CrawlEnv, runtime: JobRuntime, hooks: JobHooks) -> FetchC
     return FetchContext(services, policy, hooks)
 
 
-def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
-    """Fetch a leased batch, store its pages, release the lease; return what analysis needs."""
+def run_fetch_batch(
+    env: CrawlEnv, job_id: str, batch: Batch, sleep: Callable[[float], None] = time.sleep
+) -> dict[str, Any]:
+    """Fetch a leased batch, store its pages, release the lease; return what analysis needs.
+
+    A paced host's batch keeps the host's pace between its URLs (``sleep`` waits).
+    """
     with log_context(job=job_id):  # every line logged for the batch names its job
-        return _run_fetch_batch(env, job_id, batch)
+        result, started = start_fetch(env, job_id, batch)
+        if started is None:
+            return result
+        try:
+            return finish_fetch(env, started, drive(started.steps, env.clock, sleep))
+        finally:
+            started.discard()
 
 
-def _run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch) -> dict[str, Any]:
+@dataclass
+class StartedFetch:
+    """A batch whose lease is started: its job, its fetches still to run (``steps``), its WARC staging."""
+
+    job_id: str
+    runtime: JobRuntime
+    batch: Batch
+    staged: StagedWarc | None
+    steps: Generator[float, None, FetchedEntries]
+
+    def discard(self) -> None:
+        """Drop WARC captures not settled (an error before the release: the batch is fetched again)."""
+        if self.staged is not None:
+            self.staged.discard()
+
+
+FetchedEntries = tuple[list[FetchOutcome], list[Entry], list[Entry]] | None
+"""A batch's fetches: (outcomes, entries handed back untried, retries still waiting); None when another
+run took the batch over (it releases it, this one does not)."""
+
+
+def drive(steps: Generator[float, None, FetchedEntries], clock: Callable[[], float],
+          sleep: Callable[[float], None]) -> FetchedEntries:  # fmt: skip
+    """Run a batch's fetches to the end, waiting before each what it asks (a paced host's pace)."""
+    try:
+        while True:
+            not_before = next(steps)
+            if (wait := not_before - clock()) > 0:
+                sleep(wait)
+    except StopIteration as done:
+        return done.value
+
+
+def start_fetch(
+    env: CrawlEnv, job_id: str, batch: Batch, stop_at: float = float("inf")
+) -> tuple[dict[str, Any], StartedFetch | None]:
+    """Start a batch's lease: (the result, None) when there is nothing to fetch (a stale or stopped
+    batch), else (nothing yet, the started batch, whose ``steps`` start no fetch after ``stop_at``)."""
     runtime = env.runtimes.get(job_id, batch.cycle)
     nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
-    started = env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime))
+    token = uuid.uuid4().hex  # this run's: a second copy of the message neither starts nor renews it
+    started = env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime), token)
+    if started == "taken":  # at-least-once delivery: the copy that started first fetches
+        logger.info("job %s: batch %s is being fetched by another copy of its message; skipped", job_id,
+                    batch.batch_id)  # fmt: skip
+        return nothing.to_dict(), None
     if started == "stale":
         handed_on = env.frontier.queue.handed_on(job_id, batch.batch_id)
         if handed_on is not None:  # released, but its worker died before it sent the analysis
             logger.warning("job %s: batch %s was fetched before; its analysis goes again", job_id, batch.batch_id)
-            return handed_on
+            return handed_on, None
         # Expected after every hand-over (a dead worker's messages put back): not worth a warning.
         logger.info("job %s: batch %s came after its lease was handed back or ran out; skipped", job_id,
                     batch.batch_id)  # fmt: skip
-        return nothing.to_dict()  # its URLs went back to the queue
+        return nothing.to_dict(), None  # its URLs went back to the queue
     if started == "stopped":  # cancelled while the batch waited in the queue: give it back
         handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
         env.frontier.queue.release(job_id, batch, handed_back)
-        return nothing.to_dict()
+        return nothing.to_dict(), None
     assert env.warc is not None or not runtime.spec.warc, "a crawl environment for WARC jobs has WARC writers"
     staged = StagedWarc(partial(env.warc, job_id), f"job {job_id} batch {batch.batch_id}") if (
         runtime.spec.warc and env.warc is not None) else None  # fmt: skip
-    try:
-        return _fetch_and_release(env, runtime, job_id, batch, staged)
-    finally:
-        if staged is not None:
-            staged.discard()  # an error before the release: the batch is fetched again
+    steps = _fetch_entries(env, runtime, batch, staged, stop_at, token)
+    return nothing.to_dict(), StartedFetch(job_id, runtime, batch, staged, steps)
 
 
-def _fetch_and_release(
-    env: CrawlEnv, runtime: JobRuntime, job_id: str, batch: Batch, staged: StagedWarc | None
-) -> dict[str, Any]:
+def finish_fetch(env: CrawlEnv, started: StartedFetch, fetched: FetchedEntries) -> dict[str, Any]:
+    """Release a started batch's lease with what its fetches came to; return what analysis needs."""
+    runtime, job_id, batch, staged = started.runtime, started.job_id, started.batch, started.staged
     nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
-    outcomes, handed_back, waiting = _fetch_entries(env, runtime, batch, staged)
+    if fetched is None:
+        return nothing.to_dict()
+    outcomes, handed_back, waiting = fetched
     politeness = runtime.spec.politeness
     release = fold_release(outcomes, handed_back, waiting, runtime.politeness, politeness.obey_robots, env.clock)
-    fetched = FetchedBatch(
+    fetched_batch = FetchedBatch(
         job_id,
         batch.batch_id,
         batch.cycle,
         pages=tuple(outcome.page for outcome in outcomes if isinstance(outcome, Stored)),
         redirects=tuple(_redirect_link(outcome) for outcome in outcomes if isinstance(outcome, Redirected)),
     )
-    result = fetched.to_dict()
-    handed_on = json.dumps(result, separators=(",", ":")) if fetched.done else ""
+    result = fetched_batch.to_dict()
+    handed_on = json.dumps(result, separators=(",", ":")) if fetched_batch.done else ""
     now = round(env.clock(), 3)
     if env.fetch_log is not None:  # before the release: a line is never missing, at worst written twice
         log = env.fetch_log(job_id)
@@ -146,17 +234,15 @@ def _fetch_and_release(
     failures = [(outcome.entry.url, outcome.reason) for outcome in outcomes if isinstance(outcome, Failed)]
     if staged is not None:  # right before the release, so a batch taken over is not archived twice
         _settle_warc(env, job_id, batch, staged)
-    released = env.frontier.queue.release(
-        job_id,
-        batch,
-        replace(
-            release,
-            failures=tuple({"url": url, "reason": reason, "at": now} for url, reason in failures),
-            # The host's totals count its pages: a sitemap read is done, but no page of the host.
-            host_done=release.done + fetched.done - sum(isinstance(outcome, SitemapRead) for outcome in outcomes),
-            handed_on=handed_on,
-        ),
+    final = replace(
+        release,
+        failures=tuple({"url": url, "reason": reason, "at": now} for url, reason in failures),
+        # The host's totals count its pages: a sitemap read is done, but no page of the host.
+        host_done=release.done + fetched_batch.done - sum(isinstance(outcome, SitemapRead) for outcome in outcomes),
+        handed_on=handed_on,
     )
+    # Waits out a Redis restart or failover: a release refused there costs every page of the batch again.
+    released = ride_out(partial(env.frontier.queue.release, job_id, batch, final), f"release of batch {batch.batch_id}")
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing.to_dict()
     if released and env.on_completed is not None:
@@ -175,9 +261,20 @@ def _settle_warc(env: CrawlEnv, job_id: str, batch: Batch, staged: StagedWarc) -
 
 
 def _fetch_entries(
-    env: CrawlEnv, runtime: JobRuntime, batch: Batch, staged: StagedWarc | None = None
-) -> tuple[list[FetchOutcome], list[Entry], list[Entry]]:
-    """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting)."""
+    env: CrawlEnv,
+    runtime: JobRuntime,
+    batch: Batch,
+    staged: StagedWarc | None = None,
+    stop_at: float = float("inf"),
+    token: str = "",
+) -> Generator[float, None, FetchedEntries]:
+    """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting).
+
+    A generator: before each request to a paced host after the first, it yields the time (``env.clock``)
+    not to start it before, its previous request's end plus the host's pause (the job's interval
+    with jitter); whoever drives it waits, or fetches another host's batch meanwhile. No URL starts
+    after ``stop_at``: the rest is handed back, first in line. ``token``: the run that started the lease.
+    """
     outcomes: list[FetchOutcome] = []
     sitemaps = SitemapSink(runtime, env.frontier, batch.batch_id)
     hooks = JobHooks(
@@ -193,22 +290,46 @@ def _fetch_entries(
     handed_back: list[Entry] = []
     waiting: list[Entry] = []
     checked_at = env.clock()
+    last_request: float | None = None  # when the previous request to the host ended
     for index, entry in enumerate(batch.entries):
+        if batch.paced and last_request is not None and (pause := runtime.politeness.pause_s()) > 0:
+            yield last_request + pause
         # Cancel or pause stops the batch before its next URL; asked at most every _STATE_CHECK_S,
-        # which spares a Redis round trip per URL when the host answers fast.
-        if index > 0 and env.clock() - checked_at >= _STATE_CHECK_S:
+        # which spares a Redis round trip per URL when the host answers fast. A paced batch asks
+        # before every further request (below): its lease too, since it spans seconds.
+        if index > 0 and not batch.paced and env.clock() - checked_at >= _STATE_CHECK_S:
             checked_at = env.clock()
             if not env.frontier.jobs.is_running(runtime.job_id, batch.cycle):  # hand the rest back
                 handed_back.extend(batch.entries[index:])
                 break
+        if index > 0 and env.clock() >= stop_at:  # the task's time is up: the rest goes again
+            handed_back.extend(batch.entries[index:])
+            break
         if entry.not_before_s > env.clock():  # a retry still in its Retry-After: the host's other URLs go first
             waiting.append(entry)
             continue
+        if batch.paced and index > 0:
+            # A lease lost since (a failover took its last write, a Redis restart, a hand-over to
+            # another worker): its URLs are queued again, and another worker may fetch this host now.
+            held = ride_out(partial(env.frontier.queue.renew_lease, runtime.job_id, batch.batch_id,
+                                    lease_ms(runtime), batch.cycle, token), f"batch {batch.batch_id}")  # fmt: skip
+            if held == "stale":
+                logger.info("job %s: batch %s lost its lease; it fetches no more", runtime.job_id, batch.batch_id)
+                break
+            if held == "taken":
+                logger.info("job %s: batch %s was taken over by another copy of its message", runtime.job_id,
+                            batch.batch_id)  # fmt: skip
+                return None
+            if held == "stopped":
+                handed_back.extend(batch.entries[index:])
+                break
         rule = runtime.spec.rule_for(entry.url)
         save_path = job_page_location(runtime.job_id, runtime.cycle, entry.url)
         item = FetchItem(entry, rule, save_path, known.get(entry.url), unchanged_by_sitemap=entry.url in unchanged)
         outcome = fetch_one(ctx, item)
         outcomes.append(outcome)
+        if outcome.visit.requested:  # counted from its end, as the host gate does: never early on the wire
+            last_request = env.clock()
         if stops_batch(outcome, runtime.spec.politeness.obey_robots):
             handed_back.extend(batch.entries[index + 1 :])
             break

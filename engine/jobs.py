@@ -170,7 +170,7 @@ def build_runtime(
         ),
         bloom=job_bloom(spec, client),
         networks=tuple(ipaddress.ip_network(n) for n in spec.allowed_networks),
-        batch_size=settings.frontier_batch if politeness.min_interval_s <= 0 else 1,
+        batch_size=paced_batch_size(politeness.min_interval_s, settings.frontier_batch),
         cycle=cycle,
         cycle_started_s=cycle_started_s,
         limits=limits,
@@ -261,6 +261,24 @@ class RuntimeCache:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[(job_id, cycle)] = (runtime, self._clock())
         return runtime
+
+
+PACED_SPAN_S = 2.0
+"""How long a paced host's batch spans at most: its URLs go one pause apart (``engine.fetch_batch``)."""
+PACED_MOST_URLS = 8
+"""URLs of a paced batch at most: what a worker killed mid-batch costs in pages fetched again. Past
+8, the frontier's work per page (one lease, start and release per batch) hardly shrinks."""
+
+
+def paced_batch_size(interval_s: float, most: int) -> int:
+    """URLs per batch of a host paced at ``interval_s`` (``most`` without politeness).
+
+    >>> paced_batch_size(0.0, 32), paced_batch_size(0.05, 32), paced_batch_size(0.5, 32), paced_batch_size(5.0, 32)
+    (32, 8, 4, 1)
+    """
+    if interval_s <= 0:
+        return most
+    return max(1, min(most, PACED_MOST_URLS, int(PACED_SPAN_S / interval_s)))
 
 
 def lease_s(runtime: JobRuntime) -> float:

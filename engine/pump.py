@@ -28,6 +28,7 @@ _REDIS_TICK_S = 0.1  # Redis times out blocked clients on its serverCron tick (h
 
 _RECLAIM_EVERY_S = 5.0
 _MAX_BATCHES_PER_CALL = 32
+_PACED_BUNDLE_CAP = 8  # batches in flight the pump leases for a paced job whose bundles refill themselves
 
 
 class FrontierPump:
@@ -37,12 +38,13 @@ class FrontierPump:
         self,
         frontier: Frontier,
         runtimes: RuntimeCache,
-        dispatch: Callable[[str, Batch, Any], None],
+        dispatch: Callable[[str, list[Batch], Any], None],
         settings: Settings,
         producer: Callable[[], Any] | None = None,
         max_sleep_s: float = 0.25,
         clock: Callable[[], float] = time.time,
         alert: Callable[[str, Alert], None] | None = None,
+        paced_bundles: Callable[[], bool] = lambda: False,
     ) -> None:
         self._frontier = frontier
         self._runtimes = runtimes
@@ -52,6 +54,9 @@ class FrontierPump:
         self._max_sleep_s = max_sleep_s
         self._clock = clock
         self._alert = alert  # (cause, alert): sent at most once per cause and alert window
+        # True while paced hosts' batches travel in bundles (one message for a pump call's batches):
+        # the in-flight cap then counts bundles, not batches.
+        self._paced_bundles = paced_bundles
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_reclaim = 0.0
@@ -92,22 +97,26 @@ class FrontierPump:
                 if requeued or failed:
                     logger.warning("job %s: leases ran out: %d URLs requeued, %d failed", job_id, requeued, failed)
                 self._check_stuck(job_id, now)
+            # Paced hosts in bundles: a running bundle leases more of them itself (engine.fetch_bundle);
+            # the pump only starts a few bundles, lest hosts wait leased in bundles still queued. Without
+            # bundles (ring nodes own the hosts), a paced batch holds one URL: a task never sleeps.
+            bundled = interval_ms > 0 and self._paced_bundles()
             result = self._frontier.queue.pump(
                 job_id,
                 max_batches=_MAX_BATCHES_PER_CALL,
-                batch_size=runtime.batch_size,
+                batch_size=runtime.batch_size if interval_ms <= 0 or bundled else 1,
                 per_host=runtime.spec.politeness.per_host,
                 interval_ms=interval_ms,
                 lease_ms=lease_ms(runtime),
-                cap=self._settings.frontier_inflight,
+                cap=_PACED_BUNDLE_CAP if bundled else self._settings.frontier_inflight,
             )
             if result.stopped:
                 self._frontier.jobs.forget_if_stopped(job_id, runtime.bloom.keys)
                 continue
             producer = self._producer() if (self._producer and result.batches) else None
             try:
-                for batch in result.batches:
-                    self._dispatch(job_id, batch, producer)
+                if result.batches:
+                    self._dispatch(job_id, list(result.batches), producer)
             finally:
                 if producer is not None:
                     producer.release()

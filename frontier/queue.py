@@ -97,13 +97,24 @@ class FrontierQueue:
         next_due = float(head)
         return PumpResult(batches, None if next_due < 0 else (next_due - now) / 1000)
 
-    def start_lease(self, job_id: str, batch_id: str, lease_ms: float) -> str:
-        """Mark a batch as started: ``"go"`` (its lease now runs from here), ``"stale"`` (the lease
-        ran out and its URLs were requeued: do nothing) or ``"stopped"`` (the job is not running).
+    def start_lease(self, job_id: str, batch_id: str, lease_ms: float, token: str = "") -> str:
+        """Mark a batch as started by the run ``token``: ``"go"`` (its lease now runs from here),
+        ``"stale"`` (the lease ran out and its URLs were requeued: do nothing), ``"stopped"`` (the job
+        is not running) or ``"taken"`` (another run with another token started it: a second copy
+        of the batch's message, delivered while the first still runs; do nothing).
         """
         keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id)]
-        code = int(self._scripts.run("start_lease", keys, [batch_id, lease_ms]))
-        return {0: "stale", 1: "go", 2: "stopped"}[code]
+        code = int(self._scripts.run("start_lease", keys, [batch_id, lease_ms, token]))
+        return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
+
+    def renew_lease(self, job_id: str, batch_id: str, lease_ms: float, cycle: int = 0, token: str = "") -> str:
+        """Before a paced batch's next request: ``"go"`` (its lease is held by the run ``token``, and now
+        runs ``lease_ms`` from here), ``"stale"`` (the lease is gone: fetch no more), ``"stopped"``
+        (the job is not running in ``cycle``: hand the rest back) or ``"taken"`` (another run owns
+        it: fetch no more, release nothing). A write, so a fenced or demoted primary cannot say yes."""
+        keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id)]
+        code = int(self._scripts.run("renew_lease", keys, [batch_id, lease_ms, cycle, token]))
+        return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
 
     def holds_lease(self, job_id: str, batch_id: str) -> bool:
         """True while the batch's lease is held: not reclaimed, not handed over to another worker, not released."""

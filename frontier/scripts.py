@@ -31,7 +31,19 @@ from vcrawl.lua import script_text
 __all__ = ["ScriptLoader", "job_keys", "lua_source"]
 
 _WITH_COMMON = frozenset(
-    {"admit", "pump", "start_lease", "release", "reclaim", "new_cycle", "resume", "hand_over", "node_beat", "node_down"}
+    {
+        "admit",
+        "pump",
+        "start_lease",
+        "renew_lease",
+        "release",
+        "reclaim",
+        "new_cycle",
+        "resume",
+        "hand_over",
+        "node_beat",
+        "node_down",
+    }
 )
 
 

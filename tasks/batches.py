@@ -1,4 +1,5 @@
-"""``vcrawl.fetch_batch`` (download queue) linked to ``vcrawl.analyze_batch`` (analysis queue)."""
+"""``vcrawl.fetch_batch`` (download queue) linked to ``vcrawl.analyze_batch`` (analysis queue), and
+``vcrawl.fetch_bundle``: paced hosts' batches side by side in one task, each sending its own analysis."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from cluster.membership import NODE_QUEUE_PREFIX, pass_on_to
 from engine import analyze_batch as analysis_batch
 from engine import jobs
 from engine.analyze_batch import AnalysisRetry, analysis_task_id
-from engine.fetch_batch import fetch_task_id, run_fetch_batch
-from frontier import Batch
+from engine.fetch_batch import BUNDLE_SEPARATOR, fetch_task_id, run_fetch_batch
+from engine.fetch_bundle import run_fetch_bundle
+from frontier import Batch, BatchRelease
 from tasks import deps
 from tasks.app import app
 from vcrawl.errors import ConfigError, InvalidTask, PermanentError
@@ -24,7 +26,9 @@ __all__ = [
     "analysis_batch_failed",
     "analyze_batch",
     "dispatch_batch",
+    "dispatch_batches",
     "fetch_batch",
+    "fetch_bundle",
     "ring_node_queue",
     "send_analysis",
 ]
@@ -62,6 +66,56 @@ def fetch_batch(self: Task, job_id: str, batch: dict) -> dict:
     if ring_node_queue(arrived_on):
         deps.node_registry().count_pages(self.request.hostname, len(result.get("pages") or ()))
     return result
+
+
+@app.task(name="vcrawl.fetch_bundle", bind=True, acks_late=True, ignore_result=True, throws=(InvalidTask, ConfigError))
+def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
+    """Fetch leased batches of paced hosts side by side (``engine.fetch_bundle``); send each one's
+    analysis. A batch whose host belongs to a ring node now goes to that node alone."""
+    try:
+        parsed = [Batch.from_dict(batch) for batch in batches]
+    except ValueError as exc:
+        raise InvalidTask("batches", str(exc)) from None
+    mine = []
+    for batch in parsed:
+        owner_queue = pass_on_to(batch, DOWNLOAD_QUEUE, deps.ring_queue(batch.host))
+        if owner_queue is not None:
+            dispatch_batch(job_id, replace(batch, hops=batch.hops + 1), queue=owner_queue)
+        else:
+            mine.append(batch)
+    env, settings = deps.crawl_env(), deps.settings()
+    runtime = env.runtimes.get(job_id, mine[0].cycle if mine else 0)
+
+    def refill() -> list[Batch]:  # more due hosts of the job, while this bundle's wait their pace
+        leased = deps.frontier().queue.pump(
+            job_id, max_batches=8, batch_size=runtime.batch_size, per_host=runtime.spec.politeness.per_host,
+            interval_ms=runtime.spec.politeness.min_interval_s * 1000, lease_ms=jobs.lease_ms(runtime),
+            cap=settings.frontier_inflight * 32,
+        )  # fmt: skip
+        kept = []
+        for batch in leased.batches:
+            if batch.paced and _queue_for(job_id, batch) == DOWNLOAD_QUEUE:
+                kept.append(batch)
+            else:
+                dispatch_batch(job_id, batch)
+        return kept
+
+    def finished(result: dict) -> None:
+        if result.get("pages") or result.get("redirects"):  # kept by its release until analysed
+            send_analysis(result)
+
+    unfinished: list[Batch] = []
+    try:
+        results = run_fetch_bundle(env, job_id, mine, budget_s=settings.total_timeout_s, refill=refill,
+                                   refill_span_s=jobs.PACED_SPAN_S, finished=finished,
+                                   unfinished=unfinished)  # fmt: skip
+    except ConfigError as exc:  # no retry can mend it: the job fails and says why; its leases go back
+        jobs.fail_job(deps.frontier(), job_id, str(exc), deps.alert, batch=unfinished[0] if unfinished else None)
+        for batch in unfinished[1:]:
+            deps.frontier().queue.release(job_id, batch, BatchRelease(pause_ms=0, done=0, requeue=batch.entries,
+                                                                      fetched=False))  # fmt: skip
+        raise
+    return len(results)
 
 
 @app.task(name="vcrawl.analyze_batch", bind=True, acks_late=True, ignore_result=True, max_retries=None)
@@ -120,15 +174,37 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
     then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()], priority=priority,
                                          task_id=analysis_task_id(job_id, batch.batch_id))  # fmt: skip
     if queue is None:
-        spec = deps.runtimes().get(job_id, batch.cycle).spec
-        dynamic = any(spec.rule_for(entry.url).page_type == "dynamic" for entry in batch.entries)
-        queue = DYNAMIC_QUEUE if dynamic else (deps.ring_queue(batch.host) or DOWNLOAD_QUEUE)
+        queue = _queue_for(job_id, batch)
     # No exchange named: Celery then publishes to the queue itself (the anonymous exchange),
     # which spares kombu a lookup of the exchange's bindings in Redis on every publish.
     # Its own task id names the job and the batch too: a lease whose message was lost is handed back
     # (``tasks.broker.lost_fetches``).
     fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer, queue=queue,
                             priority=priority, task_id=fetch_task_id(job_id, batch.batch_id))  # fmt: skip
+
+
+def dispatch_batches(job_id: str, batches: list[Batch], producer: Any = None) -> None:
+    """Send a pump call's leased batches: paced hosts' batches for the shared download queue together,
+    as one bundle; every other batch alone (``dispatch_batch``)."""
+    bundle = []
+    for batch in batches:
+        queue = _queue_for(job_id, batch)
+        if batch.paced and queue == DOWNLOAD_QUEUE:
+            bundle.append(batch)
+        else:
+            dispatch_batch(job_id, batch, producer, queue)
+    if bundle:  # even one: a bundle leases more due hosts while its batch waits (engine.fetch_bundle)
+        task_id = fetch_task_id(job_id, BUNDLE_SEPARATOR.join(batch.batch_id for batch in bundle))
+        fetch_bundle.apply_async((job_id, [batch.to_dict() for batch in bundle]), producer=producer,
+                                 queue=DOWNLOAD_QUEUE, priority=PACED_PRIORITY, task_id=task_id)  # fmt: skip
+
+
+def _queue_for(job_id: str, batch: Batch) -> str:
+    """Browser pages go to the dynamic queue; others to their host's ring node, or the shared queue."""
+    spec = deps.runtimes().get(job_id, batch.cycle).spec
+    if any(spec.rule_for(entry.url).page_type == "dynamic" for entry in batch.entries):
+        return DYNAMIC_QUEUE
+    return deps.ring_queue(batch.host) or DOWNLOAD_QUEUE
 
 
 def send_analysis(fetched: dict) -> None:

@@ -33,7 +33,7 @@ from tasks import check_settings, deps
 from tasks import log_setup as _log_setup  # noqa: F401 - connects the logging signals
 from tasks.app import app
 from tasks.batch_analysis import run_watchdog
-from tasks.batches import dispatch_batch
+from tasks.batches import dispatch_batches
 from tasks.broker.holdings import BrokerHoldings
 from tasks.broker.primary_watch import primary_watch
 from tasks.broker.redis_check import check_redis_persistence
@@ -85,19 +85,20 @@ def _fresh_clients_after_fork(**_: Any) -> None:
 def _start_pump(sender: Any = None, **_: Any) -> None:
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
-        deps.pump(dispatch_batch).start()
+        deps.pump(dispatch_batches).start()
     # A job's WARC files and record parts ship when it completes (a prefork child starts its own).
     deps.output_shipper().start()
     # A member (on the ring if a ring node): it beats, says which messages it holds, watches for
     # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
     name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
     holdings = BrokerHoldings(app, consumer=sender)
+    keeper = deps.ring_keeper(name, holdings)
     if name:
         try:
-            holdings.reclaim_own(name)
+            holdings.reclaim_own(name, hand_back=keeper.hand_back)
         except Exception:
             logging.getLogger("vcrawl").exception("could not put back what the previous %s held", name)
-    _keeper["keeper"] = deps.ring_keeper(name, holdings).start()
+    _keeper["keeper"] = keeper.start()
     _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
     _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
     if (fence := make_fence(deps.settings())) is not None:  # Redis behind Sentinel
@@ -111,7 +112,7 @@ def _start_pump(sender: Any = None, **_: Any) -> None:
 @worker_shutdown.connect
 def _stop_pump(**_: Any) -> None:
     if deps.settings().pump:
-        deps.pump(dispatch_batch).stop()
+        deps.pump(dispatch_batches).stop()
     if (keeper := _keeper.pop("keeper", None)) is not None:
         keeper.stop(leave=True)
     _watchdog.stop()

@@ -36,7 +36,7 @@ from typing import Any
 from celery import Celery
 from celery.worker import state as worker_state
 
-from cluster.holdings import GRACE_S, HeldMessage, Holder, orphans
+from cluster.holdings import GRACE_S, HeldMessage, Holder, held_fetch_batches, orphans
 from cluster.members import Membership
 from tasks import deps
 from vcrawl import redis_keys
@@ -156,13 +156,19 @@ class BrokerHoldings:
         delivered = {text(tag): float(score) for tag, score in old}
         return self.messages(orphans(delivered, self.holders(), membership))
 
-    def reclaim_own(self, name: str) -> int:
-        """At start: put back what a dead worker of the same name on this machine still held."""
+    def reclaim_own(self, name: str, hand_back: Callable[[dict[str, list[str]]], int] | None = None) -> int:
+        """At start: put back what a dead worker of the same name on this machine still held.
+
+        The leases of its fetch batches are handed back first (``hand_back``): a batch's message put
+        back then finds its lease gone, and its URLs wait in the queue, not for the lease to run out.
+        """
         holder = self.holders().get(name)
         if holder is None or holder.pid == os.getpid() or holder.machine != socket.gethostname():
             return 0
         if _pid_alive(holder.pid):
             return 0  # another live worker under the same name: not ours to take
+        if hand_back is not None:
+            hand_back(held_fetch_batches(self.messages(sorted(holder.tags))))
         restored = self.restore(sorted(holder.tags))
         self.forget(name)
         if restored:

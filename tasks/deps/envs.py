@@ -19,7 +19,7 @@ from fetchers.limits import cluster_limits, fetch_limits
 from frontier import Batch
 from tasks.app import app
 from tasks.deps.clients import alert, alerter, first_in_window, once, session, settings, storage
-from tasks.deps.keepers import output_ledger
+from tasks.deps.keepers import output_ledger, ring_queue
 from tasks.deps.outputs import fetch_log, records, warc
 from tasks.deps.pipeline import (
     fetch_retry,
@@ -111,11 +111,15 @@ def start_batch_analyzers(job_id: str, cycle: int) -> None:
         logger.info("job %s: batch analyzer %s sent for cycle %d", job_id, analyzer, cycle)
 
 
-def pump(dispatch: Callable[[str, Batch, Any], None]) -> FrontierPump:
-    """Return this process's frontier pump (not started); ``dispatch`` sends a leased batch."""
+def pump(dispatch: Callable[[str, list[Batch], Any], None]) -> FrontierPump:
+    """Return this process's frontier pump (not started); ``dispatch`` sends a pump call's leased batches."""
 
     def producer() -> Any:
         # Bounded: a pool drained by publishes waiting for a restarting Redis must not hang the pump.
         return app.producer_pool.acquire(block=True, timeout=10)
 
-    return once("pump", lambda: FrontierPump(frontier(), runtimes(), dispatch, settings(), producer, alert=alert))
+    def paced_bundles() -> bool:  # paced batches go in bundles to the shared queue while no ring node is alive
+        return ring_queue("") is None
+
+    return once("pump", lambda: FrontierPump(frontier(), runtimes(), dispatch, settings(), producer, alert=alert,
+                                             paced_bundles=paced_bundles))  # fmt: skip

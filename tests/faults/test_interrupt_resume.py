@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from engine.jobs import paced_batch_size
 from tests.cluster import REPO
 from tests.site import NOT_PAGES, Response, TestSite
+from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -245,4 +247,6 @@ def test_a_second_ctrl_c_stops_at_once_and_resume_redelivers_what_was_cut(
     summary = _resume_to_the_end(runs, shlex.split(command))
 
     assert "put back on their queues" in runs[-1].stderr  # the killed worker's messages, at once
-    _check_complete(summary, sites, data, repeats=2)  # one URL per host was cut mid-fetch
+    # One batch per host was cut mid-fetch: what it fetched before is fetched again. A paced batch
+    # holds up to 2 s of its host's URLs (engine.jobs.paced_batch_size), as an unpaced one holds 32.
+    _check_complete(summary, sites, data, repeats=len(sites) * paced_batch_size(INTERVAL_S, Settings().frontier_batch))

@@ -123,7 +123,7 @@ def test_a_batch_whose_message_is_lost_comes_back_after_one_lease(tmp_path: Path
         job = tasks.JobSpec.from_dict({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0}})
         job_id = start(job, frontier, runtimes, tasks.deps.fetchers())
         lost: list[Any] = []
-        FrontierPump(frontier, runtimes, lambda _job, batch, _producer: lost.append(batch), settings).pump_once()
+        FrontierPump(frontier, runtimes, lambda _job, batches, _producer: lost.extend(batches), settings).pump_once()
         seconds, micros = client.time()
         leases = client.hgetall(redis_keys.job_leases(job_id))
     assert len(lost) == 1 and len(leases) == 1

@@ -277,8 +277,9 @@ def test_a_depth_first_job_goes_deeper_before_the_shallower_siblings(site: TestS
     site.add_page("/c", link_page("/c/1"))
     site.add_page("/c/1", link_page("/c/1/x"))
     site.add_page("/c/1/x", link_page())
-    # One URL a batch, a gap between them: each page's links are queued before the host's next turn.
-    polite = {"min_interval_s": 0.5, "jitter": 0}
+    # One URL a batch (a host paced at 2 s gets one: engine.jobs.paced_batch_size), a gap between
+    # them: each page's links are queued before the host's next turn.
+    polite = {"min_interval_s": 2.0, "jitter": 0}
 
     status = run_job({"seeds": [site.url("/")], "strategy": "depth-first", "politeness": polite})
 

@@ -1,0 +1,103 @@
+"""A bundle of paced hosts' fetch batches, run in one task: while one host waits its pace, the others fetch.
+
+A paced host's batch holds several of its URLs, fetched one pause apart (``engine.fetch_batch``).
+Run alone, such a batch would keep a worker process waiting most of the time; a bundle runs the
+batches of many hosts side by side in one task, always the one whose next request is due first,
+so a process fetches as fast as with politeness off while every host keeps its pace. Each batch
+keeps its own lease, release and analysis, as if it had come alone.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from engine.crawl_env import CrawlEnv
+from engine.fetch_batch import StartedFetch, finish_fetch, start_fetch
+from frontier import Batch
+from telemetry.log_context import log_context
+
+__all__ = ["run_fetch_bundle"]
+
+
+REFILL_EVERY_S = 0.05
+"""While its batches wait, a bundle asks the frontier for more due hosts at most this often."""
+REFILL_IDLE_S = 0.02
+"""A bundle asks for more due hosts when its next request is at least this far away."""
+
+
+def run_fetch_bundle(
+    env: CrawlEnv,
+    job_id: str,
+    batches: Sequence[Batch],
+    budget_s: float,
+    refill: Callable[[], Sequence[Batch]] = lambda: (),
+    refill_span_s: float = 0.0,
+    finished: Callable[[dict[str, Any]], None] = lambda _: None,
+    unfinished: list[Batch] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[dict[str, Any]]:
+    """Fetch the batches side by side, each at its host's pace; release each; return what each hands
+    to analysis, in the order they finished. No request starts after ``budget_s``: what is left is
+    handed back with its batch's release (a task's time is bounded).
+
+    While its batches wait their pace, the bundle leases more due batches of its job (``refill``),
+    up to ``refill_span_s`` (a batch's longest span) before its budget ends: a worker process stays
+    busy with as many hosts as keep it so, not with the few one pump call found due. ``finished``
+    gets each batch's result as soon as it is released (its analysis need not wait for the bundle).
+    When a batch raises, the batches not released yet are added to ``unfinished`` (to hand back).
+    """
+    with log_context(job=job_id):
+        stop_at = env.clock() + budget_s
+        results: list[dict[str, Any]] = []
+        due: list[tuple[float, int, StartedFetch]] = []  # (not before, order, batch): the earliest first
+        order = itertools.count()
+
+        def add(new: Sequence[Batch]) -> None:
+            for batch in new:
+                result, started = start_fetch(env, job_id, batch, stop_at)
+                if started is None:
+                    results.append(result)
+                    finished(result)
+                else:
+                    heapq.heappush(due, (env.clock(), next(order), started))
+
+        add(batches)
+        refilled_at = env.clock()
+        stepping: StartedFetch | None = None
+        try:
+            while due:
+                now = env.clock()
+                refilling = now < stop_at - refill_span_s
+                if refilling and due[0][0] - now >= REFILL_IDLE_S and now - refilled_at >= REFILL_EVERY_S:
+                    refilled_at = now
+                    add(refill())
+                    continue
+                if (wait := due[0][0] - now) > 0:  # the next request is not due yet
+                    sleep(min(wait, REFILL_EVERY_S) if refilling else wait)
+                    continue
+                _, rank, started = heapq.heappop(due)
+                stepping = started  # out of the heap while it fetches: handed back too if it raises
+                try:
+                    heapq.heappush(due, (next(started.steps), rank, started))
+                except StopIteration as done:
+                    try:
+                        results.append(finish_fetch(env, started, done.value))
+                    finally:
+                        started.discard()
+                    finished(results[-1])
+                stepping = None
+        except BaseException:
+            if unfinished is not None:
+                unfinished.extend([stepping.batch] if stepping is not None else [])
+                unfinished.extend(started.batch for _, _, started in due)
+            raise
+        finally:
+            for _, _, started in due:  # an error in one batch: the others are fetched again
+                started.discard()
+            if stepping is not None:
+                stepping.discard()
+        return results
