@@ -311,8 +311,8 @@ def _fetch_entries(
         if batch.paced and index > 0:
             # A lease lost since (a failover took its last write, a Redis restart, a hand-over to
             # another worker): its URLs are queued again, and another worker may fetch this host now.
-            held = ride_out(partial(env.frontier.queue.renew_lease, runtime.job_id, batch.batch_id,
-                                    lease_ms(runtime), batch.cycle, token), f"batch {batch.batch_id}")  # fmt: skip
+            renew = partial(env.frontier.queue.renew_lease, runtime.job_id, batch.batch_id, batch.cycle, token)
+            held = ride_out(renew, f"batch {batch.batch_id}")
             if held == "stale":
                 logger.info("job %s: batch %s lost its lease; it fetches no more", runtime.job_id, batch.batch_id)
                 break

@@ -25,6 +25,9 @@ __all__ = ["run_fetch_bundle"]
 
 REFILL_EVERY_S = 0.05
 """While its batches wait, a bundle asks the frontier for more due hosts at most this often."""
+REFILL_MOST_WAIT_S = 0.25
+"""A refill that found no due host says when the next one is due; the bundle asks again then, or
+after this at most (a newly admitted host is due at once)."""
 REFILL_IDLE_S = 0.02
 """A bundle asks for more due hosts when its next request is at least this far away."""
 
@@ -34,7 +37,7 @@ def run_fetch_bundle(
     job_id: str,
     batches: Sequence[Batch],
     budget_s: float,
-    refill: Callable[[], Sequence[Batch]] = lambda: (),
+    refill: Callable[[], tuple[Sequence[Batch], float | None]] = lambda: ((), None),
     refill_span_s: float = 0.0,
     finished: Callable[[dict[str, Any]], None] = lambda _: None,
     unfinished: list[Batch] | None = None,
@@ -44,8 +47,9 @@ def run_fetch_bundle(
     to analysis, in the order they finished. No request starts after ``budget_s``: what is left is
     handed back with its batch's release (a task's time is bounded).
 
-    While its batches wait their pace, the bundle leases more due batches of its job (``refill``),
-    up to ``refill_span_s`` (a batch's longest span) before its budget ends: a worker process stays
+    While its batches wait their pace, the bundle leases more due batches of its job (``refill``: the
+    batches, and in how many seconds the next host is due), up to ``refill_span_s`` (a batch's
+    longest span) before its budget ends: a worker process stays
     busy with as many hosts as keep it so, not with the few one pump call found due. ``finished``
     gets each batch's result as soon as it is released (its analysis need not wait for the bundle).
     When a batch raises, the batches not released yet are added to ``unfinished`` (to hand back).
@@ -66,15 +70,20 @@ def run_fetch_bundle(
                     heapq.heappush(due, (env.clock(), next(order), started))
 
         add(batches)
-        refilled_at = env.clock()
+        refill_at = env.clock() + REFILL_EVERY_S
         stepping: StartedFetch | None = None
         try:
             while due:
                 now = env.clock()
                 refilling = now < stop_at - refill_span_s
-                if refilling and due[0][0] - now >= REFILL_IDLE_S and now - refilled_at >= REFILL_EVERY_S:
-                    refilled_at = now
-                    add(refill())
+                if refilling and due[0][0] - now >= REFILL_IDLE_S and now >= refill_at:
+                    more, next_due_s = refill()
+                    add(more)
+                    if more:
+                        wait_s = REFILL_EVERY_S
+                    else:  # nothing due: ask again when the next host is (none waits: the longest)
+                        wait_s = REFILL_MOST_WAIT_S if next_due_s is None else next_due_s
+                    refill_at = now + min(REFILL_MOST_WAIT_S, max(REFILL_EVERY_S, wait_s))
                     continue
                 if (wait := due[0][0] - now) > 0:  # the next request is not due yet
                     sleep(min(wait, REFILL_EVERY_S) if refilling else wait)

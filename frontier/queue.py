@@ -107,13 +107,13 @@ class FrontierQueue:
         code = int(self._scripts.run("start_lease", keys, [batch_id, lease_ms, token]))
         return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
 
-    def renew_lease(self, job_id: str, batch_id: str, lease_ms: float, cycle: int = 0, token: str = "") -> str:
-        """Before a paced batch's next request: ``"go"`` (its lease is held by the run ``token``, and now
-        runs ``lease_ms`` from here), ``"stale"`` (the lease is gone: fetch no more), ``"stopped"``
+    def renew_lease(self, job_id: str, batch_id: str, cycle: int = 0, token: str = "") -> str:
+        """Before a paced batch's next request: ``"go"`` (its lease is still held by the run ``token``;
+        its deadline stays), ``"stale"`` (the lease is gone: fetch no more), ``"stopped"``
         (the job is not running in ``cycle``: hand the rest back) or ``"taken"`` (another run owns
         it: fetch no more, release nothing). A write, so a fenced or demoted primary cannot say yes."""
         keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id)]
-        code = int(self._scripts.run("renew_lease", keys, [batch_id, lease_ms, cycle, token]))
+        code = int(self._scripts.run("renew_lease", keys, [batch_id, cycle, token]))
         return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
 
     def holds_lease(self, job_id: str, batch_id: str) -> bool:
@@ -143,7 +143,9 @@ class FrontierQueue:
             *job_keys(job_id, "queued_urls"),
         ]
         args = _release_argv(batch, release, self._stats_ttl_s, self._day_stats_ttl_s)
-        # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump.
+        # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump. A paced host's
+        # too: measured, the pump then starts the bundles that keep 200 paced hosts busy (427 pages/s,
+        # 209 without this wake, bench/polite.py).
         result = int(self._scripts.run_with_wake("release", keys, args, wake=True))
         if result == _ALREADY_RELEASED:
             return False

@@ -35,7 +35,6 @@ _WITH_COMMON = frozenset(
         "admit",
         "pump",
         "start_lease",
-        "renew_lease",
         "release",
         "reclaim",
         "new_cycle",

@@ -86,7 +86,7 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
     env, settings = deps.crawl_env(), deps.settings()
     runtime = env.runtimes.get(job_id, mine[0].cycle if mine else 0)
 
-    def refill() -> list[Batch]:  # more due hosts of the job, while this bundle's wait their pace
+    def refill() -> tuple[list[Batch], float | None]:  # more due hosts, while this bundle's wait their pace
         leased = deps.frontier().queue.pump(
             job_id, max_batches=8, batch_size=runtime.batch_size, per_host=runtime.spec.politeness.per_host,
             interval_ms=runtime.spec.politeness.min_interval_s * 1000, lease_ms=jobs.lease_ms(runtime),
@@ -98,7 +98,7 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
                 kept.append(batch)
             else:
                 dispatch_batch(job_id, batch)
-        return kept
+        return kept, leased.next_due_s
 
     def finished(result: dict) -> None:
         if result.get("pages") or result.get("redirects"):  # kept by its release until analysed

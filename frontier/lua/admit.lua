@@ -36,8 +36,8 @@ local max_pages, per_host, done = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber
 local token, k, nseg = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local history_mode, cycle, nhist = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local i = 11
-local current, strategy, state, admitted = unpack(redis.call('HMGET', meta, {{META_CYCLE}}, {{META_STRATEGY}},
-                                                             {{META_STATE}}, {{META_ADMITTED}}))
+local current, strategy, state, admitted, seq = unpack(redis.call('HMGET', meta, {{META_CYCLE}},
+  {{META_STRATEGY}}, {{META_STATE}}, {{META_ADMITTED}}, {{META_SEQ}}))
 if cycle > 0 and tonumber(current or '0') ~= cycle then
   -- A late analysis of an earlier cycle: its pages are not lost, they are due in a later cycle.
   local nhosts_at = i + 2 * tonumber(ARGV[7]) + 3 * nhist
@@ -80,6 +80,7 @@ for j = first_hist, first_hist + 3 * nhist - 1, 3 do
 end
 local running = state == {{STATE_RUNNING}} or state == {{STATE_PAUSED}}  -- a paused job still takes its links
 admitted = tonumber(admitted or '0')
+seq = tonumber(seq or '0')  -- counted here, written once at the end (a script runs alone)
 local fresh, dup, over, known = 0, 0, 0, 0
 local touched = {}
 local get, set = {}, {}
@@ -92,15 +93,18 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
   local hi, depth, priority, member = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
   for j = 1, k do get[3 * j] = ARGV[i + 4 + j]; set[4 * j - 1] = ARGV[i + 4 + j] end
   i = i + 5 + k
-  local bits = redis.call('BITFIELD_RO', seg, unpack(get))
+  -- A sitemap to read (its entry carries "s") is no page: the page limit neither counts nor stops it.
+  local sitemap = string.find(member, '"s":', 1, true) ~= nil
+  -- A URL that will be queued if new is tested and marked in one BITFIELD (SET returns the old
+  -- bits); one that may be refused though new (over the limit, or left to its history) is only read.
+  local marked = history_mode == 0 and (admitted < max_pages or sitemap)
+  local bits = redis.call(marked and 'BITFIELD' or 'BITFIELD_RO', seg, unpack(marked and set or get))
   local seen = true
   for j = 1, k do
     if bits[j] == 0 then seen = false; break end
   end
   local url = nil
   if by_priority or (history_mode > 0 and not seen) then url = cjson.decode(member).u end
-  -- A sitemap to read (its entry carries "s") is no page: the page limit neither counts nor stops it.
-  local sitemap = string.find(member, '"s":', 1, true) ~= nil
   if seen then
     dup = dup + 1
     local queued = by_priority and redis.call('HGET', queued_urls, url)
@@ -117,8 +121,8 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
       redis.call('ZADD', due, 'LT', 0, url)
     end
   else
-    redis.call('BITFIELD', seg, unpack(set))
-    local seq = redis.call('HINCRBY', meta, {{META_SEQ}}, 1)
+    if not marked then redis.call('BITFIELD', seg, unpack(set)) end
+    seq = seq + 1
     local score = depth * {{SCORE_DEPTH}} + seq
     if sitemap and (by_priority or lifo) then
       score = {{SCORE_SITEMAP_FIRST}} - seq  -- ahead of every page: its hints come first
@@ -139,20 +143,23 @@ if not running then
 end
 for hi, _ in pairs(touched) do
   local host = hosts[hi]
-  if redis.call('HEXISTS', nextk, host) == 0 then
+  local next_time = redis.call('HGET', nextk, host)
+  if not next_time then
     -- never fetched: one request at a time until its robots.txt (and Crawl-delay) is known
     redis.call('HSETNX', delays, host, -1)
   end
   if tonumber(redis.call('HGET', busy, host) or '0') < per_host then
-    local not_before = tonumber(redis.call('HGET', nextk, host) or '0')
+    local not_before = tonumber(next_time or '0')
     if not_before < now then not_before = now end
     redis.call('ZADD', ready, 'NX', not_before, host)
   end
 end
-redis.call('HSET', meta, {{META_ADMITTED}}, admitted)
-redis.call('HINCRBY', meta, {{META_PENDING}}, fresh)
-redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, fresh)
+if fresh > 0 then
+  redis.call('HSET', meta, {{META_ADMITTED}}, admitted, {{META_SEQ}}, seq)
+  redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, fresh)
+end
 if dup > 0 then redis.call('HINCRBY', meta, {{COUNTER_DUPLICATES}}, dup) end
 if over > 0 then redis.call('HINCRBY', meta, {{PREFIX_FILTERED}} .. {{REASON_MAX_PAGES}}, over) end
 if known > 0 then redis.call('HINCRBY', meta, {{COUNTER_NOT_DUE}}, known) end
-return {settle(meta, done, now), fresh, dup, over, known}
+-- The fresh URLs join the pending ones as the done ones leave: one step (settle, _common.lua).
+return {settle(meta, done - fresh, now), fresh, dup, over, known}

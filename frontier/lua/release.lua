@@ -85,7 +85,7 @@ for _ = 1, nfail do
   i = i + 1
 end
 if nfail > 0 then redis.call('LTRIM', KEYS[12], 0, 199) end
-redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, nreq)
+if nreq > 0 then redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, nreq) end
 if host_done > 0 then redis.call('HINCRBY', KEYS[11], {{HOST_DONE}} .. host, host_done) end
 redis.call('HSET', meta, {{META_PROGRESS_AT}}, now / 1000)
 local counted, day_counted = false, false

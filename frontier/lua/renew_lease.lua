@@ -1,10 +1,11 @@
--- Before each further request of a paced batch: is its lease still held, and its job running in
--- its cycle? Renews the lease's deadline when so. A write, on purpose: a primary fenced for a
--- failover (writes paused) or demoted to a replica does not answer it from a copy that may have
--- lost the lease; the worker waits, or asks the new primary.
+-- Before each further request of a paced batch: is its lease still held by this run, and its job
+-- running in its cycle? A write, on purpose (the lease written back as it was): a primary fenced
+-- for a failover (writes paused) or demoted to a replica does not answer it from a copy that may
+-- have lost the lease; the worker waits, or asks the new primary. The lease's deadline stays: it
+-- covers every URL of the batch from its start (engine.jobs.lease_s), and no TIME call is needed.
 --
 -- KEYS: meta, leases
--- ARGV: 1 batch_id   2 lease_ms   3 cycle (0: a one-off job)   4 owner token (start_lease's)
+-- ARGV: 1 batch_id   2 cycle (0: a one-off job)   3 owner token (start_lease's)
 -- Returns 1 (go on), 0 (the lease is gone: its URLs went back to the queue; fetch no more),
 -- 2 (the job is paused, finished or in another cycle: hand the rest back), 3 (another run owns
 -- it: a copy of the batch's message started it after a failover lost this run's start; that run
@@ -13,12 +14,11 @@
 local raw = redis.call('HGET', KEYS[2], ARGV[1])
 if not raw then return 0 end
 local lease = cjson.decode(raw)
-local token = ARGV[4] or ''
+local token = ARGV[3] or ''
 if token ~= '' and lease.o and lease.o ~= token then return 3 end
 if token ~= '' then lease.o = token end
 local state, cycle = unpack(redis.call('HMGET', KEYS[1], {{META_STATE}}, {{META_CYCLE}}))
 if state ~= {{STATE_RUNNING}} then return 2 end
-if ARGV[3] ~= '0' and tostring(cycle) ~= ARGV[3] then return 2 end
-lease.t = clock_ms() + tonumber(ARGV[2])
+if ARGV[2] ~= '0' and tostring(cycle) ~= ARGV[2] then return 2 end
 redis.call('HSET', KEYS[2], ARGV[1], cjson.encode(lease))
 return 1

@@ -393,25 +393,26 @@ def _env(client: redis.Redis, frontier: Frontier, runtime: JobRuntime, data: Pat
 def test_a_paced_batch_renews_its_lease_before_each_further_request_and_learns_when_it_lost_it(
     client: redis.Redis,
 ) -> None:
-    """``renew_lease``: go (the deadline moves on), stopped (paused or another cycle), stale (reclaimed)."""
+    """``renew_lease``: go, stopped (paused or another cycle), stale (its deadline passed and it was
+    reclaimed); the deadline set at the start covers the whole batch and stays."""
     frontier = Frontier(client)
     runtime = _job(client, frontier, politeness={"min_interval_s": 0.25})
     admit_links(runtime, frontier, [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5)], done=0, token="seeds",
                 counters=Counter(), seeds=True)  # fmt: skip
     [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=2, per_host=1, interval_ms=250,
-                                  lease_ms=50, cap=8).batches  # fmt: skip
-    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 50) == "go"
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 60_000) == "go"
-    time.sleep(0.1)  # past the first deadline, not the renewed one
-    assert frontier.queue.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (0, 0)
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 60_000, cycle=2) == "stopped"  # not its cycle
+                                  lease_ms=60_000, cap=8).batches  # fmt: skip
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000) == "go"
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id) == "go"
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, cycle=2) == "stopped"  # not its cycle
     assert frontier.jobs.pause(runtime.job_id, 1.0)
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 60_000) == "stopped"
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id) == "stopped"
     assert frontier.jobs.resume(runtime.job_id) is not None
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 1) == "go"
+    assert frontier.queue.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (0, 0)
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 1) == "go"  # a deadline 1 ms away
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id) == "go"  # does not move it
     time.sleep(0.01)
     assert frontier.queue.reclaim_expired(runtime.job_id, max_attempts=3, interval_ms=0) == (1, 0)  # one lease
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 60_000) == "stale"
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id) == "stale"
 
 
 def test_a_second_copy_of_a_batch_s_message_neither_starts_nor_renews_the_lease_the_first_holds(
@@ -428,12 +429,12 @@ def test_a_second_copy_of_a_batch_s_message_neither_starts_nor_renews_the_lease_
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "first") == "go"
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "first") == "go"  # a retried call
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "copy") == "taken"
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 60_000, token="copy") == "taken"
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 60_000, token="first") == "go"
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, token="copy") == "taken"
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, token="first") == "go"
     # A failover lost the start (the replica has the pump's lease, no owner): the run that started
     # it adopts it at its next renewal, and a copy arriving later finds it taken.
     lease = json.loads(client.hget(redis_keys.job_leases(runtime.job_id), batch.batch_id))
     del lease["o"]
     client.hset(redis_keys.job_leases(runtime.job_id), batch.batch_id, json.dumps(lease))
-    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, 60_000, token="first") == "go"
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, token="first") == "go"
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "copy") == "taken"
