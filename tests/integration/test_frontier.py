@@ -390,17 +390,23 @@ def _env(client: redis.Redis, frontier: Frontier, runtime: JobRuntime, data: Pat
     return CrawlEnv(frontier, _Runtimes(runtime), RobotsCache(client), Storage(str(data)), Alerter(), lambda key: False)
 
 
-def test_a_paced_batch_renews_its_lease_before_each_further_request_and_learns_when_it_lost_it(
-    client: redis.Redis,
-) -> None:
-    """``renew_lease``: go, stopped (paused or another cycle), stale (its deadline passed and it was
-    reclaimed); the deadline set at the start covers the whole batch and stays."""
+def _paced_batch(client: redis.Redis) -> tuple[Frontier, Any, Batch]:
+    """A job paced at 0.25 s with one host's two URLs leased as one batch (not started)."""
     frontier = Frontier(client)
     runtime = _job(client, frontier, politeness={"min_interval_s": 0.25})
     admit_links(runtime, frontier, [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5)], done=0, token="seeds",
                 counters=Counter(), seeds=True)  # fmt: skip
     [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=2, per_host=1, interval_ms=250,
                                   lease_ms=60_000, cap=8).batches  # fmt: skip
+    return frontier, runtime, batch
+
+
+def test_a_paced_batch_renews_its_lease_before_each_further_request_and_learns_when_it_lost_it(
+    client: redis.Redis,
+) -> None:
+    """``renew_lease``: go, stopped (paused or another cycle), stale (its deadline passed and it was
+    reclaimed); the deadline set at the start covers the whole batch and stays."""
+    frontier, runtime, batch = _paced_batch(client)
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000) == "go"
     assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id) == "go"
     assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, cycle=2) == "stopped"  # not its cycle
@@ -420,12 +426,7 @@ def test_a_second_copy_of_a_batch_s_message_neither_starts_nor_renews_the_lease_
 ) -> None:
     """At-least-once delivery: a copy of a fetch message delivered while the first run still fetches
     (put back after a failover, say) does nothing; the first run's retried call still goes on."""
-    frontier = Frontier(client)
-    runtime = _job(client, frontier, politeness={"min_interval_s": 0.25})
-    admit_links(runtime, frontier, [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5)], done=0, token="seeds",
-                counters=Counter(), seeds=True)  # fmt: skip
-    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=2, per_host=1, interval_ms=250,
-                                  lease_ms=60_000, cap=8).batches  # fmt: skip
+    frontier, runtime, batch = _paced_batch(client)
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "first") == "go"
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "first") == "go"  # a retried call
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "copy") == "taken"
