@@ -80,16 +80,21 @@ REDIS_WAIT_S = 60.0
 what it fetched so far is released, not fetched again."""
 
 
-def ride_out(call: Callable[[], Any], what: str, wait_s: float = REDIS_WAIT_S,
-             sleep: Callable[[float], None] = time.sleep) -> Any:  # fmt: skip
+def ride_out(
+    call: Callable[[], Any],
+    what: str,
+    wait_s: float = REDIS_WAIT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Any:
     """``call()``, called again with backoff (0.1 s to 1 s) while Redis cannot be reached, up to ``wait_s``."""
-    deadline = time.monotonic() + wait_s
+    deadline = clock() + wait_s
     pause = 0.1
     while True:
         try:
             return call()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if time.monotonic() + pause > deadline:
+            if clock() + pause > deadline:
                 raise
             logger.warning("%s: Redis unreachable (%r); trying again in %.1f s", what, exc, pause)
             sleep(pause)

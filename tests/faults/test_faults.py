@@ -130,11 +130,17 @@ def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path,
         assert duplicates <= kills * paced_batch_size(0.05, Settings().frontier_batch), (site.base, seen.most_common(3))
 
 
-def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(tmp_path: Path, fault_report: Note) -> None:
+@pytest.mark.parametrize(
+    "limits",
+    [{"total_timeout_s": 2.0, "read_timeout_s": 1.5}, {}],
+    ids=["short-fetch-timeouts", "shipped-limits"],  # the latter: a paced batch's lease of 9 minutes
+)
+def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(
+    tmp_path: Path, fault_report: Note, limits: dict[str, float]
+) -> None:
     with TestSite() as site:
         paths = serve_pages(site, 60)
-        job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0},
-               "limits": {"total_timeout_s": 2.0, "read_timeout_s": 1.5}}  # fmt: skip
+        job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0}, "limits": limits}
         server = LocalRedis(tmp_path / "redis").start()
         port = server.port
         env = cluster_env(fault_settings(server, tmp_path / "data"))

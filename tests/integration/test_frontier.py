@@ -17,7 +17,7 @@ import redis
 from cli.local_redis import LocalRedis
 from engine.analyze_batch import abandon_analysis
 from engine.crawl_env import CrawlEnv
-from engine.jobs import JobRuntime, admit_links, build_runtime
+from engine.jobs import JobRuntime, admit_links, build_runtime, lease_ms
 from frontier import AdmitRequest, Batch, BatchRelease, Candidate, Entry, Frontier, FrontierQueue, RobotsCache
 from storage import Storage
 from telemetry.alerts import Alerter
@@ -439,3 +439,21 @@ def test_a_second_copy_of_a_batch_s_message_neither_starts_nor_renews_the_lease_
     client.hset(redis_keys.job_leases(runtime.job_id), batch.batch_id, json.dumps(lease))
     assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, token="first") == "go"
     assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, 60_000, "copy") == "taken"
+
+
+def test_at_the_shipped_lease_length_a_renewal_keeps_the_deadline_and_learns_of_a_lease_handed_over(
+    client: redis.Redis,
+) -> None:
+    """The twin of the renewal test above at the lease a paced batch gets with the shipped limits
+    (engine.jobs.lease_ms): the renewal leaves the deadline where the start set it, and a lease
+    taken away (handed over, as for a worker declared down) is stale at the next renewal."""
+    frontier, runtime, batch = _paced_batch(client)
+    shipped_ms = lease_ms(runtime)
+    assert runtime.limits.total_timeout_s == Settings().total_timeout_s  # shipped
+    assert shipped_ms == (runtime.limits.total_timeout_s * runtime.batch_size + 60) * 1000  # per URL, plus a minute
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, shipped_ms, "run") == "go"
+    deadline = json.loads(client.hget(redis_keys.job_leases(runtime.job_id), batch.batch_id))["t"]
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, token="run") == "go"
+    assert json.loads(client.hget(redis_keys.job_leases(runtime.job_id), batch.batch_id))["t"] == deadline
+    assert frontier.queue.hand_over(runtime.job_id, [batch.batch_id], 250) == len(batch.entries)  # queued again
+    assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, token="run") == "stale"
