@@ -19,8 +19,6 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
-import redis
-
 from engine.crawl_env import CrawlEnv
 from engine.fetch_log import log_lines
 from engine.fetch_step import (
@@ -36,6 +34,7 @@ from engine.fetch_step import (
 from engine.fetch_step.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, lease_ms
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, SitemapRead, Stored
+from engine.redis_wait import ride_out
 from engine.sitemaps import SitemapSink, unchanged_by_hint
 from engine.warc_stage import StagedWarc
 from frontier import Batch, BatchRelease, Entry, UrlHistory
@@ -75,30 +74,6 @@ def fetch_task_id(job_id: str, batch_id: str) -> str:
 logger = logging.getLogger(__name__)
 
 _STATE_CHECK_S = 0.2  # a running batch notices a cancel or pause within this (plus one fetch)
-REDIS_WAIT_S = 60.0
-"""How long a started batch waits for its Redis to come back (a restart, a failover) before it gives up:
-what it fetched so far is released, not fetched again."""
-
-
-def ride_out(
-    call: Callable[[], Any],
-    what: str,
-    wait_s: float = REDIS_WAIT_S,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> Any:
-    """``call()``, called again with backoff (0.1 s to 1 s) while Redis cannot be reached, up to ``wait_s``."""
-    deadline = clock() + wait_s
-    pause = 0.1
-    while True:
-        try:
-            return call()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if clock() + pause > deadline:
-                raise
-            logger.warning("%s: Redis unreachable (%r); trying again in %.1f s", what, exc, pause)
-            sleep(pause)
-            pause = min(1.0, pause * 2)
 
 
 def fetch_context(env: CrawlEnv, runtime: JobRuntime, hooks: JobHooks) -> FetchContext:
@@ -156,6 +131,7 @@ class StartedFetch:
     batch: Batch
     staged: StagedWarc | None
     steps: Generator[float, None, FetchedEntries]
+    wake_pump: bool = True  # its release wakes a pump (not for a bundle's own refills)
 
     def discard(self) -> None:
         """Drop WARC captures not settled (an error before the release: the batch is fetched again)."""
@@ -181,14 +157,16 @@ def drive(steps: Generator[float, None, FetchedEntries], clock: Callable[[], flo
 
 
 def start_fetch(
-    env: CrawlEnv, job_id: str, batch: Batch, stop_at: float = float("inf")
+    env: CrawlEnv, job_id: str, batch: Batch, stop_at: float = float("inf"), owner: str = "", bundled: bool = False
 ) -> tuple[dict[str, Any], StartedFetch | None]:
     """Start a batch's lease: (the result, None) when there is nothing to fetch (a stale or stopped
-    batch), else (nothing yet, the started batch, whose ``steps`` start no fetch after ``stop_at``)."""
+    batch), else (nothing yet, the started batch, whose ``steps`` start no fetch after ``stop_at``).
+    ``owner``: the run the pump already started the lease for (``FrontierQueue.pump``). ``bundled``:
+    driven with other hosts' batches (a URL whose robots.txt read took its slot waits in the batch)."""
     runtime = env.runtimes.get(job_id, batch.cycle)
     nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
-    token = uuid.uuid4().hex  # this run's: a second copy of the message neither starts nor renews it
-    started = env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime), token)
+    token = owner or uuid.uuid4().hex  # this run's: a second copy of the message neither starts nor renews it
+    started = "go" if owner else env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime), token)
     if started == "taken":  # at-least-once delivery: the copy that started first fetches
         logger.info("job %s: batch %s is being fetched by another copy of its message; skipped", job_id,
                     batch.batch_id)  # fmt: skip
@@ -209,8 +187,8 @@ def start_fetch(
     assert env.warc is not None or not runtime.spec.warc, "a crawl environment for WARC jobs has WARC writers"
     staged = StagedWarc(partial(env.warc, job_id), f"job {job_id} batch {batch.batch_id}") if (
         runtime.spec.warc and env.warc is not None) else None  # fmt: skip
-    steps = _fetch_entries(env, runtime, batch, staged, stop_at, token)
-    return nothing.to_dict(), StartedFetch(job_id, runtime, batch, staged, steps)
+    steps = _fetch_entries(env, runtime, batch, staged, stop_at, token, bundled)
+    return nothing.to_dict(), StartedFetch(job_id, runtime, batch, staged, steps, wake_pump=not owner)
 
 
 def finish_fetch(env: CrawlEnv, started: StartedFetch, fetched: FetchedEntries) -> dict[str, Any]:
@@ -247,7 +225,8 @@ def finish_fetch(env: CrawlEnv, started: StartedFetch, fetched: FetchedEntries) 
         handed_on=handed_on,
     )
     # Waits out a Redis restart or failover: a release refused there costs every page of the batch again.
-    released = ride_out(partial(env.frontier.queue.release, job_id, batch, final), f"release of batch {batch.batch_id}")
+    released = ride_out(partial(env.frontier.queue.release, job_id, batch, final, started.wake_pump),
+                        f"release of batch {batch.batch_id}")  # fmt: skip
     if released is None:  # reclaimed meanwhile: its URLs are queued again, this run does not count
         return nothing.to_dict()
     if released and env.on_completed is not None:
@@ -272,6 +251,7 @@ def _fetch_entries(
     staged: StagedWarc | None = None,
     stop_at: float = float("inf"),
     token: str = "",
+    bundled: bool = False,
 ) -> Generator[float, None, FetchedEntries]:
     """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting).
 
@@ -296,7 +276,8 @@ def _fetch_entries(
     waiting: list[Entry] = []
     checked_at = env.clock()
     last_request: float | None = None  # when the previous request to the host ended
-    for index, entry in enumerate(batch.entries):
+    entries = list(batch.entries)  # a URL whose robots.txt read took its slot comes again, a pause later
+    for index, entry in enumerate(entries):
         if batch.paced and last_request is not None and (pause := runtime.politeness.pause_s()) > 0:
             yield last_request + pause
         # Cancel or pause stops the batch before its next URL; asked at most every _STATE_CHECK_S,
@@ -305,10 +286,10 @@ def _fetch_entries(
         if index > 0 and not batch.paced and env.clock() - checked_at >= _STATE_CHECK_S:
             checked_at = env.clock()
             if not env.frontier.jobs.is_running(runtime.job_id, batch.cycle):  # hand the rest back
-                handed_back.extend(batch.entries[index:])
+                handed_back.extend(entries[index:])
                 break
         if index > 0 and env.clock() >= stop_at:  # the task's time is up: the rest goes again
-            handed_back.extend(batch.entries[index:])
+            handed_back.extend(entries[index:])
             break
         if entry.not_before_s > env.clock():  # a retry still in its Retry-After: the host's other URLs go first
             waiting.append(entry)
@@ -326,17 +307,22 @@ def _fetch_entries(
                             batch.batch_id)  # fmt: skip
                 return None
             if held == "stopped":
-                handed_back.extend(batch.entries[index:])
+                handed_back.extend(entries[index:])
                 break
         rule = runtime.spec.rule_for(entry.url)
         save_path = job_page_location(runtime.job_id, runtime.cycle, entry.url)
         item = FetchItem(entry, rule, save_path, known.get(entry.url), unchanged_by_sitemap=entry.url in unchanged)
         outcome = fetch_one(ctx, item)
+        paced_job = bundled and batch.paced and runtime.spec.politeness.min_interval_s > 0
+        if isinstance(outcome, RobotsFetched) and paced_job and not outcome.visit.crawl_delay_s and (
+                entry not in entries[index + 1 :]):  # fmt: skip
+            outcome = replace(outcome, again_in_batch=True)  # no Crawl-delay: the URL goes at the job's pace
+            entries.insert(index + 1, entry)
         outcomes.append(outcome)
         if outcome.visit.requested:  # counted from its end, as the host gate does: never early on the wire
             last_request = env.clock()
         if stops_batch(outcome, runtime.spec.politeness.obey_robots):
-            handed_back.extend(batch.entries[index + 1 :])
+            handed_back.extend(entries[index + 1 :])
             break
     return outcomes, handed_back, waiting
 
@@ -448,8 +434,10 @@ def _tally(outcomes: Sequence[FetchOutcome], waiting: Sequence[Entry], now: floa
         match outcome:
             case Stored() | Redirected():
                 pass
-            case RobotsFetched():
+            case RobotsFetched(again_in_batch=False):
                 tally.requeue.append(outcome.entry)
+            case RobotsFetched():  # fetched again in this batch
+                pass
             case Retry(scope="host"):
                 tally.requeue.append(outcome.entry)
                 tally.host_delay_until = max(tally.host_delay_until, now + outcome.delay_s)

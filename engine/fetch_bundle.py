@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +29,9 @@ REFILL_EVERY_S = 0.05
 REFILL_MOST_WAIT_S = 0.25
 """A refill that found no due host says when the next one is due; the bundle asks again then, or
 after this at most (a newly admitted host is due at once)."""
+REFILL_AHEAD_S = 0.25
+"""A refill leases the hosts due within this much too, each started at its due time: one frontier
+call for all the hosts falling due meanwhile, not one per host."""
 REFILL_IDLE_S = 0.02
 """A bundle asks for more due hosts when its next request is at least this far away."""
 
@@ -37,7 +41,7 @@ def run_fetch_bundle(
     job_id: str,
     batches: Sequence[Batch],
     budget_s: float,
-    refill: Callable[[], tuple[Sequence[Batch], float | None]] = lambda: ((), None),
+    refill: Callable[[str], tuple[Sequence[Batch], float | None, bool]] = lambda _owner: ((), None, False),
     refill_span_s: float = 0.0,
     finished: Callable[[dict[str, Any]], None] = lambda _: None,
     unfinished: list[Batch] | None = None,
@@ -47,9 +51,10 @@ def run_fetch_bundle(
     to analysis, in the order they finished. No request starts after ``budget_s``: what is left is
     handed back with its batch's release (a task's time is bounded).
 
-    While its batches wait their pace, the bundle leases more due batches of its job (``refill``: the
-    batches, and in how many seconds the next host is due), up to ``refill_span_s`` (a batch's
-    longest span) before its budget ends: a worker process stays
+    While its batches wait their pace, the bundle leases more due batches of its job (``refill``, given
+    this run's owner token: the batches, each due ``Batch.due_in_s`` from now, in how many seconds the
+    next host is due, and whether their leases are started for that owner already), up to
+    ``refill_span_s`` (a batch's longest span) before its budget ends: a worker process stays
     busy with as many hosts as keep it so, not with the few one pump call found due. ``finished``
     gets each batch's result as soon as it is released (its analysis need not wait for the bundle).
     When a batch raises, the batches not released yet are added to ``unfinished`` (to hand back).
@@ -59,15 +64,16 @@ def run_fetch_bundle(
         results: list[dict[str, Any]] = []
         due: list[tuple[float, int, StartedFetch]] = []  # (not before, order, batch): the earliest first
         order = itertools.count()
+        owner = uuid.uuid4().hex  # the run the refills' leases are started for
 
-        def add(new: Sequence[Batch]) -> None:
+        def add(new: Sequence[Batch], started_for: str = "") -> None:
             for batch in new:
-                result, started = start_fetch(env, job_id, batch, stop_at)
+                result, started = start_fetch(env, job_id, batch, stop_at, started_for, bundled=True)
                 if started is None:
                     results.append(result)
                     finished(result)
                 else:
-                    heapq.heappush(due, (env.clock(), next(order), started))
+                    heapq.heappush(due, (env.clock() + batch.due_in_s, next(order), started))
 
         add(batches)
         refill_at = env.clock() + REFILL_EVERY_S
@@ -77,12 +83,11 @@ def run_fetch_bundle(
                 now = env.clock()
                 refilling = now < stop_at - refill_span_s
                 if refilling and due[0][0] - now >= REFILL_IDLE_S and now >= refill_at:
-                    more, next_due_s = refill()
-                    add(more)
-                    if more:
-                        wait_s = REFILL_EVERY_S
-                    else:  # nothing due: ask again when the next host is (none waits: the longest)
-                        wait_s = REFILL_MOST_WAIT_S if next_due_s is None else next_due_s
+                    more, next_due_s, started_for_owner = refill(owner)
+                    add(more, owner if started_for_owner else "")
+                    # Ask again when the next host not leased yet is due, less what a call leases
+                    # ahead (none waits: the longest).
+                    wait_s = REFILL_MOST_WAIT_S if next_due_s is None else next_due_s - REFILL_AHEAD_S
                     refill_at = now + min(REFILL_MOST_WAIT_S, max(REFILL_EVERY_S, wait_s))
                     continue
                 if (wait := due[0][0] - now) > 0:  # the next request is not due yet

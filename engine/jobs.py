@@ -376,6 +376,7 @@ def admit_links(
                 history=(history or {}) if last else {},  # with the pages it finishes
                 analysed_batch=analysed_batch if last else None,
             ),
+            wake=runtime.spec.politeness.min_interval_s <= 0,  # paced hosts: the pump's next round is soon enough
         )
         if admission.admitted + admission.duplicates == len(chunk):
             in_filter.extend(chunk)  # each one is in the filter now

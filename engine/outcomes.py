@@ -82,10 +82,12 @@ class RobotsBlocked:
 
 @dataclass(frozen=True)
 class RobotsFetched:
-    """robots.txt was read just now and took the host's politeness slot: the URL goes again first."""
+    """robots.txt was read just now and took the host's politeness slot: the URL goes again first
+    (``again_in_batch``: later in the same paced batch, a pause on)."""
 
     entry: Entry
     visit: Visit = field(default_factory=Visit)
+    again_in_batch: bool = False
 
 
 @dataclass(frozen=True)

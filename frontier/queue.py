@@ -47,10 +47,11 @@ class FrontierQueue:
         self._stats_ttl_s = stats_ttl_s  # how long per-minute statistics are kept
         self._day_stats_ttl_s = day_stats_ttl_s  # per-day ones: after their day's last write
 
-    def admit(self, job_id: str, request: AdmitRequest) -> Admission:
-        """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip."""
+    def admit(self, job_id: str, request: AdmitRequest, wake: bool = True) -> Admission:
+        """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip.
+        ``wake``: wake a waiting pump when there are candidates (a paced job's pumps need not hurry)."""
         keys, args = _admit_call(job_id, request)
-        reply = self._scripts.run_with_wake("admit", keys, args, wake=bool(request.candidates))
+        reply = self._scripts.run_with_wake("admit", keys, args, wake=wake and bool(request.candidates))
         completed, fresh, duplicates, over, known = (int(x) for x in reply)
         if completed == _UNKNOWN_RELEASE:
             logger.warning("job %s: batch %s was released on a Redis primary whose last writes a failover lost; "
@@ -68,8 +69,15 @@ class FrontierQueue:
         interval_ms: float,
         lease_ms: float,
         cap: int,
+        ahead_ms: float = 0.0,
+        owner: str = "",
     ) -> PumpResult:
-        """Lease due hosts' URLs as batches (at most ``cap`` batches in flight per job)."""
+        """Lease due hosts' URLs as batches (at most ``cap`` batches in flight per job).
+
+        ``ahead_ms``: hosts due that much later are leased too, each batch saying in how many seconds
+        its host is due (``Batch.due_in_s``): its caller must not start it earlier. ``owner``: the
+        leases are started by that run (``start_lease``), each at its host's due time.
+        """
         args = _pump_argv(
             max_batches=max_batches,
             batch_size=batch_size,
@@ -78,6 +86,8 @@ class FrontierQueue:
             lease_ms=lease_ms,
             cap=cap,
             qprefix=redis_keys.job_queue_prefix(job_id),
+            ahead_ms=ahead_ms,
+            owner=owner,
         )
         keys = job_keys(job_id, "meta", "ready", "busy", "leases", "delays", "queued_urls", "inlinks")
         raw = self._scripts.run("pump", keys, args)
@@ -91,8 +101,9 @@ class FrontierQueue:
                 tuple(Entry.decode(e) for e in json.loads(text(raw[i + 2]))),
                 cycle,
                 paced=text(raw[i + 3]) == "1",
+                due_in_s=max(0.0, (float(text(raw[i + 4])) - now) / 1000),
             )
-            for i in range(3, len(raw), 4)
+            for i in range(3, len(raw), 5)
         )
         next_due = float(head)
         return PumpResult(batches, None if next_due < 0 else (next_due - now) / 1000)
@@ -120,8 +131,9 @@ class FrontierQueue:
         """True while the batch's lease is held: not reclaimed, not handed over to another worker, not released."""
         return bool(self._redis.hexists(redis_keys.job_leases(job_id), batch_id))
 
-    def release(self, job_id: str, batch: Batch, release: BatchRelease) -> bool | None:
+    def release(self, job_id: str, batch: Batch, release: BatchRelease, wake: bool = True) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time (see ``BatchRelease``).
+        ``wake``: wake a waiting pump (not needed when the caller leases its job's next hosts itself).
 
         Returns True if this completed the job, False if not (also when this very release already
         ran: a retried call whose first reply was lost), None if the lease was gone (reclaimed:
@@ -144,9 +156,9 @@ class FrontierQueue:
         ]
         args = _release_argv(batch, release, self._stats_ttl_s, self._day_stats_ttl_s)
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump. A paced host's
-        # too: measured, the pump then starts the bundles that keep 200 paced hosts busy (427 pages/s,
-        # 209 without this wake, bench/polite.py).
-        result = int(self._scripts.run_with_wake("release", keys, args, wake=True))
+        # too, unless a bundle leased it ahead: measured, the pump then starts the bundles that keep
+        # 200 paced hosts busy (427 pages/s, 209 without this wake, bench/polite.py).
+        result = int(self._scripts.run_with_wake("release", keys, args, wake=wake))
         if result == _ALREADY_RELEASED:
             return False
         return None if result < 0 else result == 1  # completed: the pump forgets it next round
@@ -247,10 +259,12 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
 
 
 def _pump_argv(
-    *, max_batches: int, batch_size: int, per_host: int, interval_ms: float, lease_ms: float, cap: int, qprefix: str
-) -> list[Any]:
+    *, max_batches: int, batch_size: int, per_host: int, interval_ms: float, lease_ms: float, cap: int, qprefix: str,
+    ahead_ms: float = 0.0, owner: str = "",
+) -> list[Any]:  # fmt: skip
     """ARGV of ``pump.lua``, in its order (a fresh nonce for the batch ids each call)."""
-    return [max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix, secrets.token_hex(3)]
+    nonce = secrets.token_hex(3)
+    return [max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix, nonce, int(ahead_ms), owner]
 
 
 def _release_argv(batch: Batch, release: BatchRelease, stats_ttl_s: int, day_ttl_s: int) -> list[Any]:

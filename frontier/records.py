@@ -77,6 +77,7 @@ class Batch:
     cycle: int = 0  # a scheduled job's cycle; 0 for a one-off job
     paced: bool = False  # the host waits between requests (interval, Crawl-delay): late = slower
     hops: int = 0  # times a ring node passed it on to the host's owner (the ring changed on the way)
+    due_in_s: float = 0.0  # from the pump's reply: its host is due this much later (not carried in messages)
 
     def to_dict(self) -> dict[str, object]:
         """The JSON form carried by a fetch message."""

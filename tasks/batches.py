@@ -16,7 +16,7 @@ from engine import analyze_batch as analysis_batch
 from engine import jobs
 from engine.analyze_batch import AnalysisRetry, analysis_task_id
 from engine.fetch_batch import BUNDLE_SEPARATOR, fetch_task_id, run_fetch_batch
-from engine.fetch_bundle import run_fetch_bundle
+from engine.fetch_bundle import REFILL_AHEAD_S, run_fetch_bundle
 from frontier import Batch, BatchRelease
 from tasks import deps
 from tasks.app import app
@@ -68,6 +68,9 @@ def fetch_batch(self: Task, job_id: str, batch: dict) -> dict:
     return result
 
 
+_REFILL_MOST_BATCHES = 32  # batches one refill of a bundle leases at most, when it leases ahead
+
+
 @app.task(name="vcrawl.fetch_bundle", bind=True, acks_late=True, ignore_result=True, throws=(InvalidTask, ConfigError))
 def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
     """Fetch leased batches of paced hosts side by side (``engine.fetch_bundle``); send each one's
@@ -86,19 +89,26 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
     env, settings = deps.crawl_env(), deps.settings()
     runtime = env.runtimes.get(job_id, mine[0].cycle if mine else 0)
 
-    def refill() -> tuple[list[Batch], float | None]:  # more due hosts, while this bundle's wait their pace
+    def refill(owner: str) -> tuple[list[Batch], float | None, bool]:  # more hosts due, while this bundle's wait
+        # Leased ahead and started for this bundle only while every batch of the job is one for it:
+        # a paced job's static pages and no ring node alive (else batches go on to other queues).
+        ahead = runtime.spec.politeness.min_interval_s > 0 and not runtime.spec.has_dynamic_rules() and (
+            deps.ring_queue("") is None)  # fmt: skip
         leased = deps.frontier().queue.pump(
-            job_id, max_batches=8, batch_size=runtime.batch_size, per_host=runtime.spec.politeness.per_host,
-            interval_ms=runtime.spec.politeness.min_interval_s * 1000, lease_ms=jobs.lease_ms(runtime),
-            cap=settings.frontier_inflight * 32,
+            job_id, max_batches=_REFILL_MOST_BATCHES if ahead else 8, batch_size=runtime.batch_size,
+            per_host=runtime.spec.politeness.per_host, interval_ms=runtime.spec.politeness.min_interval_s * 1000,
+            lease_ms=jobs.lease_ms(runtime), cap=settings.frontier_inflight * 32,
+            ahead_ms=REFILL_AHEAD_S * 1000 if ahead else 0, owner=owner if ahead else "",
         )  # fmt: skip
+        if ahead:
+            return list(leased.batches), leased.next_due_s, True
         kept = []
         for batch in leased.batches:
             if batch.paced and _queue_for(job_id, batch) == DOWNLOAD_QUEUE:
                 kept.append(batch)
             else:
                 dispatch_batch(job_id, batch)
-        return kept, leased.next_due_s
+        return kept, leased.next_due_s, False
 
     def finished(result: dict) -> None:
         if result.get("pages") or result.get("redirects"):  # kept by its release until analysed

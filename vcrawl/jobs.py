@@ -211,6 +211,10 @@ class JobSpec:
                 return rule
         return _DEFAULT_RULE
 
+    def has_dynamic_rules(self) -> bool:
+        """Whether any of the job's pages may need a browser (a rule with ``page_type: dynamic``)."""
+        return any(rule.page_type == "dynamic" for rule in self.rules)
+
     def priority_of(self, url: str, depth: int, sitemap_priority: float | None = None) -> float:
         """A URL's score when admitted in a priority job (``vcrawl.priorities.url_priority``; a job's
         runtime keeps the patterns compiled instead: ``engine.jobs.JobRuntime.priorities``)."""

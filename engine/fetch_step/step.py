@@ -71,7 +71,7 @@ def stops_batch(outcome: FetchOutcome, obey_robots: bool = True) -> bool:
     if outcome.visit.host_wait_s > 0:
         return True
     match outcome:
-        case Retry(scope="host") | RobotsFetched():
+        case Retry(scope="host") | RobotsFetched(again_in_batch=False):
             return True
         case SitemapRead(found=found):  # the host's next URLs come after what it listed is queued, its hints kept
             return found > 0

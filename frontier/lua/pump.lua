@@ -4,12 +4,18 @@
 -- ARGV (built by frontier.queue._pump_argv):
 --   1 max_batches   2 batch_size   3 per_host   4 interval_ms   5 lease_ms   6 cap (most batches
 --   in flight per job)   7 qprefix (the key prefix of the job's per-host queues)   8 nonce (random,
---   per call: a batch's id is its sequence number and the nonce)
+--   per call: a batch's id is its sequence number and the nonce)   9 ahead_ms (hosts due up to
+--   this long from now are leased too)   10 owner ('': none; else the lease is started by this run
+--   at its host's due time, as start_lease.lua would)
 -- Returns {next due (ms, '-1': no host waits; 'stopped': the job is not running), now (ms),
---          cycle, then per batch: id, host, entries (JSON list), paced}
+--          cycle, then per batch: id, host, entries (JSON list), paced, starts_at (ms, >= now)}
 --
--- A host with a robots.txt Crawl-delay (or not yet fetched) gets one URL at a time, one batch
--- at a time. Other hosts get batches of up to batch_size URLs, their queue shared out over their
+-- ahead_ms: a caller that keeps each batch's start time itself (a bundle: engine.fetch_bundle)
+-- leases what is due in the next moments in one call, instead of one call per host as each
+-- falls due; a host's requests still start no earlier than its due time.
+--
+-- A host with a robots.txt Crawl-delay (or not yet fetched, in a job without an interval) gets
+-- one URL at a time, one batch at a time (not yet fetched, in a job with one: one batch at a time). Other hosts get batches of up to batch_size URLs, their queue shared out over their
 -- free slots. Otherwise a host with a free slot stays in the heap, due again after the interval.
 -- paced is '1' when the host waits between requests (a Crawl-delay, robots.txt unknown, or the
 -- job's interval).
@@ -31,6 +37,7 @@ local interval, lease_ms, cap, qprefix = tonumber(ARGV[4]), tonumber(ARGV[5]), t
 -- The nonce keeps ids unique when the sequence goes back: a failover to a replica that missed the
 -- primary's last writes hands out numbers already given to batches whose analyses still run.
 local nonce = ARGV[8]
+local ahead, owner = tonumber(ARGV[9] or '0'), ARGV[10] or ''
 local out = {'-1', tostring(now), cycle or '0'}
 if state ~= {{STATE_RUNNING}} then
   out[1] = 'stopped'
@@ -41,11 +48,12 @@ local room = cap - busy_batches
 if room > max_batches then room = max_batches end
 if room > 0 then
   local hosts
+  local due_at = {}  -- host -> its score in ready (when it is due), where read
   if by_priority then
     -- The due hosts by their best URL (lowest score), then by due time. The window grows with
     -- the room (16 hosts per batch that fits, at most 256): one batch's pick costs 16 reads.
     -- When every due host fits in the room, each gets its batch anyway: no ranking needed.
-    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, math.min(256, room * 16))
+    local due = redis.call('ZRANGEBYSCORE', ready, '-inf', now + ahead, 'LIMIT', 0, math.min(256, room * 16))
     if #due > room then
       local best, order = {}, {}
       for n, host in ipairs(due) do
@@ -61,14 +69,27 @@ if room > 0 then
     hosts = {}
     for n = 1, math.min(room, #due) do hosts[n] = due[n] end
   else
-    hosts = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, room)
+    local flat = redis.call('ZRANGEBYSCORE', ready, '-inf', now + ahead, 'WITHSCORES', 'LIMIT', 0, room)
+    hosts = {}
+    for j = 1, #flat, 2 do
+      hosts[#hosts + 1] = flat[j]
+      due_at[flat[j]] = tonumber(flat[j + 1])
+    end
   end
   for _, host in ipairs(hosts) do
     local q = qprefix .. host
+    local starts = now
+    if ahead > 0 then
+      starts = math.max(now, due_at[host] or tonumber(redis.call('ZSCORE', ready, host) or now))
+    end
     local inflight = tonumber(redis.call('HGET', busy, host) or '0')
     local slots, size, paced = per_host, batch_size, '0'
-    if redis.call('HEXISTS', delays, host) == 1 then
-      slots, size, paced = 1, 1, '1'
+    local crawl_delay = redis.call('HGET', delays, host)
+    if crawl_delay then
+      slots, paced = 1, '1'
+      -- robots.txt not read yet (-1): a job paced at an interval reads it, then fetches the
+      -- batch's URLs at its pace (engine.fetch_batch); they stop at a Crawl-delay it finds
+      if crawl_delay ~= '-1' or interval <= 0 then size = 1 end
     end
     if inflight >= slots then
       redis.call('ZREM', ready, host)
@@ -96,13 +117,16 @@ if room > 0 then
         end
         local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1) .. '.' .. nonce
         redis.call('HINCRBY', busy, host, 1)
-        local lease = {h = host, e = entries, t = now + lease_ms}
+        local lease = {h = host, e = entries, t = starts + lease_ms}
         if keep_scores then lease.p = scores end
+        if owner ~= '' then
+          lease.s, lease.o = starts, owner
+        end
         redis.call('HSET', leases, id, cjson.encode(lease))
         redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, -#entries)
         redis.call('HINCRBY', meta, {{META_DISPATCHED}}, #entries)
         if inflight + 1 < slots and redis.call('ZCARD', q) > 0 then
-          redis.call('ZADD', ready, now + interval, host)
+          redis.call('ZADD', ready, starts + interval, host)
         else
           redis.call('ZREM', ready, host)
         end
@@ -111,6 +135,7 @@ if room > 0 then
         out[#out + 1] = host
         out[#out + 1] = cjson.encode(entries)
         out[#out + 1] = (paced == '1' or interval > 0) and '1' or '0'
+        out[#out + 1] = tostring(starts)
       end
     end
   end

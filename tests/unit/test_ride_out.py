@@ -1,11 +1,11 @@
-"""engine.fetch_batch.ride_out: a started batch waits for its Redis instead of losing what it fetched."""
+"""engine.redis_wait.ride_out: a started batch waits for its Redis instead of losing what it fetched."""
 
 from __future__ import annotations
 
 import pytest
 import redis
 
-from engine.fetch_batch import REDIS_WAIT_S, ride_out
+from engine.redis_wait import REDIS_WAIT_S, ride_out
 
 
 def test_a_call_that_meets_a_restarting_redis_is_made_again_with_backoff() -> None:
