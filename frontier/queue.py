@@ -45,7 +45,7 @@ class FrontierQueue:
         self._scripts = scripts
         self._redis = scripts.client
         self._stats_ttl_s = stats_ttl_s  # how long per-minute statistics are kept
-        self._day_stats_ttl_s = day_stats_ttl_s  # per-day ones: after their day's last write
+        self._day_stats_ttl_s = day_stats_ttl_s  # per-day ones: after their day
 
     def admit(self, job_id: str, request: AdmitRequest, wake: bool = True) -> Admission:
         """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip.
@@ -154,7 +154,8 @@ class FrontierQueue:
             redis_keys.job_day_host_stats(job_id, stats_day(now)),
             *job_keys(job_id, "queued_urls"),
         ]
-        args = _release_argv(batch, release, self._stats_ttl_s, self._day_stats_ttl_s)
+        # Each bucket's TTL is set when a counter of it starts (release.lua): counted from its end, not then.
+        args = _release_argv(batch, release, self._stats_ttl_s + 60, self._day_ttl_s(now))
         # A finished batch frees a slot (and maybe requeued URLs): wake a waiting pump. A paced host's
         # too, unless a bundle leased it ahead: measured, the pump then starts the bundles that keep
         # 200 paced hosts busy (427 pages/s, 209 without this wake, bench/polite.py).
@@ -172,15 +173,20 @@ class FrontierQueue:
         raw = self._redis.hget(redis_keys.job_released(job_id), batch_id)
         return None if raw is None else json.loads(raw)
 
+    def _day_ttl_s(self, now: float) -> int:
+        """A day bucket's TTL set at ``now``: the retention, counted from the end of that UTC day."""
+        return self._day_stats_ttl_s + 86400 - int(now % 86400)
+
     def reclaim_expired(self, job_id: str, max_attempts: int, interval_ms: float) -> tuple[int, int]:
         """Requeue the URLs of batches whose lease ran out; fail those out of attempts.
 
         Returns (requeued, failed).
         """
-        day = stats_day(time.time())
+        now = time.time()
+        day = stats_day(now)
         keys = [*job_keys(job_id, "meta", "ready", "next", "busy", "leases"), redis_keys.job_day_stats(job_id, day),
                 redis_keys.job_day_host_stats(job_id, day), *job_keys(job_id, "queued_urls")]  # fmt: skip
-        args = [redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms, self._day_stats_ttl_s]  # its ARGV 1-4
+        args = [redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms, self._day_ttl_s(now)]  # its ARGV 1-4
         requeued, failed = self._scripts.run("reclaim", keys, args)
         return int(requeued), int(failed)
 

@@ -28,7 +28,10 @@
 -- the bonus its score kept).
 local meta, ready, busy, leases, delays = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local queued_urls, inlinks = KEYS[6], KEYS[7]
-local strategy, cycle, state = unpack(redis.call('HMGET', meta, {{META_STRATEGY}}, {{META_CYCLE}}, {{META_STATE}}))
+local strategy, cycle, state, seq = unpack(redis.call('HMGET', meta, {{META_STRATEGY}}, {{META_CYCLE}}, {{META_STATE}},
+  {{META_BATCH_SEQ}}))
+seq = tonumber(seq or '0')  -- counted here, written once at the end with the other counts (a script runs alone)
+local leased_urls = 0
 local by_priority = strategy == {{STRATEGY_PRIORITY}}
 local keep_scores = by_priority or strategy == {{STRATEGY_DEPTH_FIRST}}
 local now = clock_ms()
@@ -115,7 +118,8 @@ if room > 0 then
           redis.call('HDEL', queued_urls, unpack(urls))
           redis.call('HDEL', inlinks, unpack(urls))
         end
-        local id = redis.call('HINCRBY', meta, {{META_BATCH_SEQ}}, 1) .. '.' .. nonce
+        seq = seq + 1
+        local id = seq .. '.' .. nonce
         redis.call('HINCRBY', busy, host, 1)
         local lease = {h = host, e = entries, t = starts + lease_ms}
         if keep_scores then lease.p = scores end
@@ -123,8 +127,7 @@ if room > 0 then
           lease.s, lease.o = starts, owner
         end
         redis.call('HSET', leases, id, cjson.encode(lease))
-        redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, -#entries)
-        redis.call('HINCRBY', meta, {{META_DISPATCHED}}, #entries)
+        leased_urls = leased_urls + #entries
         if inflight + 1 < slots and redis.call('ZCARD', q) > 0 then
           redis.call('ZADD', ready, starts + interval, host)
         else
@@ -139,6 +142,11 @@ if room > 0 then
       end
     end
   end
+end
+if leased_urls > 0 then
+  redis.call('HSET', meta, {{META_BATCH_SEQ}}, seq)
+  redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, -leased_urls)
+  redis.call('HINCRBY', meta, {{META_DISPATCHED}}, leased_urls)
 end
 local first = redis.call('ZRANGE', ready, 0, 0, 'WITHSCORES')
 if #first > 0 then out[1] = first[2] end

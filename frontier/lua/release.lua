@@ -20,7 +20,7 @@
 -- that finishes them, so a cycle never completes before they are. The counters also go to the
 -- job's per-minute bucket and the host's totals; final failures to the job's recent failures.
 -- The day's counters (names.DAY_COUNTERS and failed:*) also go to the job's and the host's
--- buckets of the UTC day, kept day_ttl_s after their last write.
+-- buckets of the UTC day, kept day_ttl_s after their day.
 -- The host's next time: a pause after the batch started, never before it ended, and later
 -- still when the host asked to be left alone (host_delay_ms from now).
 -- A depth-first or priority job's lease has its URLs' scores (pump.lua): a URL requeued at the
@@ -88,6 +88,8 @@ if nfail > 0 then redis.call('LTRIM', KEYS[12], 0, 199) end
 if nreq > 0 then redis.call('HINCRBY', meta, {{META_QUEUED_NOW}}, nreq) end
 if host_done > 0 then redis.call('HINCRBY', KEYS[11], {{HOST_DONE}} .. host, host_done) end
 redis.call('HSET', meta, {{META_PROGRESS_AT}}, now / 1000)
+-- A bucket's TTL is set when one of its counters starts (from 0), not on every write; the TTLs
+-- given count from the end of the bucket's minute or day (frontier.queue.release).
 local counted, day_counted = false, false
 local failed_prefix = {{PREFIX_FAILED}}
 -- A day counter -> its field prefix in the host's day bucket ('': the job's day bucket only).
@@ -97,8 +99,7 @@ local by_day = {[{{COUNTER_FETCHED}}] = {{HOST_FETCHED}}, [{{COUNTER_STORED}}] =
 while i <= #ARGV do
   local name, incr = ARGV[i], tonumber(ARGV[i + 1])
   redis.call('HINCRBY', meta, name, incr)
-  redis.call('HINCRBY', KEYS[10], name, incr)
-  counted = true
+  counted = counted or redis.call('HINCRBY', KEYS[10], name, incr) == incr
   local is_failure = string.sub(name, 1, #failed_prefix) == failed_prefix
   if name == {{COUNTER_FETCHED}} then
     redis.call('HINCRBY', KEYS[11], {{HOST_FETCHED}} .. host, incr)
@@ -109,9 +110,10 @@ while i <= #ARGV do
   end
   local host_field = is_failure and {{HOST_FAILED}} or by_day[name]
   if host_field then
-    redis.call('HINCRBY', KEYS[14], name, incr)
-    if host_field ~= '' then redis.call('HINCRBY', KEYS[15], host_field .. host, incr) end
-    day_counted = true
+    day_counted = redis.call('HINCRBY', KEYS[14], name, incr) == incr or day_counted
+    if host_field ~= '' then
+      day_counted = redis.call('HINCRBY', KEYS[15], host_field .. host, incr) == incr or day_counted
+    end
   end
   i = i + 2
 end

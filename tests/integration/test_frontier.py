@@ -459,3 +459,27 @@ def test_at_the_shipped_lease_length_a_renewal_keeps_the_deadline_and_learns_of_
     assert json.loads(client.hget(redis_keys.job_leases(runtime.job_id), batch.batch_id))["t"] == deadline
     assert frontier.queue.hand_over(runtime.job_id, [batch.batch_id], 250) == len(batch.entries)  # queued again
     assert frontier.queue.renew_lease(runtime.job_id, batch.batch_id, token="run") == "stale"
+
+
+def test_a_bundle_leases_hosts_due_soon_ahead_started_for_itself_at_their_due_time(client: redis.Redis) -> None:
+    """``pump(ahead_ms=..., owner=...)``: a host due within the window is leased now, its batch says
+    when it is due (never earlier), and its lease is already started for the owner (a copy with
+    another token finds it taken); without the window, the same host is not leased before it is due."""
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0.25})
+    admit_links(runtime, frontier, [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5)], done=0, token="seeds",
+                counters=Counter(), seeds=True)  # fmt: skip
+    shape = {"max_batches": 8, "batch_size": 1, "per_host": 1, "interval_ms": 250, "lease_ms": 60_000, "cap": 8}
+    [first] = frontier.queue.pump(runtime.job_id, **shape).batches
+    assert first.due_in_s == 0.0
+    assert frontier.queue.start_lease(runtime.job_id, first.batch_id, 60_000, "run-1") == "go"
+    frontier.queue.release(runtime.job_id, first, BatchRelease(pause_ms=400, done=1, host_delay_ms=400))
+    not_yet = frontier.queue.pump(runtime.job_id, **shape)
+    assert not_yet.batches == () and not_yet.next_due_s is not None and 0.2 < not_yet.next_due_s <= 0.4
+    [ahead] = frontier.queue.pump(runtime.job_id, **shape, ahead_ms=1000, owner="bundle-1").batches
+    assert ahead.host == "a.test" and [entry.url for entry in ahead.entries] == ["http://a.test/2"]
+    assert 0.2 < ahead.due_in_s <= 0.4  # from the host's next time, not from the call
+    assert frontier.queue.start_lease(runtime.job_id, ahead.batch_id, 60_000, "a-copy") == "taken"
+    assert frontier.queue.renew_lease(runtime.job_id, ahead.batch_id, token="bundle-1") == "go"
+    lease = json.loads(client.hget(redis_keys.job_leases(runtime.job_id), ahead.batch_id))
+    assert lease["o"] == "bundle-1" and lease["s"] >= lease["t"] - 60_000  # started at its due time
