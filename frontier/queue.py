@@ -123,7 +123,7 @@ class FrontierQueue:
         its deadline stays), ``"stale"`` (the lease is gone: fetch no more), ``"stopped"``
         (the job is not running in ``cycle``: hand the rest back) or ``"taken"`` (another run owns
         it: fetch no more, release nothing). A write, so a fenced or demoted primary cannot say yes."""
-        keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id)]
+        keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id), redis_keys.job_renewals(job_id)]
         code = int(self._scripts.run("renew_lease", keys, [batch_id, cycle, token]))
         return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
 

@@ -79,6 +79,11 @@ def job_leases(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:leases"
 
 
+def job_renewals(job_id: str) -> str:
+    """Counter: paced batches' lease renewals, the small write that fences each (``renew_lease.lua``)."""
+    return f"{PREFIX}:job:{{{job_id}}}:renewals"
+
+
 def job_sitemap_hints(job_id: str) -> str:
     """Hash: canonical URL -> what the job's sitemaps said of it, and in which cycle (JSON)."""
     return f"{PREFIX}:job:{{{job_id}}}:sitemap-hints"
