@@ -132,6 +132,7 @@ class StartedFetch:
     staged: StagedWarc | None
     steps: Generator[float, None, FetchedEntries]
     wake_pump: bool = True  # its release wakes a pump (not for a bundle's own refills)
+    token: str = ""  # the run that started its lease
 
     def discard(self) -> None:
         """Drop WARC captures not settled (an error before the release: the batch is fetched again)."""
@@ -157,12 +158,18 @@ def drive(steps: Generator[float, None, FetchedEntries], clock: Callable[[], flo
 
 
 def start_fetch(
-    env: CrawlEnv, job_id: str, batch: Batch, stop_at: float = float("inf"), owner: str = "", bundled: bool = False
+    env: CrawlEnv,
+    job_id: str,
+    batch: Batch,
+    stop_at: float = float("inf"),
+    owner: str = "",
+    renew: Callable[[Batch, str], str] | None = None,
 ) -> tuple[dict[str, Any], StartedFetch | None]:
     """Start a batch's lease: (the result, None) when there is nothing to fetch (a stale or stopped
     batch), else (nothing yet, the started batch, whose ``steps`` start no fetch after ``stop_at``).
-    ``owner``: the run the pump already started the lease for (``FrontierQueue.pump``). ``bundled``:
-    driven with other hosts' batches (a URL whose robots.txt read took its slot waits in the batch)."""
+    ``owner``: the run the pump already started the lease for (``FrontierQueue.pump``). ``renew``: a
+    bundle's renewals (``engine.fetch_bundle``; a batch driven with other hosts' batches, where a URL
+    whose robots.txt read took its slot waits in the batch), else each renewal is a call of its own."""
     runtime = env.runtimes.get(job_id, batch.cycle)
     nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
     token = owner or uuid.uuid4().hex  # this run's: a second copy of the message neither starts nor renews it
@@ -187,8 +194,8 @@ def start_fetch(
     assert env.warc is not None or not runtime.spec.warc, "a crawl environment for WARC jobs has WARC writers"
     staged = StagedWarc(partial(env.warc, job_id), f"job {job_id} batch {batch.batch_id}") if (
         runtime.spec.warc and env.warc is not None) else None  # fmt: skip
-    steps = _fetch_entries(env, runtime, batch, staged, stop_at, token, bundled)
-    return nothing.to_dict(), StartedFetch(job_id, runtime, batch, staged, steps, wake_pump=not owner)
+    steps = _fetch_entries(env, runtime, batch, staged, stop_at, token, renew)
+    return nothing.to_dict(), StartedFetch(job_id, runtime, batch, staged, steps, wake_pump=not owner, token=token)
 
 
 def finish_fetch(env: CrawlEnv, started: StartedFetch, fetched: FetchedEntries) -> dict[str, Any]:
@@ -251,7 +258,7 @@ def _fetch_entries(
     staged: StagedWarc | None = None,
     stop_at: float = float("inf"),
     token: str = "",
-    bundled: bool = False,
+    renew: Callable[[Batch, str], str] | None = None,
 ) -> Generator[float, None, FetchedEntries]:
     """Fetch the batch's URLs in order: (outcomes, entries handed back untried, retries still waiting).
 
@@ -297,8 +304,9 @@ def _fetch_entries(
         if batch.paced and index > 0:
             # A lease lost since (a failover took its last write, a Redis restart, a hand-over to
             # another worker): its URLs are queued again, and another worker may fetch this host now.
-            renew = partial(env.frontier.queue.renew_lease, runtime.job_id, batch.batch_id, batch.cycle, token)
-            held = ride_out(renew, f"batch {batch.batch_id}")
+            held = renew(batch, token) if renew is not None else ride_out(
+                partial(env.frontier.queue.renew_lease, runtime.job_id, batch.batch_id, batch.cycle, token),
+                f"batch {batch.batch_id}")  # fmt: skip
             if held == "stale":
                 logger.info("job %s: batch %s lost its lease; it fetches no more", runtime.job_id, batch.batch_id)
                 break
@@ -313,7 +321,7 @@ def _fetch_entries(
         save_path = job_page_location(runtime.job_id, runtime.cycle, entry.url)
         item = FetchItem(entry, rule, save_path, known.get(entry.url), unchanged_by_sitemap=entry.url in unchanged)
         outcome = fetch_one(ctx, item)
-        paced_job = bundled and batch.paced and runtime.spec.politeness.min_interval_s > 0
+        paced_job = renew is not None and batch.paced and runtime.spec.politeness.min_interval_s > 0
         if isinstance(outcome, RobotsFetched) and paced_job and not outcome.visit.crawl_delay_s and (
                 entry not in entries[index + 1 :]):  # fmt: skip
             outcome = replace(outcome, again_in_batch=True)  # no Crawl-delay: the URL goes at the job's pace

@@ -14,11 +14,14 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from engine.crawl_env import CrawlEnv
 from engine.fetch_batch import StartedFetch, finish_fetch, start_fetch
+from engine.redis_wait import ride_out
 from frontier import Batch
+from frontier.queue import RENEWAL_HOLDS_S
 from telemetry.log_context import log_context
 
 __all__ = ["run_fetch_bundle"]
@@ -34,6 +37,33 @@ REFILL_AHEAD_S = 0.25
 call for all the hosts falling due meanwhile, not one per host."""
 REFILL_IDLE_S = 0.02
 """A bundle asks for more due hosts when its next request is at least this far away."""
+
+
+class _Renewals:
+    """A bundle's lease renewals: a batch about to make a request renews its lease together with every
+    batch whose next request is due within ``RENEWAL_HOLDS_S`` (one frontier call for them all); a
+    yes holds that long, any other answer for good."""
+
+    def __init__(self, env: CrawlEnv, job_id: str, due_by: Callable[[float], list[StartedFetch]]) -> None:
+        self._env, self._job_id, self._due_by = env, job_id, due_by
+        self._answers: dict[str, tuple[str, float]] = {}  # batch id -> (answer, asked at)
+
+    def held(self, batch: Batch, token: str) -> str:
+        now = self._env.clock()
+        answer, asked_at = self._answers.get(batch.batch_id, ("", 0.0))
+        if answer and (answer != "go" or now - asked_at <= RENEWAL_HOLDS_S):
+            return answer
+        group = {batch.batch_id: (batch.cycle, token)}
+        for started in self._due_by(now + RENEWAL_HOLDS_S):
+            group.setdefault(started.batch.batch_id, (started.batch.cycle, started.token))
+        items = [(batch_id, cycle, owner) for batch_id, (cycle, owner) in group.items()]
+        renew = partial(self._env.frontier.queue.renew_leases, self._job_id, items)
+        for (batch_id, _, _), code in zip(items, ride_out(renew, f"renewal of {len(items)} batch(es)"), strict=True):
+            self._answers[batch_id] = (code, now)  # asked before the call: held from then on
+        return self._answers[batch.batch_id][0]
+
+    def forget(self, batch: Batch) -> None:
+        self._answers.pop(batch.batch_id, None)
 
 
 def run_fetch_bundle(
@@ -65,10 +95,11 @@ def run_fetch_bundle(
         due: list[tuple[float, int, StartedFetch]] = []  # (not before, order, batch): the earliest first
         order = itertools.count()
         owner = uuid.uuid4().hex  # the run the refills' leases are started for
+        renewals = _Renewals(env, job_id, lambda until: [started for at, _, started in due if at <= until])
 
         def add(new: Sequence[Batch], started_for: str = "") -> None:
             for batch in new:
-                result, started = start_fetch(env, job_id, batch, stop_at, started_for, bundled=True)
+                result, started = start_fetch(env, job_id, batch, stop_at, started_for, renewals.held)
                 if started is None:
                     results.append(result)
                     finished(result)
@@ -102,6 +133,7 @@ def run_fetch_bundle(
                         results.append(finish_fetch(env, started, done.value))
                     finally:
                         started.discard()
+                        renewals.forget(started.batch)
                     finished(results[-1])
                 stepping = None
         except BaseException:

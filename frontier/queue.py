@@ -16,7 +16,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from frontier.history import UrlHistory
@@ -26,7 +26,7 @@ from frontier.statistics import stats_day, stats_minute
 from vcrawl import names, redis_keys
 from vcrawl.redis_replies import text
 
-__all__ = ["FrontierQueue"]
+__all__ = ["RENEWAL_HOLDS_S", "FrontierQueue"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 # other strategies'). A requeue at the front of its depth: depth * SCORE_DEPTH (depth-first and
 # priority jobs: release.lua gives it back the score it was leased with); at the back: plus
 # SCORE_BACK_OF_QUEUE.
+RENEWAL_HOLDS_S = 0.1
+"""A lease renewal's yes holds this long: a bundle renews the batches due within it in one call
+(``engine.fetch_bundle``); a hand-over keeps each host away that much longer than its pause."""
 _UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
 _ALREADY_RELEASED = -2  # release.lua: this release ran before (a retried call)
 
@@ -127,6 +130,13 @@ class FrontierQueue:
         code = int(self._scripts.run("renew_lease", keys, [batch_id, cycle, token]))
         return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
 
+    def renew_leases(self, job_id: str, batches: Sequence[tuple[str, int, str]]) -> list[str]:
+        """``renew_lease`` for several batches (batch id, cycle, token) of one job, in one call: their answers."""
+        keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id), redis_keys.job_renewals(job_id)]
+        args = [part for batch_id, cycle, token in batches for part in (batch_id, cycle, token)]
+        codes = self._scripts.run("renew_leases", keys, args) if batches else []
+        return [{0: "stale", 1: "go", 2: "stopped", 3: "taken"}[int(code)] for code in codes]
+
     def holds_lease(self, job_id: str, batch_id: str) -> bool:
         """True while the batch's lease is held: not reclaimed, not handed over to another worker, not released."""
         return bool(self._redis.hexists(redis_keys.job_leases(job_id), batch_id))
@@ -204,7 +214,8 @@ class FrontierQueue:
         if not batch_ids:
             return 0
         keys = job_keys(job_id, "meta", "ready", "next", "busy", "leases", "delays", "queued_urls")
-        args = [redis_keys.job_queue_prefix(job_id), interval_ms, *batch_ids]  # hand_over.lua's ARGV
+        # A live batch may still make a request on a renewal it got just before (RENEWAL_HOLDS_S).
+        args = [redis_keys.job_queue_prefix(job_id), interval_ms + RENEWAL_HOLDS_S * 1000, *batch_ids]
         return int(self._scripts.run_with_wake("hand_over", keys, args, wake=True))
 
     def known_hosts(self, job_id: str) -> set[str]:

@@ -483,3 +483,30 @@ def test_a_bundle_leases_hosts_due_soon_ahead_started_for_itself_at_their_due_ti
     assert frontier.queue.renew_lease(runtime.job_id, ahead.batch_id, token="bundle-1") == "go"
     lease = json.loads(client.hget(redis_keys.job_leases(runtime.job_id), ahead.batch_id))
     assert lease["o"] == "bundle-1" and lease["s"] >= lease["t"] - 60_000  # started at its due time
+
+
+def test_renewing_several_leases_in_one_call_answers_each_as_a_renewal_of_its_own(client: redis.Redis) -> None:
+    """``renew_leases``: go for a lease held by its token, taken for one held by another run, stale for
+    one gone, stopped for another cycle and, for all, while the job is paused; a lease whose start
+    was lost is adopted. A write: the renewals counter moves when nothing else was written."""
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0.25, "per_host": 4})
+    urls = [(f"http://a.test/{n}", 0, 5) for n in range(4)]
+    admit_links(runtime, frontier, urls, done=0, token="seeds", counters=Counter(), seeds=True)
+    client.hdel(redis_keys.job_delays(runtime.job_id), "a.test")  # its robots.txt is known: four slots
+    shape = {"max_batches": 8, "batch_size": 1, "per_host": 4, "interval_ms": 0, "lease_ms": 60_000, "cap": 8}
+    mine, other, gone, unstarted = (frontier.queue.pump(runtime.job_id, **shape).batches[0] for _ in range(4))
+    assert frontier.queue.start_lease(runtime.job_id, mine.batch_id, 60_000, "me") == "go"
+    assert frontier.queue.start_lease(runtime.job_id, other.batch_id, 60_000, "someone") == "go"
+    assert frontier.queue.start_lease(runtime.job_id, gone.batch_id, 60_000, "me") == "go"
+    frontier.queue.hand_over(runtime.job_id, [gone.batch_id], 0)
+    renewals = redis_keys.job_renewals(runtime.job_id)
+    ask = [(mine.batch_id, 0, "me"), (other.batch_id, 0, "me"), (gone.batch_id, 0, "me"), (mine.batch_id, 7, "me")]
+    assert frontier.queue.renew_leases(runtime.job_id, ask) == ["go", "taken", "stale", "stopped"]
+    assert client.get(renewals) == "1"
+    assert frontier.queue.renew_leases(runtime.job_id, [(unstarted.batch_id, 0, "me")]) == ["go"]  # adopted
+    assert client.get(renewals) == "1"  # the adoption was the write
+    assert frontier.queue.renew_lease(runtime.job_id, unstarted.batch_id, token="someone") == "taken"
+    assert frontier.jobs.pause(runtime.job_id, 1.0)
+    assert frontier.queue.renew_leases(runtime.job_id, [(mine.batch_id, 0, "me")]) == ["stopped"]
+    assert frontier.queue.renew_leases(runtime.job_id, []) == []
