@@ -99,7 +99,8 @@ local by_day = {[{{COUNTER_FETCHED}}] = {{HOST_FETCHED}}, [{{COUNTER_STORED}}] =
 while i <= #ARGV do
   local name, incr = ARGV[i], tonumber(ARGV[i + 1])
   redis.call('HINCRBY', meta, name, incr)
-  counted = counted or redis.call('HINCRBY', KEYS[10], name, incr) == incr
+  local started = redis.call('HINCRBY', KEYS[10], name, incr) == incr  -- first, always (an `or` would skip it)
+  counted = counted or started
   local is_failure = string.sub(name, 1, #failed_prefix) == failed_prefix
   if name == {{COUNTER_FETCHED}} then
     redis.call('HINCRBY', KEYS[11], {{HOST_FETCHED}} .. host, incr)

@@ -190,6 +190,10 @@ def test_a_release_and_a_reclaim_count_into_the_day_with_the_frontiers_retention
     [batch] = frontier.queue.pump(spec.id, batch_size=2, lease_ms=60_000, **pump).batches
     counters = {"fetched": 2, "stored": 1, "bytes": 512, "failed:http_404": 1, "status:200": 1, "retries": 4}
     frontier.queue.release(spec.id, batch, BatchRelease(pause_ms=0, done=2, counters=counters))
+    minutes = Counter[str]()  # the last two: the release's minute may just have ended
+    for _, minute in frontier.stats.stats(spec.id, 2, time.time()):
+        minutes.update(minute)
+    assert minutes == counters  # every counter in the minute's bucket too
     [late] = frontier.queue.pump(spec.id, batch_size=2, lease_ms=1, **pump).batches
     time.sleep(0.01)
     assert len(late.entries) == 2 and frontier.queue.reclaim_expired(spec.id, 0, interval_ms=0) == (0, 2)
