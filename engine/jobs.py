@@ -401,6 +401,7 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     runtime = runtimes.get(spec.id)
     admit_links(runtime, frontier, seed_links(spec, runtime.limits.max_redirects), done=0, token="seeds",
                 counters=Counter(), seeds=True)  # fmt: skip
+    frontier.partitions.started(spec.id)  # a job split over a cluster may complete from now on
     return spec.id
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis
 
 from frontier.lifecycle import JobLifecycle
+from frontier.partitions import JobPartitions
 from frontier.queue import FrontierQueue
 from frontier.scripts import ReplicaWait, ScriptLoader
 from frontier.statistics import FrontierStats
@@ -31,6 +32,8 @@ class Frontier:
         # replica_wait_ms > 0: admissions and releases wait that long at most for a replica (ReplicaWait).
         wait = ReplicaWait(client, replica_wait_ms) if replica_wait_ms > 0 else None
         self.scripts = ScriptLoader(client, wait)
-        self.queue = FrontierQueue(self.scripts, stats_ttl_s=stats_ttl_s, day_stats_ttl_s=day_stats_ttl_s)
-        self.jobs = JobLifecycle(self.scripts)
-        self.stats = FrontierStats(client)
+        self.partitions = JobPartitions(self.scripts)  # a job split over a cluster's primaries
+        self.queue = FrontierQueue(self.scripts, stats_ttl_s=stats_ttl_s, day_stats_ttl_s=day_stats_ttl_s,
+                                   partitions=self.partitions)  # fmt: skip
+        self.jobs = JobLifecycle(self.scripts, self.partitions)
+        self.stats = FrontierStats(client, self.partitions)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
+from frontier.partitions import JobPartitions
 from frontier.records import CycleStart
 from frontier.scripts import ScriptLoader, job_keys
 from vcrawl import names, redis_keys
@@ -22,22 +24,34 @@ __all__ = ["JobLifecycle"]
 class JobLifecycle:
     """Create, cycle, pause, resume, cancel and fail jobs; read their state."""
 
-    def __init__(self, scripts: ScriptLoader) -> None:
+    def __init__(self, scripts: ScriptLoader, partitions: JobPartitions | None = None) -> None:
         self._scripts = scripts
         self._redis = scripts.client
+        self._parts = partitions if partitions is not None else JobPartitions(scripts)
 
     def create(self, job_id: str, spec_json: str, now: float, strategy: str = names.STRATEGY_BREADTH_FIRST) -> bool:
-        """Record a new running job (``strategy``: its spec's, for the frontier's scripts); False if the id is taken."""
+        """Record a new running job (``strategy``: its spec's, for the frontier's scripts); False if the id is taken.
+
+        On a Redis Cluster the job is split, one partition per primary (``frontier.partitions``); it
+        cannot complete before ``JobPartitions.started`` (its seeds are admitted).
+        """
         meta = redis_keys.job(job_id)
         if not self._redis.hsetnx(meta, names.META_SPEC, spec_json):
             return False
         fields = {names.META_STATE: names.STATE_RUNNING, names.META_CREATED_AT: now, names.META_PENDING: 0,
                   names.META_ADMITTED: 0, names.META_STRATEGY: strategy}  # fmt: skip
+        parts = self._parts.plan(job_id)
         pipe = self._redis.pipeline(transaction=False)
+        if len(parts) > 1:
+            for part in parts[1:]:
+                pipe.hset(redis_keys.job(part), mapping={**fields, names.META_PARTITIONED: 1})
+            split = {names.META_PARTITIONS: json.dumps(parts), names.META_PARTITIONED: 1, names.META_STARTING: 1}
+            fields = {**fields, **split}
         pipe.hset(meta, mapping=fields)
         pipe.zadd(redis_keys.JOBS, {job_id: now})
         pipe.sadd(redis_keys.JOBS_RUNNING, job_id)
         pipe.execute()
+        self._parts.remember(job_id, parts)
         return True
 
     def new_cycle(
@@ -101,7 +115,7 @@ class JobLifecycle:
 
     def cancel(self, job_id: str, now: float) -> bool:
         """Stop dispatching a running or paused job at once (``now`` in seconds); False if it was neither."""
-        return self._stopped(job_id, int(self._scripts.run("cancel", [redis_keys.job(job_id)], [now])) == 1)
+        return self._stopped(job_id, self._on_each("cancel", job_id, [now]) == 1)
 
     def fail(self, job_id: str, error: str, now: float) -> bool:
         """Move a running or paused job to ``failed`` with ``error`` as the reason; False if it was neither.
@@ -109,7 +123,12 @@ class JobLifecycle:
         Dispatch stops as with ``cancel``: the next pump round forgets the job and drops its
         Bloom filter; batches in flight are handed back unfetched or stop before their next URL.
         """
-        return self._stopped(job_id, int(self._scripts.run("fail", [redis_keys.job(job_id)], [now, error])) == 1)
+        return self._stopped(job_id, self._on_each("fail", job_id, [now, error]) == 1)
+
+    def _on_each(self, script: str, job_id: str, args: list[Any]) -> int:
+        """Run a state change on the job's hash, then on each other partition of a split job; the job's answer."""
+        answers = [int(self._scripts.run(script, [redis_keys.job(part)], args)) for part in self._parts.of(job_id)]
+        return answers[0]
 
     def _stopped(self, job_id: str, stopped: bool) -> bool:
         """Put a job just cancelled or failed in the running set (a paused job had left it): the next
@@ -121,14 +140,16 @@ class JobLifecycle:
 
     def pause(self, job_id: str, now: float) -> bool:
         """Stop dispatching a running job until ``resume``; False if it was not running."""
-        paused = int(self._scripts.run("pause", [redis_keys.job(job_id)], [now])) == 1
+        paused = self._on_each("pause", job_id, [now]) == 1
         self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
         return paused
 
     def resume(self, job_id: str) -> str | None:
         """Dispatch a paused job again: ``"running"``, ``"completed"`` (nothing was left), or
         None if it was not paused."""
-        code = int(self._scripts.run("resume", [redis_keys.job(job_id)], []))
+        code = self._on_each("resume", job_id, [])
+        if code >= 1 and self._parts.split(job_id):  # a partition idle is not the job done
+            code = 2 if self._parts.complete_if_quiet(job_id) else 1
         if code == 1:
             pipe = self._redis.pipeline(transaction=False)
             pipe.sadd(redis_keys.JOBS_RUNNING, job_id)
@@ -170,12 +191,16 @@ class JobLifecycle:
         if text(self._redis.hget(redis_keys.job(job_id), names.META_STATE)) != names.STATE_RUNNING:
             self._redis.srem(redis_keys.JOBS_RUNNING, job_id)
             if filter_keys:
-                keys = [redis_keys.job(job_id), *filter_keys, *job_keys(job_id, "queued_urls", "inlinks")]
-                self._scripts.run("drop_filter", keys, [])
+                for part in self._parts.of(job_id):  # each partition's own filter (keys of its own tag)
+                    segments = [redis_keys.job_bloom_segment(part, index) for index in range(len(filter_keys))]
+                    own = segments if part != job_id else list(filter_keys)
+                    keys = [redis_keys.job(part), *own, *job_keys(part, "queued_urls", "inlinks")]
+                    self._scripts.run("drop_filter", keys, [])
 
     def raw_state(self, job_id: str) -> dict[str, str]:
         """The job hash as strings (spec, state, timestamps, counters)."""
-        return {text(k): text(v) for k, v in self._redis.hgetall(redis_keys.job(job_id)).items()}
+        own = {text(k): text(v) for k, v in self._redis.hgetall(redis_keys.job(job_id)).items()}
+        return self._parts.merged_state(job_id, own)  # a split job: its partitions' counters added
 
     def jobs(self, limit: int = 100) -> list[str]:
         """Job ids, newest first."""

@@ -17,10 +17,12 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from frontier.history import UrlHistory
-from frontier.records import Admission, AdmitRequest, Batch, BatchRelease, Entry, PumpResult
+from frontier.partitions import PARTITION_MARK, JobPartitions
+from frontier.records import Admission, AdmitRequest, Batch, BatchRelease, Candidate, Entry, PumpResult
 from frontier.scripts import ScriptLoader, job_keys
 from frontier.statistics import stats_day, stats_minute
 from vcrawl import names, redis_keys
@@ -44,16 +46,41 @@ _ALREADY_RELEASED = -2  # release.lua: this release ran before (a retried call)
 class FrontierQueue:
     """A job's URLs from admission to release: queue, lease as batches, requeue, reclaim."""
 
-    def __init__(self, scripts: ScriptLoader, stats_ttl_s: int = 3 * 86400, day_stats_ttl_s: int = 90 * 86400) -> None:
+    def __init__(self, scripts: ScriptLoader, stats_ttl_s: int = 3 * 86400, day_stats_ttl_s: int = 90 * 86400,
+                 partitions: JobPartitions | None = None) -> None:  # fmt: skip
         self._scripts = scripts
         self._redis = scripts.client
+        self._parts = partitions if partitions is not None else JobPartitions(scripts)
+        self._quiet_looked: dict[str, float] = {}  # split job -> when the pump last asked if it is done
         self._stats_ttl_s = stats_ttl_s  # how long per-minute statistics are kept
         self._day_stats_ttl_s = day_stats_ttl_s  # per-day ones: after their day
 
     def admit(self, job_id: str, request: AdmitRequest, wake: bool = True) -> Admission:
-        """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip.
+        """Dedup and queue candidates, apply counters, mark ``done`` URLs finished: one round trip
+        (one per partition a split job's candidates fall in, the analysed batch's own last).
         ``wake``: wake a waiting pump when there are candidates (a paced job's pumps need not hurry)."""
-        keys, args = _admit_call(job_id, request)
+        parts = self._parts.of(job_id)
+        if len(parts) == 1:
+            return self._admit_in(job_id, job_id, request, wake)
+        own = self._parts.for_batch(job_id, request.analysed_batch) if request.analysed_batch else job_id
+        by_part: dict[str, list[Candidate]] = {}
+        for candidate in request.candidates:
+            by_part.setdefault(self._parts.for_host(job_id, candidate.host), []).append(candidate)
+        share = -(-request.max_pages // len(parts))  # each partition stops at its share of the page limit
+        idle, total = False, Admission(False, False, 0, 0, 0)
+        for part, candidates in by_part.items():
+            if part != own:  # links only: they are queued before the pages that found them are finished
+                other = replace(request, candidates=candidates, max_pages=share, done=0, counters={}, history={},
+                                token=f"{request.token}{PARTITION_MARK}{part}" if request.token else "",
+                                analysed_batch=None)  # fmt: skip
+                admission = self._admit_in(job_id, part, other, wake)
+                idle, total = idle or admission.completed, _sum(total, admission)
+        last = self._admit_in(job_id, own, replace(request, candidates=by_part.get(own, []), max_pages=share), wake)
+        completed = (idle or last.completed) and self._parts.complete_if_quiet(job_id)
+        return replace(_sum(total, last), completed=completed, repeated=last.repeated)
+
+    def _admit_in(self, job_id: str, part: str, request: AdmitRequest, wake: bool) -> Admission:
+        keys, args = _admit_call(part, request)
         reply = self._scripts.run_with_wake("admit", keys, args, wake=wake and bool(request.candidates))
         completed, fresh, duplicates, over, known = (int(x) for x in reply)
         if completed == _UNKNOWN_RELEASE:
@@ -75,12 +102,37 @@ class FrontierQueue:
         ahead_ms: float = 0.0,
         owner: str = "",
     ) -> PumpResult:
-        """Lease due hosts' URLs as batches (at most ``cap`` batches in flight per job).
+        """Lease due hosts' URLs as batches (at most ``cap`` batches in flight per job, per partition of a
+        split job).
 
         ``ahead_ms``: hosts due that much later are leased too, each batch saying in how many seconds
         its host is due (``Batch.due_in_s``): its caller must not start it earlier. ``owner``: the
         leases are started by that run (``start_lease``), each at its host's due time.
         """
+        shape = {
+            "max_batches": max_batches,
+            "batch_size": batch_size,
+            "per_host": per_host,
+            "interval_ms": interval_ms,
+            "lease_ms": lease_ms,
+            "cap": cap,
+            "ahead_ms": ahead_ms,
+            "owner": owner,
+        }
+        parts = self._parts.of(job_id)
+        results = [self._pump_in(job_id, part, **shape) for part in parts]  # type: ignore[arg-type]
+        if results[0].stopped or len(results) == 1:  # a split job's state is its own hash's
+            return results[0]
+        dues = [result.next_due_s for result in results if result.next_due_s is not None]
+        batches = tuple(batch for result in results for batch in result.batches)
+        if not batches and not dues and time.monotonic() - self._quiet_looked.get(job_id, -60.0) >= 2.0:
+            self._quiet_looked[job_id] = time.monotonic()  # at most every 2 s: most such rounds have URLs in flight
+            if self._parts.complete_if_quiet(job_id):  # e.g. its last URLs failed in a reclaim
+                return PumpResult((), None, stopped=True)
+        return PumpResult(batches, min(dues) if dues else None)
+
+    def _pump_in(self, job_id: str, part: str, *, max_batches: int, batch_size: int, per_host: int,
+                 interval_ms: float, lease_ms: float, cap: int, ahead_ms: float, owner: str) -> PumpResult:  # fmt: skip
         args = _pump_argv(
             max_batches=max_batches,
             batch_size=batch_size,
@@ -88,11 +140,12 @@ class FrontierQueue:
             interval_ms=interval_ms,
             lease_ms=lease_ms,
             cap=cap,
-            qprefix=redis_keys.job_queue_prefix(job_id),
+            qprefix=redis_keys.job_queue_prefix(part),
             ahead_ms=ahead_ms,
             owner=owner,
+            suffix=self._parts.batch_suffix(job_id, part),
         )
-        keys = job_keys(job_id, "meta", "ready", "busy", "leases", "delays", "queued_urls", "inlinks")
+        keys = job_keys(part, "meta", "ready", "busy", "leases", "delays", "queued_urls", "inlinks")
         raw = self._scripts.run("pump", keys, args)
         head, now, cycle = text(raw[0]), float(text(raw[1])), int(text(raw[2]))
         if head == "stopped":
@@ -117,7 +170,8 @@ class FrontierQueue:
         is not running) or ``"taken"`` (another run with another token started it: a second copy
         of the batch's message, delivered while the first still runs; do nothing).
         """
-        keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id)]
+        part = self._parts.for_batch(job_id, batch_id)
+        keys = [redis_keys.job(part), redis_keys.job_leases(part)]
         code = int(self._scripts.run("start_lease", keys, [batch_id, lease_ms, token]))
         return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
 
@@ -126,20 +180,27 @@ class FrontierQueue:
         its deadline stays), ``"stale"`` (the lease is gone: fetch no more), ``"stopped"``
         (the job is not running in ``cycle``: hand the rest back) or ``"taken"`` (another run owns
         it: fetch no more, release nothing). A write, so a fenced or demoted primary cannot say yes."""
-        keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id), redis_keys.job_renewals(job_id)]
+        part = self._parts.for_batch(job_id, batch_id)
+        keys = [redis_keys.job(part), redis_keys.job_leases(part), redis_keys.job_renewals(part)]
         code = int(self._scripts.run("renew_lease", keys, [batch_id, cycle, token]))
         return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
 
     def renew_leases(self, job_id: str, batches: Sequence[tuple[str, int, str]]) -> list[str]:
         """``renew_lease`` for several batches (batch id, cycle, token) of one job, in one call: their answers."""
-        keys = [redis_keys.job(job_id), redis_keys.job_leases(job_id), redis_keys.job_renewals(job_id)]
-        args = [part for batch_id, cycle, token in batches for part in (batch_id, cycle, token)]
-        codes = self._scripts.run("renew_leases", keys, args) if batches else []
-        return [{0: "stale", 1: "go", 2: "stopped", 3: "taken"}[int(code)] for code in codes]
+        by_part: dict[str, list[int]] = {}  # partition -> indexes of its batches
+        for index, (batch_id, _, _) in enumerate(batches):
+            by_part.setdefault(self._parts.for_batch(job_id, batch_id), []).append(index)
+        answers = [""] * len(batches)
+        for part, indexes in by_part.items():
+            keys = [redis_keys.job(part), redis_keys.job_leases(part), redis_keys.job_renewals(part)]
+            args = [value for index in indexes for value in batches[index]]
+            for index, code in zip(indexes, self._scripts.run("renew_leases", keys, args), strict=True):
+                answers[index] = {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[int(code)]
+        return answers
 
     def holds_lease(self, job_id: str, batch_id: str) -> bool:
         """True while the batch's lease is held: not reclaimed, not handed over to another worker, not released."""
-        return bool(self._redis.hexists(redis_keys.job_leases(job_id), batch_id))
+        return bool(self._redis.hexists(redis_keys.job_leases(self._parts.for_batch(job_id, batch_id)), batch_id))
 
     def release(self, job_id: str, batch: Batch, release: BatchRelease, wake: bool = True) -> bool | None:
         """End a batch's lease: requeue entries, count, set the host's next time (see ``BatchRelease``).
@@ -150,19 +211,20 @@ class FrontierQueue:
         nothing is counted twice).
         """
         now = time.time()
+        part = self._parts.for_batch(job_id, batch.batch_id)
         keys = [
-            *job_keys(job_id, "meta", "ready", "next", "busy", "leases"),
-            redis_keys.job_queue(job_id, batch.host),
-            redis_keys.job_delays(job_id),
-            redis_keys.job_history(job_id),
-            redis_keys.job_due(job_id),
-            redis_keys.job_stats_bucket(job_id, stats_minute(now)),
-            redis_keys.job_host_stats(job_id),
-            redis_keys.job_failures(job_id),
-            redis_keys.job_released(job_id),
-            redis_keys.job_day_stats(job_id, stats_day(now)),
-            redis_keys.job_day_host_stats(job_id, stats_day(now)),
-            *job_keys(job_id, "queued_urls"),
+            *job_keys(part, "meta", "ready", "next", "busy", "leases"),
+            redis_keys.job_queue(part, batch.host),
+            redis_keys.job_delays(part),
+            redis_keys.job_history(part),
+            redis_keys.job_due(part),
+            redis_keys.job_stats_bucket(part, stats_minute(now)),
+            redis_keys.job_host_stats(part),
+            redis_keys.job_failures(part),
+            redis_keys.job_released(part),
+            redis_keys.job_day_stats(part, stats_day(now)),
+            redis_keys.job_day_host_stats(part, stats_day(now)),
+            *job_keys(part, "queued_urls"),
         ]
         # Each bucket's TTL is set when a counter of it starts (release.lua): counted from its end, not then.
         args = _release_argv(batch, release, self._stats_ttl_s + 60, self._day_ttl_s(now))
@@ -172,15 +234,18 @@ class FrontierQueue:
         result = int(self._scripts.run_with_wake("release", keys, args, wake=wake))
         if result == _ALREADY_RELEASED:
             return False
+        if result == 1 and self._parts.split(job_id):
+            return self._parts.complete_if_quiet(job_id)  # a partition idle: the job completed if all are
         return None if result < 0 else result == 1  # completed: the pump forgets it next round
 
     def released_batches(self, job_id: str) -> list[str]:
         """The batches released and handed to an analysis that has not admitted them yet."""
-        return [text(batch_id) for batch_id in self._redis.hkeys(redis_keys.job_released(job_id))]
+        return [text(batch_id) for part in self._parts.of(job_id)
+                for batch_id in self._redis.hkeys(redis_keys.job_released(part))]  # fmt: skip
 
     def handed_on(self, job_id: str, batch_id: str) -> dict[str, Any] | None:
         """What a released batch handed to its analysis, while that analysis has not admitted it."""
-        raw = self._redis.hget(redis_keys.job_released(job_id), batch_id)
+        raw = self._redis.hget(redis_keys.job_released(self._parts.for_batch(job_id, batch_id)), batch_id)
         return None if raw is None else json.loads(raw)
 
     def _day_ttl_s(self, now: float) -> int:
@@ -194,16 +259,22 @@ class FrontierQueue:
         """
         now = time.time()
         day = stats_day(now)
-        keys = [*job_keys(job_id, "meta", "ready", "next", "busy", "leases"), redis_keys.job_day_stats(job_id, day),
-                redis_keys.job_day_host_stats(job_id, day), *job_keys(job_id, "queued_urls")]  # fmt: skip
-        args = [redis_keys.job_queue_prefix(job_id), max_attempts, interval_ms, self._day_ttl_s(now)]  # its ARGV 1-4
-        requeued, failed = self._scripts.run("reclaim", keys, args)
-        return int(requeued), int(failed)
+        requeued, failed = 0, 0
+        for part in self._parts.of(job_id):
+            keys = [*job_keys(part, "meta", "ready", "next", "busy", "leases"), redis_keys.job_day_stats(part, day),
+                    redis_keys.job_day_host_stats(part, day), *job_keys(part, "queued_urls")]  # fmt: skip
+            args = [redis_keys.job_queue_prefix(part), max_attempts, interval_ms, self._day_ttl_s(now)]  # ARGV 1-4
+            back, lost = self._scripts.run("reclaim", keys, args)
+            requeued, failed = requeued + int(back), failed + int(lost)
+        return requeued, failed
 
     def leased_hosts(self, job_id: str) -> dict[str, str]:
         """Batch id -> host of every batch leased and not yet released."""
-        raw = self._redis.hgetall(redis_keys.job_leases(job_id))
-        return {text(batch_id): json.loads(lease)["h"] for batch_id, lease in raw.items()}
+        leased: dict[str, str] = {}
+        for part in self._parts.of(job_id):
+            raw = self._redis.hgetall(redis_keys.job_leases(part))
+            leased.update({text(batch_id): json.loads(lease)["h"] for batch_id, lease in raw.items()})
+        return leased
 
     def hand_over(self, job_id: str, batch_ids: list[str], interval_ms: float) -> int:
         """Requeue the URLs of batches sent to a ring node that went down; return how many.
@@ -211,24 +282,28 @@ class FrontierQueue:
         No attempt is counted (the node failed, not the URL); each host waits its interval, or
         its Crawl-delay, from now: the dead node may have just sent it a request.
         """
-        if not batch_ids:
-            return 0
-        keys = job_keys(job_id, "meta", "ready", "next", "busy", "leases", "delays", "queued_urls")
-        # A live batch may still make a request on a renewal it got just before (RENEWAL_HOLDS_S).
-        args = [redis_keys.job_queue_prefix(job_id), interval_ms + RENEWAL_HOLDS_S * 1000, *batch_ids]
-        return int(self._scripts.run_with_wake("hand_over", keys, args, wake=True))
+        by_part: dict[str, list[str]] = {}
+        for batch_id in batch_ids:
+            by_part.setdefault(self._parts.for_batch(job_id, batch_id), []).append(batch_id)
+        requeued = 0
+        for part, ids in by_part.items():
+            keys = job_keys(part, "meta", "ready", "next", "busy", "leases", "delays", "queued_urls")
+            # A live batch may still make a request on a renewal it got just before (RENEWAL_HOLDS_S).
+            args = [redis_keys.job_queue_prefix(part), interval_ms + RENEWAL_HOLDS_S * 1000, *ids]
+            requeued += int(self._scripts.run_with_wake("hand_over", keys, args, wake=True))
+        return requeued
 
     def known_hosts(self, job_id: str) -> set[str]:
         """Every host the job has admitted URLs of (fetched or not yet)."""
         pipe = self._redis.pipeline(transaction=False)
-        pipe.hkeys(redis_keys.job_next(job_id))
-        pipe.hkeys(redis_keys.job_delays(job_id))
-        fetched, unknown = pipe.execute()
-        return {text(host) for host in (*fetched, *unknown)}
+        for part in self._parts.of(job_id):
+            pipe.hkeys(redis_keys.job_next(part))
+            pipe.hkeys(redis_keys.job_delays(part))
+        return {text(host) for hosts in pipe.execute() for host in hosts}
 
     def in_flight(self, job_id: str) -> int:
         """Batches leased and not yet released."""
-        return int(self._redis.hlen(redis_keys.job_leases(job_id)))
+        return sum(int(self._redis.hlen(redis_keys.job_leases(part))) for part in self._parts.of(job_id))
 
     def wait_for_work(self, timeout_s: float) -> None:
         """Block until URLs are admitted somewhere or ``timeout_s`` passes."""
@@ -243,9 +318,12 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
     urls: list[str | int | float] = []
     for candidate in request.candidates:
         segment, offsets = bloom.locate(candidate.entry.url)
+        key = bloom.keys[segment]
+        if f"{{{job_id}}}" not in key:  # a partition of a split job: its own filter, of the same shape
+            key = redis_keys.job_bloom_segment(job_id, segment)
         urls.extend(
             (
-                segments.setdefault(bloom.keys[segment], len(segments) + 1),
+                segments.setdefault(key, len(segments) + 1),
                 hosts.setdefault(candidate.host, len(hosts) + 1),
                 candidate.entry.depth,
                 round(candidate.priority * 100),  # hundredths: exact in the score (admit.lua)
@@ -277,10 +355,11 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
 
 def _pump_argv(
     *, max_batches: int, batch_size: int, per_host: int, interval_ms: float, lease_ms: float, cap: int, qprefix: str,
-    ahead_ms: float = 0.0, owner: str = "",
+    ahead_ms: float = 0.0, owner: str = "", suffix: str = "",
 ) -> list[Any]:  # fmt: skip
-    """ARGV of ``pump.lua``, in its order (a fresh nonce for the batch ids each call)."""
-    nonce = secrets.token_hex(3)
+    """ARGV of ``pump.lua``, in its order (a fresh nonce for the batch ids each call, ending with the
+    partition's ``suffix``)."""
+    nonce = secrets.token_hex(3) + suffix
     return [max_batches, batch_size, per_host, interval_ms, lease_ms, cap, qprefix, nonce, int(ahead_ms), owner]
 
 
@@ -325,3 +404,8 @@ def _counter_args(counters: Mapping[str, int]) -> list[str | int]:
         if value:
             args.extend((name, value))
     return args
+
+
+def _sum(a: Admission, b: Admission) -> Admission:
+    return Admission(a.completed or b.completed, a.repeated or b.repeated, a.admitted + b.admitted,
+                     a.duplicates + b.duplicates, a.over_limit + b.over_limit, a.not_due + b.not_due)  # fmt: skip

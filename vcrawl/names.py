@@ -57,6 +57,8 @@ __all__ = [
     "META_FINISHED_AT",
     "META_FIRING",
     "META_LAST_SKIPPED_AT",
+    "META_PARTITIONED",
+    "META_PARTITIONS",
     "META_PAUSED_AT",
     "META_PENDING",
     "META_PROGRESS_AT",
@@ -170,6 +172,10 @@ META_SKIPPED_FIRINGS = "skipped_firings"
 META_LAST_SKIPPED_AT = "last_skipped_at"
 META_STRATEGY = "strategy"
 """The spec's crawl strategy, where the frontier's scripts read it (absent: breadth-first)."""
+META_PARTITIONS = "partitions"
+"""A job split over a Redis Cluster's primaries: its partitions' ids, JSON (``frontier.partitions``)."""
+META_PARTITIONED = "partitioned"
+"""On each partition of a split job: a partition idle is not the job completed (``_common.lua``'s settle)."""
 
 # Crawl strategies: the order of a job's URLs in its per-host queues (docs/strategies.md).
 

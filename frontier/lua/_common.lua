@@ -9,10 +9,13 @@ local function clock_ms()
 end
 
 -- Mark `done` URLs of the job finished; a running job with none left is completed.
--- Returns 1 if this completed the job, else 0.
+-- Returns 1 if this completed the job (or left a partition of a split job idle), else 0.
 local function settle(meta, done, now)
   local pending = redis.call('HINCRBY', meta, {{META_PENDING}}, 0 - done)
   if pending <= 0 and redis.call('HGET', meta, {{META_STATE}}) == {{STATE_RUNNING}} then
+    -- One partition of a job split over a cluster (frontier.partitions): idle, which is not the
+    -- job done; the caller asks every partition.
+    if redis.call('HEXISTS', meta, {{META_PARTITIONED}}) == 1 then return 1 end
     redis.call('HSET', meta, {{META_STATE}}, {{STATE_COMPLETED}}, {{META_FINISHED_AT}}, now / 1000)
     return 1
   end

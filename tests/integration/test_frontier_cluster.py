@@ -3,8 +3,8 @@ Redis of its own.
 
 Real processes: a cluster of 3 primaries and 3 replicas (tests/redis_cluster.py), a private
 redis-server for the broker, a `celery -A tasks worker` subprocess, test sites on 127.0.0.2-4.
-Today a job's frontier keys share one hash tag, so each job lives on one shard and jobs spread
-over the shards by their ids; a host's gate and robots.txt keys spread by host.
+A one-off job is split, one partition per primary (frontier/partitions.py), so its hosts spread over
+the shards; a scheduled job lives on the shard of its id; a host's gate and robots.txt keys spread by host.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -22,11 +23,16 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
+from engine.jobs import admit_links, build_runtime
+from frontier import BatchRelease, Frontier
+from tasks.redis_clients import make_frontier_client
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker, submit, wait_all
 from tests.faults.test_faults import serve_pages
 from tests.integration.test_frontier_redis import cli, wait_job
 from tests.redis_cluster import RedisCluster
 from tests.site import NOT_PAGES, TestSite
+from vcrawl import redis_keys
+from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -187,3 +193,42 @@ def start_cycle(env: dict[str, str], name: str, spec: dict[str, object]) -> dict
     done = subprocess.run([sys.executable, "-c", code, name, json.dumps(spec)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=90, check=True)  # fmt: skip
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_one_job_spreads_its_hosts_over_every_primary_and_completes_when_all_partitions_are_idle(
+    tmp_path: Path,
+) -> None:
+    """The frontier itself, no worker: a one-off job on the cluster gets a partition on each primary;
+    its hosts' queues spread over them; a pump call leases from all; the job completes only with the
+    last partition's last page, its counters summed over the partitions."""
+    with RedisCluster(tmp_path / "cluster") as cluster:
+        settings = Settings(redis_url="redis://127.0.0.1:9/0", frontier_url=cluster.url)
+        client = make_frontier_client(settings)
+        try:
+            frontier = Frontier(client)
+            spec = JobSpec.from_dict({"id": "spread", "seeds": ["http://h0.test/"], "scope": {"domains": ["test"]},
+                                      "politeness": {"min_interval_s": 0}})  # fmt: skip
+            assert frontier.jobs.create(spec.id, spec.to_json(), time.time())
+            parts = frontier.partitions.of(spec.id)
+            assert len(parts) == 3 and parts[0] == spec.id
+            runtime = build_runtime(spec, settings, session=None, client=client)
+            hosts = [f"h{n}.test" for n in range(30)]
+            admit_links(runtime, frontier, [(f"http://{host}/", 0, 5) for host in hosts], done=0, token="seeds",
+                        counters=Counter(), seeds=True)  # fmt: skip
+            assert not frontier.partitions.started(spec.id)  # 30 URLs pending
+            queues = cluster.keys_per_primary("vcrawl:job:*:q:*")
+            assert len(queues) == 3 and all(count >= 3 for count in queues.values()), queues  # every primary
+            for host in hosts:  # robots.txt known: a batch of the host's URL each
+                client.hdel(redis_keys.job_delays(frontier.partitions.for_host(spec.id, host)), host)
+            leased = frontier.queue.pump(spec.id, max_batches=64, batch_size=8, per_host=1, interval_ms=0,
+                                         lease_ms=60_000, cap=64).batches  # fmt: skip
+            assert sorted(batch.host for batch in leased) == sorted(hosts)
+            assert {frontier.partitions.for_batch(spec.id, batch.batch_id) for batch in leased} == set(parts)
+            done = [frontier.queue.release(spec.id, batch, BatchRelease(pause_ms=0, done=1, counters={"fetched": 1}))
+                    for batch in leased]  # fmt: skip
+            assert done == [False] * 29 + [True]  # the last release, whichever partition, completes the job
+            state = frontier.jobs.raw_state(spec.id)
+            assert state["state"] == "completed" and state["fetched"] == "30" and state["pending"] == "0", state
+            assert all(frontier.jobs.raw_state(part)["state"] == "completed" for part in parts[1:])
+        finally:
+            client.close()
