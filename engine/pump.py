@@ -101,8 +101,6 @@ class FrontierPump:
             # the pump only starts a few bundles, lest hosts wait leased in bundles still queued. Without
             # bundles (ring nodes own the hosts), a paced batch holds one URL: a task never sleeps.
             bundled = interval_ms > 0 and self._paced_bundles()
-            cap = _PACED_BUNDLE_CAP if bundled else self._settings.frontier_inflight
-            parts = len(self._frontier.partitions.of(job_id))  # a split job: the cap is per partition
             result = self._frontier.queue.pump(
                 job_id,
                 max_batches=_MAX_BATCHES_PER_CALL,
@@ -110,7 +108,7 @@ class FrontierPump:
                 per_host=runtime.spec.politeness.per_host,
                 interval_ms=interval_ms,
                 lease_ms=lease_ms(runtime),
-                cap=-(-cap // parts),
+                cap=_PACED_BUNDLE_CAP if bundled else self._settings.frontier_inflight,
             )
             if result.stopped:
                 self._frontier.jobs.forget_if_stopped(job_id, runtime.bloom.keys)
