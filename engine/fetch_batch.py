@@ -284,6 +284,7 @@ def _fetch_entries(
     checked_at = env.clock()
     last_request: float | None = None  # when the previous request to the host ended
     entries = list(batch.entries)  # a URL whose robots.txt read took its slot comes again, a pause later
+    robots_in_batch = renew is not None and batch.paced and runtime.spec.politeness.min_interval_s > 0  # bundled
     for index, entry in enumerate(entries):
         if batch.paced and last_request is not None and (pause := runtime.politeness.pause_s()) > 0:
             yield last_request + pause
@@ -321,8 +322,7 @@ def _fetch_entries(
         save_path = job_page_location(runtime.job_id, runtime.cycle, entry.url)
         item = FetchItem(entry, rule, save_path, known.get(entry.url), unchanged_by_sitemap=entry.url in unchanged)
         outcome = fetch_one(ctx, item)
-        paced_job = renew is not None and batch.paced and runtime.spec.politeness.min_interval_s > 0
-        if isinstance(outcome, RobotsFetched) and paced_job and not outcome.visit.crawl_delay_s and (
+        if isinstance(outcome, RobotsFetched) and robots_in_batch and not outcome.visit.crawl_delay_s and (
                 entry not in entries[index + 1 :]):  # fmt: skip
             outcome = replace(outcome, again_in_batch=True)  # no Crawl-delay: the URL goes at the job's pace
             entries.insert(index + 1, entry)

@@ -180,10 +180,7 @@ class FrontierQueue:
         its deadline stays), ``"stale"`` (the lease is gone: fetch no more), ``"stopped"``
         (the job is not running in ``cycle``: hand the rest back) or ``"taken"`` (another run owns
         it: fetch no more, release nothing). A write, so a fenced or demoted primary cannot say yes."""
-        part = self._parts.for_batch(job_id, batch_id)
-        keys = [redis_keys.job(part), redis_keys.job_leases(part), redis_keys.job_renewals(part)]
-        code = int(self._scripts.run("renew_lease", keys, [batch_id, cycle, token]))
-        return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
+        return self.renew_leases(job_id, [(batch_id, cycle, token)])[0]
 
     def renew_leases(self, job_id: str, batches: Sequence[tuple[str, int, str]]) -> list[str]:
         """``renew_lease`` for several batches (batch id, cycle, token) of one job, in one call: their answers."""

@@ -89,11 +89,12 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
     env, settings = deps.crawl_env(), deps.settings()
     runtime = env.runtimes.get(job_id, mine[0].cycle if mine else 0)
 
+    static_paced = runtime.spec.politeness.min_interval_s > 0 and not runtime.spec.has_dynamic_rules()
+
     def refill(owner: str) -> tuple[list[Batch], float | None, bool]:  # more hosts due, while this bundle's wait
         # Leased ahead and started for this bundle only while every batch of the job is one for it:
         # a paced job's static pages and no ring node alive (else batches go on to other queues).
-        ahead = runtime.spec.politeness.min_interval_s > 0 and not runtime.spec.has_dynamic_rules() and (
-            deps.ring_queue("") is None)  # fmt: skip
+        ahead = static_paced and deps.ring_queue("") is None
         leased = deps.frontier().queue.pump(
             job_id, max_batches=_REFILL_MOST_BATCHES if ahead else 8, batch_size=runtime.batch_size,
             per_host=runtime.spec.politeness.per_host, interval_ms=runtime.spec.politeness.min_interval_s * 1000,

@@ -80,7 +80,7 @@ def job_leases(job_id: str) -> str:
 
 
 def job_renewals(job_id: str) -> str:
-    """Counter: paced batches' lease renewals, the small write that fences each (``renew_lease.lua``)."""
+    """Counter: paced batches' lease renewals, the small write that fences each (``renew_leases.lua``)."""
     return f"{PREFIX}:job:{{{job_id}}}:renewals"
 
 

@@ -1,10 +1,18 @@
--- renew_lease.lua for several paced batches of one job at once (a bundle renews every batch whose
--- next request is due soon in one call: engine.fetch_bundle). Same answers, batch by batch.
+-- Before each further request of paced batches of one job (one, or every batch of a bundle due
+-- soon: engine.fetch_bundle): is each lease still held by its run, and the job running in the
+-- batch's cycle? A write, on purpose (a counter of renewals): a primary fenced for a failover
+-- (writes paused) or demoted to a replica does not answer from a copy that may have lost a lease;
+-- the worker waits, or asks the new primary. The write is a small one, and a lease is read, not
+-- decoded: its owner is found in its text. A lease's deadline stays: it covers every URL of its
+-- batch from its start (engine.jobs.lease_s), and no TIME call is needed.
 --
 -- KEYS: meta, leases, renewals
--- ARGV: [batch_id, cycle (0: a one-off job), owner token] per batch
--- Returns one code per batch, in order: 1 go on, 0 the lease is gone, 2 the job is paused,
--- finished or in another cycle, 3 another run owns it (renew_lease.lua says more).
+-- ARGV: [batch_id, cycle (0: a one-off job), owner token (start_lease's)] per batch
+-- Returns one code per batch, in order: 1 go on; 0 the lease is gone (its URLs went back to the
+-- queue: fetch no more); 2 the job is paused, finished or in another cycle (hand the rest back);
+-- 3 another run owns it (a copy of the batch's message started it after a failover lost this
+-- run's start: that run fetches every URL and releases, this one neither fetches nor releases).
+-- A lease with no owner (the start was lost, no copy came) is this run's again.
 local state, cycle = unpack(redis.call('HMGET', KEYS[1], {{META_STATE}}, {{META_CYCLE}}))
 local codes = {}
 local wrote = false
@@ -30,6 +38,6 @@ for i = 1, #ARGV, 3 do
   end
   codes[#codes + 1] = code
 end
--- A write, on purpose (renew_lease.lua): a fenced or demoted primary cannot answer yes.
+-- The write (above): a fenced or demoted primary cannot answer yes.
 if not wrote then redis.call('INCR', KEYS[3]) end
 return codes

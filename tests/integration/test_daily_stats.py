@@ -20,7 +20,7 @@ import redis
 
 import tasks
 from cli.local_redis import LocalRedis
-from engine.jobs import admit_links, build_runtime
+from engine.jobs import admit_links, build_runtime, lease_ms
 from frontier import BatchRelease, Frontier
 from frontier.statistics import stats_day, stats_days
 from tests.cluster import REPO, cluster_env
@@ -206,3 +206,28 @@ def test_a_release_and_a_reclaim_count_into_the_day_with_the_frontiers_retention
     assert {name: int(state[name]) for name in counts} == counts  # the day's and the job's counters agree
     for key in (redis_keys.job_day_stats(spec.id, day), redis_keys.job_day_host_stats(spec.id, day)):
         assert 7 * DAY_S + DAY_S - time.time() % DAY_S - 60 <= client.ttl(key) <= 8 * DAY_S
+
+
+def test_a_reclaim_at_the_shipped_lease_counts_into_the_day(private_redis: LocalRedis) -> None:
+    """The twin of the reclaim above (a 1 ms lease) at the shipped lease length (``engine.jobs.lease_ms``,
+    9 minutes for a paced batch): a lease inside it is not reclaimed; once its deadline has passed
+    (written into the past here: this test does not wait 9 minutes), its URLs fail into the day."""
+    client = redis.Redis.from_url(private_redis.url, decode_responses=True)
+    frontier = Frontier(client, day_stats_ttl_s=7 * DAY_S)
+    spec = JobSpec.from_dict({"id": f"t-{uuid.uuid4().hex[:8]}", "seeds": ["http://a.test/"]})
+    assert frontier.jobs.create(spec.id, spec.to_json(), time.time())
+    runtime = build_runtime(spec, Settings(), session=None, client=client)
+    admit_links(runtime, frontier, [(f"http://a.test/{n}", 0, 5) for n in range(2)], done=0, token="seeds",
+                counters=Counter(), seeds=True)  # fmt: skip
+    shipped_ms = lease_ms(runtime)
+    assert shipped_ms >= 60_000
+    [batch] = frontier.queue.pump(spec.id, batch_size=2, lease_ms=shipped_ms, max_batches=1, per_host=1,
+                                  interval_ms=0, cap=8).batches  # fmt: skip
+    assert frontier.queue.reclaim_expired(spec.id, 0, interval_ms=0) == (0, 0)  # inside its lease
+    leases = redis_keys.job_leases(spec.id)
+    lease = json.loads(client.hget(leases, batch.batch_id))
+    client.hset(leases, batch.batch_id, json.dumps({**lease, "t": lease["t"] - shipped_ms - 1}))  # its time is up
+    assert frontier.queue.reclaim_expired(spec.id, 0, interval_ms=0) == (0, len(batch.entries))
+    [(_, counts, hosts)] = frontier.stats.daily(spec.id, 1, time.time())
+    assert counts == {"failed:lease_expired": len(batch.entries)}
+    assert hosts == {"a.test": {"fetched": 0, "stored": 0, "bytes": 0, "failed": len(batch.entries)}}

@@ -19,6 +19,7 @@ from engine.analyze_batch import abandon_analysis
 from engine.crawl_env import CrawlEnv
 from engine.jobs import JobRuntime, admit_links, build_runtime, lease_ms
 from frontier import AdmitRequest, Batch, BatchRelease, Candidate, Entry, Frontier, FrontierQueue, RobotsCache
+from frontier.queue import RENEWAL_HOLDS_S
 from storage import Storage
 from telemetry.alerts import Alerter
 from vcrawl import redis_keys
@@ -510,3 +511,20 @@ def test_renewing_several_leases_in_one_call_answers_each_as_a_renewal_of_its_ow
     assert frontier.jobs.pause(runtime.job_id, 1.0)
     assert frontier.queue.renew_leases(runtime.job_id, [(mine.batch_id, 0, "me")]) == ["stopped"]
     assert frontier.queue.renew_leases(runtime.job_id, []) == []
+
+
+def test_a_handed_over_host_waits_its_pause_plus_the_time_a_renewal_holds(client: redis.Redis) -> None:
+    """A batch in a bundle may still send one request on a renewal it got up to RENEWAL_HOLDS_S before
+    its lease was handed over: the host's next request then waits its interval plus that hold."""
+    frontier = Frontier(client)
+    runtime = _job(client, frontier, politeness={"min_interval_s": 0.25})
+    admit_links(runtime, frontier, [("http://a.test/1", 0, 5), ("http://a.test/2", 0, 5)], done=0, token="seeds",
+                counters=Counter(), seeds=True)  # fmt: skip
+    client.hdel(redis_keys.job_delays(runtime.job_id), "a.test")  # robots.txt known
+    [batch] = frontier.queue.pump(runtime.job_id, max_batches=1, batch_size=1, per_host=1, interval_ms=250,
+                                  lease_ms=lease_ms(runtime), cap=8).batches  # fmt: skip
+    assert frontier.queue.start_lease(runtime.job_id, batch.batch_id, lease_ms(runtime), "run") == "go"
+    seconds, micros = client.time()
+    assert frontier.queue.hand_over(runtime.job_id, [batch.batch_id], 250) == 1
+    due_ms = float(client.zscore(redis_keys.job_ready(runtime.job_id), "a.test"))
+    assert due_ms - (seconds * 1000 + micros // 1000) >= 250 + RENEWAL_HOLDS_S * 1000  # ms, as Redis counts
