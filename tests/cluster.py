@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -18,11 +20,13 @@ from cli.local_redis import LocalRedis
 from engine.trail import StatusTrail
 from tests.celery_setup import REPO, LocalWorkerProcess
 from tests.conftest import TEST_ALLOWED_NETWORKS
+from tests.site import TestSite
 from vcrawl.settings import Settings
 
 __all__ = [
     "REPO",
     "cluster_env",
+    "identify_clients",
     "ring_listing",
     "socket_owner",
     "start_job",
@@ -106,8 +110,12 @@ def worker_start_with_plugins(tmp_path: Path, plugin_path: Path) -> subprocess.C
         )  # fmt: skip
 
 
-def socket_owner(local_port: int, pids: list[int]) -> int | None:
+def socket_owner(local_port: int, pids: list[int], peer: tuple[str, int] | None = None) -> int | None:
     """Which of ``pids`` holds the open TCP socket bound to ``local_port`` (a client's end), if any.
+
+    ``peer``: the server's address and port at the socket's other end. Give it: Linux hands one
+    ephemeral port to several connections at once when their servers differ, so a port alone may
+    name another process's socket.
 
     Linux only: /proc/net/tcp gives the socket's inode, /proc/<pid>/fd the process that holds it.
     """
@@ -119,7 +127,7 @@ def socket_owner(local_port: int, pids: list[int]) -> int | None:
             continue
         for line in lines:
             fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == local_port:
+            if int(fields[1].rsplit(":", 1)[1], 16) == local_port and (peer is None or _endpoint(fields[2]) == peer):
                 inodes.add(fields[9])
     wanted = {f"socket:[{inode}]" for inode in inodes}
     for pid in pids:
@@ -134,6 +142,22 @@ def socket_owner(local_port: int, pids: list[int]) -> int | None:
             except OSError:
                 continue
     return None
+
+
+def _endpoint(field: str) -> tuple[str, int]:
+    """An address:port of /proc/net/tcp (IPv4, or IPv4-mapped IPv6: its last 32 bits), host order.
+
+    >>> _endpoint("0104007F:9B79"), _endpoint("0000000000000000FFFF00000104007F:0050")
+    (('127.0.4.1', 39801), ('127.0.4.1', 80))
+    """
+    address, port = field.rsplit(":", 1)
+    return socket.inet_ntoa(struct.pack("<I", int(address[-8:], 16))), int(port, 16)
+
+
+def identify_clients(site: TestSite, owners: dict[int, Any]) -> None:
+    """Have ``site`` note which of ``owners`` (pid -> name; read at each request) sent each request."""
+    peer = site.address
+    site.identify = lambda port: owners.get(socket_owner(port, list(owners), peer) or 0)
 
 
 def start_job(env: dict[str, str], job: dict[str, Any]) -> str:

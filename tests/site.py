@@ -160,9 +160,15 @@ class TestSite:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
+    def address(self) -> tuple[str, int]:
+        """The server's address and port."""
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    @property
     def base(self) -> str:
         """``http://127.0.0.1:PORT``."""
-        host, port = self._server.server_address[:2]
+        host, port = self.address
         return f"http://{host}:{port}"
 
     def url(self, path: str) -> str:

@@ -20,7 +20,7 @@ from cli.local_redis import LocalRedis
 from frontier import Frontier
 from storage import Storage
 from storage.records import read_records
-from tests.cluster import cluster_env, socket_owner, start_worker
+from tests.cluster import cluster_env, identify_clients, start_worker
 from tests.faults.test_faults import Note, fetches, start_job, stop_gracefully, wait_done
 from tests.faults.test_orphans import NODE_TIMEOUT_S, TAKEOVER_S, member, shipped_settings, slow_pages
 from tests.site import TestSite
@@ -55,7 +55,7 @@ def _frozen_run(tmp_path: Path, freeze_s: float) -> dict[str, Any]:
         }
         pids = {workers["frozen"].pid: "frozen", workers["steady"].pid: "steady"}
         for site in (a, b):  # which worker's socket sent each request
-            site.identify = lambda port: pids.get(socket_owner(port, list(pids)) or 0)
+            identify_clients(site, pids)
         try:
             before = member(env, "frozen")
             job_id = start_job(env, job)

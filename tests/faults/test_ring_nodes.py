@@ -25,7 +25,7 @@ import redis
 
 from cli.local_redis import LocalRedis
 from frontier import Frontier
-from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
+from tests.cluster import cluster_env, identify_clients, ring_listing, start_job, start_worker, stop_worker
 from tests.site import NOT_PAGES, Response, TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
@@ -58,7 +58,7 @@ class Ring:
         self.nodes: dict[str, subprocess.Popen[bytes]] = {}
         self.by_pid: dict[int, str] = {}
         for site in sites:
-            site.identify = lambda port: self.by_pid.get(socket_owner(port, list(self.by_pid)) or 0)
+            identify_clients(site, self.by_pid)
 
     def start(self, name: str, weight: int, concurrency: int = 4, loglevel: str = "WARNING") -> None:
         home = self.tmp / f"home-{name}"  # its own spools and temp files: nodes share no disk

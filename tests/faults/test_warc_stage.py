@@ -32,7 +32,7 @@ from cli.local_redis import LocalRedis
 from cluster.outputs import OutputLedger
 from frontier import Frontier
 from storage import Storage
-from tests.cluster import cluster_env, socket_owner, start_job, start_worker, stop_worker
+from tests.cluster import cluster_env, identify_clients, start_job, start_worker, stop_worker
 from tests.site import NOT_PAGES, Response, TestSite, link_page
 from vcrawl.settings import Settings
 from views.status import job_status
@@ -61,7 +61,7 @@ def test_a_batch_taken_over_from_a_stopped_worker_is_archived_once(tmp_path: Pat
         for path in paths:
             site.add_page(path, link_page("/"))
         site.add_response("/slow", Response(b"<html><body>slow</body></html>", delay_s=SLOW_S))
-        site.identify = lambda port: nodes.get(socket_owner(port, list(nodes)) or 0)
+        identify_clients(site, nodes)
         settings = Settings(redis_url=server.url, data=str(tmp_path / "data"), node_timeout_s=NODE_TIMEOUT_S)
         env = cluster_env(settings)
         workers = {}

@@ -23,7 +23,7 @@ import redis
 
 from cli.local_redis import LocalRedis
 from frontier import Frontier
-from tests.cluster import cluster_env, ring_listing, socket_owner, start_job, start_worker, stop_worker
+from tests.cluster import cluster_env, identify_clients, ring_listing, start_job, start_worker, stop_worker
 from tests.site import NOT_PAGES, TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
 from vcrawl.settings import Settings
@@ -73,7 +73,7 @@ def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites:
                 workers[name] = start_worker(env, name, tmp_path / f"{name}.log", concurrency=4)
             pids = {process.pid: name for name, process in workers.items()}
             for site in sites:
-                site.identify = lambda port: pids.get(socket_owner(port, list(pids)) or 0)
+                identify_clients(site, pids)
             listing = ring_listing(base)
             assert {row["name"].split("@")[0]: (row["weight"], row["alive"]) for row in listing["nodes"]} == {
                 name: (weight, True) for name, weight in WEIGHTS.items()
@@ -134,7 +134,7 @@ def test_a_mixed_cluster_completes_with_job_batches_on_the_ring_node_only(
         try:
             pids = {process.pid: name for name, process in workers.items()}
             for site in sites:
-                site.identify = lambda port: pids.get(socket_owner(port, list(pids)) or 0)
+                identify_clients(site, pids)
             listing = ring_listing(base)
             politeness = {"min_interval_s": INTERVAL_S, "jitter": 0, "per_host": 1}
             job_id = start_job(base, {"seeds": [site.url("/") for site in sites], "politeness": politeness})
