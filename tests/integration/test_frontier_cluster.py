@@ -158,6 +158,40 @@ def test_the_slot_of_a_running_job_moves_to_another_primary_and_the_job_complete
         assert sorted(paths) == sorted(expected[site.base]), site.base  # each page once
 
 
+def test_a_primary_added_and_slots_rebalanced_onto_it_mid_job_the_job_completes(
+    cluster_run: tuple[RedisCluster, redis.Redis, dict[str, str], list[TestSite]],
+) -> None:
+    """Growth as an operator does it: ``redis-cli --cluster add-node`` an empty primary, then
+    ``--cluster rebalance --cluster-use-empty-masters``, while a job crawls. About a quarter of the
+    slots move with their keys (the frontier's scripts meet ASK, TRYAGAIN and MOVED); the job
+    completes with every page fetched once, at its pace."""
+    cluster, _, env, sites = cluster_run
+    expected = {site.base: serve_pages(site, 120) for site in sites}
+    interval_s = 0.1  # ~12 s of crawling per host: the rebalance runs while the job does
+    job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": {"min_interval_s": interval_s}})
+    with cluster.client() as client:
+        job_keys = [key.decode() for key in client.scan_iter(match=f"vcrawl:job:{{{job_id}*", count=1000)]
+    owners_before = {key: cluster.slot_of(key)[1] for key in job_keys}
+    deadline = time.monotonic() + 60
+    while sum(len(site.seen) for site in sites) < 30 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    new_primary = cluster.add_primary()
+    cluster.rebalance()
+    pages_by_then = sum(1 for site in sites for seen in site.seen if seen.path not in NOT_PAGES)
+    counts = cluster.slot_owner_counts()
+    assert len(counts) == 4 and counts.get(new_primary, 0) > 0, counts
+    status = wait_job(env, job_id, 180)
+    assert status["state"] == "completed", status
+    assert pages_by_then < sum(map(len, expected.values())), "the job was done before the rebalance was"
+    for site in sites:
+        paths = [seen.path for seen in site.seen if seen.path not in NOT_PAGES]
+        assert sorted(paths) == sorted(expected[site.base]), site.base  # each page once
+        arrivals = sorted(seen.at for seen in site.seen)
+        assert min(later - earlier for earlier, later in itertools.pairwise(arrivals)) >= interval_s * 0.99
+    moved = {key for key, owner in owners_before.items() if cluster.slot_of(key)[1] != owner}
+    print(f"rebalance: {counts}; job keys moved: {len(moved)} of {len(owners_before)}")
+
+
 def test_a_paused_job_and_a_scheduled_jobs_second_cycle_on_the_cluster(
     cluster_run: tuple[RedisCluster, redis.Redis, dict[str, str], list[TestSite]],
 ) -> None:
