@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -63,6 +64,9 @@ def cost(before: dict[str, Any], after: dict[str, Any], pages: int) -> dict[str,
     }
 
 
+CORES = os.cpu_count() or 1
+
+
 def run_job(name: str, pages: int, shared: bool, work: Path) -> dict[str, Any]:
     shape = JOBS[name]
     args = argparse.Namespace(hosts=shape["hosts"], pages=pages, latency_ms=0, jitter_ms=0)
@@ -83,7 +87,7 @@ def run_job(name: str, pages: int, shared: bool, work: Path) -> dict[str, Any]:
         manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
         job = nc.job_for(manifest, shape["delay_s"], shape["per_host"])
         front0, broker0 = redis_sample(frontier.url), redis_sample(broker.url)
-        cpu0 = sum(nc.cpu_s(nc.tree_pids(node.pid)) for node in nodes)
+        cpu0, machine0 = nc.cpu_s([node.pid for node in nodes]), nc.machine_busy_s()  # each process once
         started = time.monotonic()
         job_id = tasks.start_job(job)
         status: dict[str, Any] = {}
@@ -94,11 +98,13 @@ def run_job(name: str, pages: int, shared: bool, work: Path) -> dict[str, Any]:
             time.sleep(0.5)
         wall = time.monotonic() - started
         front1, broker1 = redis_sample(frontier.url), redis_sample(broker.url)
-        cpu1 = sum(nc.cpu_s(nc.tree_pids(node.pid)) for node in nodes)
+        cpu1, machine1 = nc.cpu_s([node.pid for node in nodes]), nc.machine_busy_s()
         stored = int(status.get("pages_stored", 0)) or 1
         row = {
             "job": name, "state": status.get("state"), "pages": stored, "wall_s": round(wall, 1),
             "pages_s": round(stored / wall, 1), "workers_cpu_ms_per_page": round((cpu1 - cpu0) * 1000 / stored, 2),
+            # the machine's cores busy on average: near their number, CPU bounds the rate
+            "machine_busy_cores": round((machine1[0] - machine0[0]) / (machine1[1] - machine0[1]) * CORES, 2),
             "frontier": cost(front0, front1, stored), "shared_redis": shared,
         }  # fmt: skip
         if not shared:
