@@ -12,7 +12,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from frontier.partitions import JobPartitions
+from frontier.partitions import JobPartitions, placed_hosts
 from frontier.records import CycleStart
 from frontier.scripts import ScriptLoader, job_keys
 from vcrawl import names, redis_keys
@@ -29,11 +29,13 @@ class JobLifecycle:
         self._redis = scripts.client
         self._parts = partitions if partitions is not None else JobPartitions(scripts)
 
-    def create(self, job_id: str, spec_json: str, now: float, strategy: str = names.STRATEGY_BREADTH_FIRST) -> bool:
+    def create(self, job_id: str, spec_json: str, now: float, strategy: str = names.STRATEGY_BREADTH_FIRST,
+               seed_hosts: Sequence[str] = ()) -> bool:  # fmt: skip
         """Record a new running job (``strategy``: its spec's, for the frontier's scripts); False if the id is taken.
 
-        On a Redis Cluster the job is split, one partition per primary (``frontier.partitions``); it
-        cannot complete before ``JobPartitions.started`` (its seeds are admitted).
+        On a Redis Cluster the job is split, one partition per primary (``frontier.partitions``), its
+        ``seed_hosts`` dealt out over them; it cannot complete before ``JobPartitions.started`` (its
+        seeds are admitted).
         """
         meta = redis_keys.job(job_id)
         if not self._redis.hsetnx(meta, names.META_SPEC, spec_json):
@@ -41,17 +43,19 @@ class JobLifecycle:
         fields = {names.META_STATE: names.STATE_RUNNING, names.META_CREATED_AT: now, names.META_PENDING: 0,
                   names.META_ADMITTED: 0, names.META_STRATEGY: strategy}  # fmt: skip
         parts = self._parts.plan(job_id)
+        placed = placed_hosts(seed_hosts) if len(parts) > 1 else []
         pipe = self._redis.pipeline(transaction=False)
         if len(parts) > 1:
             for part in parts[1:]:
                 pipe.hset(redis_keys.job(part), mapping={**fields, names.META_PARTITIONED: 1})
             split = {names.META_PARTITIONS: json.dumps(parts), names.META_PARTITIONED: 1, names.META_STARTING: 1}
             fields = {**fields, **split}
+            pipe.set(redis_keys.job_placed_hosts(job_id), json.dumps(placed, separators=(",", ":")))
         pipe.hset(meta, mapping=fields)
         pipe.zadd(redis_keys.JOBS, {job_id: now})
         pipe.sadd(redis_keys.JOBS_RUNNING, job_id)
         pipe.execute()
-        self._parts.remember(job_id, parts)
+        self._parts.remember(job_id, parts, placed)
         return True
 
     def new_cycle(

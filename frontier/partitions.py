@@ -3,9 +3,12 @@
 A script runs on one hash slot, so a job whose keys all share its hash tag ``{job}`` lives on one
 primary, however many a cluster has. On a Redis Cluster a one-off job is split instead: partition 0
 is the job's own tag, and each other primary gets a partition of its own, a tag ``{job~n}`` chosen
-so that its slot is served by that primary. A host always belongs to the same partition (a hash of
-its name), and each partition is a frontier of its own under its tag: queues, ready heap, leases,
-Bloom filter, counters, statistics. Every script keeps to one partition, so each stays exact.
+so that its slot is served by that primary. A host always belongs to the same partition, and each
+partition is a frontier of its own under its tag: queues, ready heap, leases, Bloom filter,
+counters, statistics. Every script keeps to one partition, so each stays exact. The seeds' hosts,
+the sites a vertical crawl is about, are dealt out in turn (the n-th to partition n mod their
+number, recorded with the job: its seeds never change), so each primary gets its even share of
+them; a host found later goes by a hash of its name.
 
 What spans partitions is done here, and in the frontier's rooms that ask this: an admission's links
 go to their hosts' partitions (the analysed batch's own last, which finishes its pages); a batch
@@ -22,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from redis.cluster import RedisCluster
@@ -45,6 +49,7 @@ class JobPartitions:
         self._scripts = scripts
         self._redis = scripts.client
         self._known: dict[str, tuple[str, ...]] = {}
+        self._placed: dict[str, dict[str, str]] = {}  # job -> seed host -> its partition
 
     def plan(self, job_id: str) -> tuple[str, ...]:
         """The partitions a new one-off job gets: its own id, then one per other primary of a cluster."""
@@ -64,8 +69,9 @@ class JobPartitions:
     def _primary_of(self, key: str) -> str:
         return str(self._redis.nodes_manager.get_node_from_slot(key_slot(key.encode())).name)
 
-    def remember(self, job_id: str, ids: tuple[str, ...]) -> None:
+    def remember(self, job_id: str, ids: tuple[str, ...], placed: Sequence[str] = ()) -> None:
         self._known[job_id] = ids
+        self._placed[job_id] = _deal(ids, placed)
 
     def of(self, job_id: str) -> tuple[str, ...]:
         """The job's partitions (its own id first; just it when not split)."""
@@ -73,14 +79,19 @@ class JobPartitions:
         if ids is None:
             raw = self._redis.hget(redis_keys.job(job_id), names.META_PARTITIONS)
             ids = tuple(json.loads(text(raw))) if raw else (job_id,)
-            if raw or self._redis.exists(redis_keys.job(job_id)):  # a job not created yet is asked again
-                self._known[job_id] = ids
+            if raw:
+                placed = self._redis.get(redis_keys.job_placed_hosts(job_id))
+                self.remember(job_id, ids, json.loads(text(placed)) if placed else ())
+            elif self._redis.exists(redis_keys.job(job_id)):  # a job not created yet is asked again
+                self.remember(job_id, ids)
         return ids
 
     def for_host(self, job_id: str, host: str) -> str:
-        """The partition holding ``host``'s queue."""
+        """The partition holding ``host``'s queue: a seed host's dealt, any other's by a hash of its name."""
         ids = self.of(job_id)
-        return ids[0] if len(ids) == 1 else ids[zlib.crc32(host.encode()) % len(ids)]
+        if len(ids) == 1:
+            return ids[0]
+        return self._placed.get(job_id, {}).get(host) or ids[zlib.crc32(host.encode()) % len(ids)]
 
     def for_batch(self, job_id: str, batch_id: str) -> str:
         """The partition that leased ``batch_id`` (its id ends with ``~n`` when not the job's own)."""
@@ -144,6 +155,28 @@ class JobPartitions:
                 elif field not in _NOT_SUMMED and number.lstrip("-").isdigit():
                     merged[field] = str(int(merged.get(field) or 0) + int(number))
         return merged
+
+
+MOST_PLACED_HOSTS = 20_000
+"""Seed hosts dealt out at most (the list is read once per job and process); more go by their hash."""
+
+
+def placed_hosts(hosts: Sequence[str]) -> list[str]:
+    """The seed hosts to deal out: each once, in order, ``MOST_PLACED_HOSTS`` at most.
+
+    >>> placed_hosts(["a:80", "b:80", "a:80", "c:443"])
+    ['a:80', 'b:80', 'c:443']
+    """
+    return list(dict.fromkeys(hosts))[:MOST_PLACED_HOSTS]
+
+
+def _deal(ids: Sequence[str], hosts: Sequence[str]) -> dict[str, str]:
+    """Seed host -> its partition: the n-th host to partition n mod their number.
+
+    >>> _deal(("j", "j~1", "j~4"), ["a", "b", "c", "d"])
+    {'a': 'j', 'b': 'j~1', 'c': 'j~4', 'd': 'j'}
+    """
+    return {host: ids[n % len(ids)] for n, host in enumerate(hosts)} if len(ids) > 1 else {}
 
 
 _NOT_SUMMED = frozenset({names.META_CYCLE, names.META_SEQ, names.META_BATCH_SEQ, names.META_PARTITIONED,

@@ -84,6 +84,12 @@ def job_renewals(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:renewals"
 
 
+def job_placed_hosts(job_id: str) -> str:
+    """String: a split job's seed hosts, JSON, in order: the n-th is in partition n mod their number
+    (``frontier.partitions``); apart from the job's hash, which status reads often."""
+    return f"{PREFIX}:job:{{{job_id}}}:placed-hosts"
+
+
 def job_sitemap_hints(job_id: str) -> str:
     """Hash: canonical URL -> what the job's sitemaps said of it, and in which cycle (JSON)."""
     return f"{PREFIX}:job:{{{job_id}}}:sitemap-hints"

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -23,7 +24,7 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.jobs import admit_links, build_runtime
+from engine.jobs import admit_links, build_runtime, seed_hosts
 from frontier import BatchRelease, Frontier
 from tasks.redis_clients import make_frontier_client
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker, submit, wait_all
@@ -266,3 +267,30 @@ def test_one_job_spreads_its_hosts_over_every_primary_and_completes_when_all_par
             assert all(frontier.jobs.raw_state(part)["state"] == "completed" for part in parts[1:])
         finally:
             client.close()
+
+
+def test_a_split_jobs_seed_hosts_are_dealt_evenly_over_the_primaries(tmp_path: Path) -> None:
+    """30 seed hosts, 3 primaries: 10 host queues each, where a hash of their names would give each
+    whatever it happens to (a process that meets the job later deals them the same); a host that is
+    no seed's goes by its hash."""
+    with RedisCluster(tmp_path / "cluster") as cluster:
+        settings = Settings(redis_url="redis://127.0.0.1:9/0", frontier_url=cluster.url)
+        client, later = make_frontier_client(settings), make_frontier_client(settings)
+        try:
+            frontier = Frontier(client)
+            hosts = [f"h{n}.test" for n in range(30)]
+            spec = JobSpec.from_dict({"id": "dealt", "seeds": [f"http://{host}/" for host in hosts],
+                                      "politeness": {"min_interval_s": 0}})  # fmt: skip
+            assert frontier.jobs.create(spec.id, spec.to_json(), time.time(), seed_hosts=seed_hosts(spec))
+            parts = frontier.partitions.of(spec.id)
+            assert [frontier.partitions.for_host(spec.id, host) for host in hosts] == [*parts] * 10
+            assert [Frontier(later).partitions.for_host(spec.id, host) for host in hosts] == [*parts] * 10
+            runtime = build_runtime(spec, settings, session=None, client=client)
+            admit_links(runtime, frontier, [(f"http://{host}/", 0, 5) for host in hosts], done=0, token="seeds",
+                        counters=Counter(), seeds=True)  # fmt: skip
+            assert sorted(cluster.keys_per_primary("vcrawl:job:*:q:*").values()) == [10, 10, 10]
+            by_hash = parts[zlib.crc32(b"elsewhere.test") % len(parts)]
+            assert frontier.partitions.for_host(spec.id, "elsewhere.test") == by_hash
+        finally:
+            client.close()
+            later.close()
