@@ -396,24 +396,13 @@ def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: F
     """
     check_job(spec, fetchers)
     now = time.time()
-    if not frontier.jobs.create(spec.id, spec.to_json(), now, strategy=spec.strategy, seed_hosts=seed_hosts(spec)):
+    if not frontier.jobs.create(spec.id, spec.to_json(), now, strategy=spec.strategy, seeds=spec.seeds):
         raise InvalidTask("id", f"a job {spec.id!r} exists already")
     runtime = runtimes.get(spec.id)
     admit_links(runtime, frontier, seed_links(spec, runtime.limits.max_redirects), done=0, token="seeds",
                 counters=Counter(), seeds=True)  # fmt: skip
     frontier.partitions.started(spec.id)  # a job split over a cluster may complete from now on
     return spec.id
-
-
-def seed_hosts(spec: JobSpec) -> list[str]:
-    """The hosts of a job's seeds, as its admissions name them (a seed that is no URL has none)."""
-    hosts = []
-    for seed in spec.seeds:
-        try:
-            hosts.append(host_key(canonical_url(seed)))
-        except ValueError:
-            continue
-    return hosts
 
 
 def seed_links(spec: JobSpec, max_redirects: int) -> list[Link]:

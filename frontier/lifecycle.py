@@ -30,11 +30,11 @@ class JobLifecycle:
         self._parts = partitions if partitions is not None else JobPartitions(scripts)
 
     def create(self, job_id: str, spec_json: str, now: float, strategy: str = names.STRATEGY_BREADTH_FIRST,
-               seed_hosts: Sequence[str] = ()) -> bool:  # fmt: skip
+               seeds: Sequence[str] = ()) -> bool:  # fmt: skip
         """Record a new running job (``strategy``: its spec's, for the frontier's scripts); False if the id is taken.
 
-        On a Redis Cluster the job is split, one partition per primary (``frontier.partitions``), its
-        ``seed_hosts`` dealt out over them; it cannot complete before ``JobPartitions.started`` (its
+        On a Redis Cluster the job is split, one partition per primary (``frontier.partitions``), the
+        hosts of its ``seeds`` dealt out over them; it cannot complete before ``JobPartitions.started`` (its
         seeds are admitted).
         """
         meta = redis_keys.job(job_id)
@@ -43,7 +43,7 @@ class JobLifecycle:
         fields = {names.META_STATE: names.STATE_RUNNING, names.META_CREATED_AT: now, names.META_PENDING: 0,
                   names.META_ADMITTED: 0, names.META_STRATEGY: strategy}  # fmt: skip
         parts = self._parts.plan(job_id)
-        placed = placed_hosts(seed_hosts) if len(parts) > 1 else []
+        placed = placed_hosts(seeds) if len(parts) > 1 else []
         pipe = self._redis.pipeline(transaction=False)
         if len(parts) > 1:
             for part in parts[1:]:

@@ -32,6 +32,7 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from frontier.scripts import ScriptLoader
+from frontier.urls import canonical_url, host_key
 from vcrawl import names, redis_keys
 from vcrawl.redis_replies import text
 
@@ -161,13 +162,22 @@ MOST_PLACED_HOSTS = 20_000
 """Seed hosts dealt out at most (the list is read once per job and process); more go by their hash."""
 
 
-def placed_hosts(hosts: Sequence[str]) -> list[str]:
-    """The seed hosts to deal out: each once, in order, ``MOST_PLACED_HOSTS`` at most.
+def placed_hosts(seeds: Sequence[str]) -> list[str]:
+    """The hosts of a job's seeds to deal out, as its admissions name them: each once, in order,
+    ``MOST_PLACED_HOSTS`` at most (a seed that is no URL has none).
 
-    >>> placed_hosts(["a:80", "b:80", "a:80", "c:443"])
-    ['a:80', 'b:80', 'c:443']
+    >>> placed_hosts(["http://a.test/", "http://B.test:8080/x", "http://a.test/y", "not a url"])
+    ['a.test', 'b.test:8080']
     """
-    return list(dict.fromkeys(hosts))[:MOST_PLACED_HOSTS]
+    hosts: dict[str, None] = {}
+    for seed in seeds:
+        try:
+            hosts.setdefault(host_key(canonical_url(seed)))
+        except ValueError:
+            continue
+        if len(hosts) >= MOST_PLACED_HOSTS:
+            break
+    return list(hosts)
 
 
 def _deal(ids: Sequence[str], hosts: Sequence[str]) -> dict[str, str]:

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from cli.local_redis import LocalRedis
-from engine.jobs import admit_links, build_runtime, seed_hosts
+from engine.jobs import admit_links, build_runtime
 from frontier import BatchRelease, Frontier
 from tasks.redis_clients import make_frontier_client
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker, submit, wait_all
@@ -281,7 +281,7 @@ def test_a_split_jobs_seed_hosts_are_dealt_evenly_over_the_primaries(tmp_path: P
             hosts = [f"h{n}.test" for n in range(30)]
             spec = JobSpec.from_dict({"id": "dealt", "seeds": [f"http://{host}/" for host in hosts],
                                       "politeness": {"min_interval_s": 0}})  # fmt: skip
-            assert frontier.jobs.create(spec.id, spec.to_json(), time.time(), seed_hosts=seed_hosts(spec))
+            assert frontier.jobs.create(spec.id, spec.to_json(), time.time(), seeds=spec.seeds)
             parts = frontier.partitions.of(spec.id)
             assert [frontier.partitions.for_host(spec.id, host) for host in hosts] == [*parts] * 10
             assert [Frontier(later).partitions.for_host(spec.id, host) for host in hosts] == [*parts] * 10
