@@ -20,7 +20,7 @@ from typing import Any
 from engine.crawl_env import CrawlEnv
 from engine.fetch_batch import StartedFetch, finish_fetch, start_fetch
 from engine.redis_wait import ride_out
-from frontier import Batch, origin
+from frontier import Batch
 from frontier.queue import RENEWAL_HOLDS_S
 from telemetry.log_context import log_context
 
@@ -98,8 +98,6 @@ def run_fetch_bundle(
         renewals = _Renewals(env, job_id, lambda until: [started for at, _, started in due if at <= until])
 
         def add(new: Sequence[Batch], started_for: str = "") -> None:
-            # The hosts' robots.txt rules in one round trip, not one per host as each batch starts.
-            env.robots.preload(origin(batch.entries[0].url) for batch in new if batch.entries)
             for batch in new:
                 result, started = start_fetch(env, job_id, batch, stop_at, started_for, renewals.held)
                 if started is None:

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urljoin, urlsplit
 
@@ -270,10 +270,6 @@ class RobotsCache:
         pipe.get(redis_keys.robots(origin))
         pipe.pttl(redis_keys.robots(origin))
         raw, ttl_ms = pipe.execute()
-        return self._keep(origin, raw, ttl_ms, now)
-
-    def _keep(self, origin: str, raw: bytes | str | None, ttl_ms: int, now: float) -> RobotsRules | None:
-        """The rules Redis gave for ``origin`` (its cached text and PTTL), kept here no longer than there."""
         if raw is None:
             return None
         try:
@@ -286,29 +282,6 @@ class RobotsCache:
         elif ttl_ms == -1:
             self._remember(origin, rules, now + self._ttl_for(rules))
         return rules
-
-    def preload(self, origins: Iterable[str]) -> None:
-        """Bring the rules Redis has for ``origins`` into this process in one round trip (a pipeline;
-        per primary on a Redis Cluster), for the ``get`` calls about to come. Nothing is kept for an
-        origin Redis does not know: its ``get`` asks again (another process may have read it since).
-
-        Raises:
-            ValueError: an origin is not ``scheme://host[:port]``.
-        """
-        now = self._clock()
-        with self._lock:
-            wanted = [origin for origin in dict.fromkeys(origins)
-                      if (entry := self._local.get(origin)) is None or now >= entry[1]]  # fmt: skip
-        if len(wanted) < 2:  # one: its get costs the same round trip
-            return
-        pipe = self._redis.pipeline(transaction=False)
-        for origin in wanted:
-            _check_origin(origin)
-            pipe.get(redis_keys.robots(origin))
-            pipe.pttl(redis_keys.robots(origin))
-        replies = pipe.execute()
-        for origin, raw, ttl_ms in zip(wanted, replies[::2], replies[1::2], strict=True):
-            self._keep(origin, raw, ttl_ms, now)
 
     def put(self, origin: str, rules: RobotsRules) -> None:
         """Store ``rules`` for ``origin`` in Redis and in this process.

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ipaddress
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,10 +54,6 @@ class RobotsRulesCache(Protocol):
 
     def put(self, origin: str, rules: RobotsRules) -> None:
         """Keep ``rules`` for ``origin``."""
-        ...
-
-    def preload(self, origins: Iterable[str]) -> None:
-        """Read the rules of ``origins`` ahead, together (their ``get`` calls are about to come)."""
         ...
 
 

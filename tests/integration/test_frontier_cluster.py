@@ -25,7 +25,7 @@ import redis
 
 from cli.local_redis import LocalRedis
 from engine.jobs import admit_links, build_runtime
-from frontier import BatchRelease, Frontier, RobotsCache, RobotsRules
+from frontier import BatchRelease, Frontier
 from tasks.redis_clients import make_frontier_client
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker, submit, wait_all
 from tests.faults.test_faults import serve_pages
@@ -294,24 +294,3 @@ def test_a_split_jobs_seed_hosts_are_dealt_evenly_over_the_primaries(tmp_path: P
         finally:
             client.close()
             later.close()
-
-
-def test_robots_rules_of_many_origins_are_preloaded_over_the_shards(tmp_path: Path) -> None:
-    """A bundle reads its hosts' robots.txt rules ahead in one pipeline, which the cluster client
-    splits by primary: every origin's rules come back, whichever shard keeps them."""
-    with RedisCluster(tmp_path / "cluster") as cluster:
-        client = make_frontier_client(Settings(redis_url="redis://127.0.0.1:9/0", frontier_url=cluster.url))
-        try:
-            origins = [f"http://h{n}.test" for n in range(12)]
-            writer = RobotsCache(client)
-            for n, site in enumerate(origins):
-                writer.put(site, RobotsRules.from_response(200, f"User-agent: *\nDisallow: /{n}\n".encode()))
-            assert len([port for port, keys in cluster.keys_per_primary("vcrawl:robots:*").items() if keys]) > 1
-            reader = RobotsCache(client)
-            reader.preload(origins)
-            client.close()  # every rule is in the process now: no Redis needed
-            for n, site in enumerate(origins):
-                rules = reader.get(site)
-                assert rules is not None and not rules.can_fetch(f"{site}/{n}", "vcrawl"), site
-        finally:
-            client.close()

@@ -4,7 +4,7 @@ dict, pages stored by the real ``Storage`` in a temporary directory. No sockets,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -70,9 +70,6 @@ class RulesHere:
 
     def put(self, origin: str, rules: RobotsRules) -> None:
         self.rules[origin] = rules
-
-    def preload(self, origins: Iterable[str]) -> None:
-        pass  # nothing to read ahead: every rule is here
 
 
 class NoSitemaps:

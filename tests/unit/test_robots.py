@@ -193,7 +193,6 @@ class RedisDouble:
         self._clock = clock
         self.data: dict[str, tuple[str | bytes, float | None]] = {}
         self.gets = 0
-        self.round_trips = 0  # pipelines executed
 
     def _live(self, key: str) -> tuple[str | bytes, float | None] | None:
         entry = self.data.get(key)
@@ -235,7 +234,6 @@ class PipelineDouble:
         self._calls.append(("pttl", key))
 
     def execute(self) -> list[object]:
-        self._redis.round_trips += 1
         return [getattr(self._redis, name)(key) for name, key in self._calls]
 
 
@@ -285,23 +283,6 @@ def test_another_process_reads_redis_once(redis_double: RedisDouble, clock: Fake
     assert other.get(SITE) is first
     assert redis_double.gets == 1
     assert not first.can_fetch(SITE + "/x", TOKEN)
-
-
-def test_preload_reads_many_origins_in_one_round_trip(redis_double: RedisDouble, clock: FakeClock) -> None:
-    writer = _cache(redis_double, clock)
-    writer.put(SITE, PARSED)
-    writer.put("https://down.example", RobotsRules("disallow_all"))
-    other = _cache(redis_double, clock)
-    other.preload([SITE, "https://down.example", "http://unknown.example", SITE])
-    assert redis_double.round_trips == 1 and redis_double.gets == 3
-    assert other.get(SITE) == PARSED and other.get("https://down.example") == RobotsRules("disallow_all")
-    assert redis_double.round_trips == 1  # both served from the process now
-    assert other.get("http://unknown.example") is None and redis_double.round_trips == 2  # asked again
-    other.preload([SITE, "https://down.example"])  # known here: nothing to read
-    assert redis_double.round_trips == 2
-    clock.now += 601  # down.example's key expired in Redis, and so here
-    other.preload([SITE, "https://down.example"])  # one to read: its get costs the same
-    assert redis_double.round_trips == 2
 
 
 def test_entries_expire_with_the_redis_key(redis_double: RedisDouble, clock: FakeClock) -> None:
