@@ -121,7 +121,9 @@ def test_daily_stats_survive_redis_restarts(
     kept_s = RETENTION_DAYS * 86400 + 86400 - time.time() % 86400  # the retention, from the end of the day
     for job in (done, running):
         for key in (redis_keys.job_day_stats(job, day), redis_keys.job_day_host_stats(job, day)):
-            assert kept_s - 300 <= client.ttl(key) <= kept_s + 1, key
+            # Up to 1.5 s over: the TTL was set counting from the whole second it started in
+            # (frontier.queue's _day_ttl_s), and TTL rounds to the nearest second.
+            assert kept_s - 300 <= client.ttl(key) <= kept_s + 2, key
     fault_report(pages_stored=running_status["pages_stored"], days_kept=len(after["days"]))
 
 
@@ -147,4 +149,4 @@ def test_daily_stats_survive_a_redis_restart_at_the_shipped_settings(
     client = redis.Redis.from_url(redis_aof.server.url)
     key = redis_keys.job_day_stats(done, stats_day(time.time()))
     kept_s = 90 * 86400 + 86400 - time.time() % 86400  # the retention, from the end of the day
-    assert settings.stats_retention_days == 90 and kept_s - 300 <= client.ttl(key) <= kept_s + 1
+    assert settings.stats_retention_days == 90 and kept_s - 300 <= client.ttl(key) <= kept_s + 2  # as above
