@@ -365,4 +365,7 @@ def test_beat_goes_on_firing_across_a_failover(tmp_path: Path, fault_report: Not
         assert len(sent) - before >= 3, beat_log.read_text()[-3000:]
         assert max(gaps) <= promotion_s + 2 * EVERY_S + 3  # no firing lost beyond the failover
         assert min(gaps) >= EVERY_S / 2  # none sent twice
-        assert "Redis unreachable" in beat_log.read_text()  # it did meet the failover
+        # It did meet the failover: a call that failed ("Redis unreachable"), or one that waited it
+        # out (a firing gap over two periods); seen both ways, by where the kill falls in a tick.
+        met = "Redis unreachable" in beat_log.read_text() or max(gaps) > 2 * EVERY_S
+        assert met, beat_log.read_text()[-3000:]
