@@ -86,37 +86,39 @@ local touched = {}
 local get, set = {}, {}
 for j = 1, k do
   get[3 * j - 2] = 'GET'; get[3 * j - 1] = 'u1'
-  set[4 * j - 3] = 'SET'; set[4 * j - 2] = 'u1'; set[4 * j] = 1
+  set[4 * j - 3] = 'SET'; set[4 * j - 2] = 'u1'; set[4 * j] = '1'
 end
 -- When every new URL will be queued (no history, room under the page limit), the URLs are tested
 -- and marked with one BITFIELD per segment (SET returns the old bits), in their order: the same
--- answers as one BITFIELD each, in a fraction of the commands. `premarked`: record -> its old bits.
-local premarked = {}
+-- answers as one BITFIELD each, in a fraction of the commands. A record's old bits are then
+-- bits_of[rec][first[rec] + 1 .. first[rec] + k]. The arguments are strings, built with a running
+-- count and no table per record: Redis turns a Lua number into text at every call, and each table
+-- is garbage its collector pays for in later calls.
+local bits_of, first = {}, {}
 local nrec = math.floor((#ARGV - i) / (5 + k))
 if running and history_mode == 0 and admitted + nrec <= max_pages then
-  local ops, owners = {}, {}
+  local ops, count, waiting = {}, {}, {}
   local function flush(segi)
-    local bits = redis.call('BITFIELD', KEYS[5 + segi], unpack(ops[segi]))
-    for m, n in ipairs(owners[segi]) do
-      local mine = {}
-      for b = 1, k do mine[b] = bits[(m - 1) * k + b] end
-      premarked[n] = mine
-    end
-    ops[segi], owners[segi] = {}, {}
+    local reply = redis.call('BITFIELD', KEYS[5 + segi], unpack(ops[segi], 1, count[segi]))
+    for _, n in ipairs(waiting[segi]) do bits_of[n] = reply end
+    ops[segi], count[segi], waiting[segi] = {}, 0, {}
   end
   for n = 1, nrec do
     local at = i + (n - 1) * (5 + k)
     local segi = tonumber(ARGV[at])
-    if not ops[segi] then ops[segi], owners[segi] = {}, {} end
-    local o = ops[segi]
+    if not ops[segi] then ops[segi], count[segi], waiting[segi] = {}, 0, {} end
+    if count[segi] >= 4000 then flush(segi) end  -- within unpack's limit (~8000)
+    local o, c, w = ops[segi], count[segi], waiting[segi]
+    w[#w + 1] = n
+    first[n] = c / 4
     for b = 1, k do
-      o[#o + 1] = 'SET'; o[#o + 1] = 'u1'; o[#o + 1] = ARGV[at + 4 + b]; o[#o + 1] = 1
+      o[c + 1] = 'SET'; o[c + 2] = 'u1'; o[c + 3] = ARGV[at + 4 + b]; o[c + 4] = '1'
+      c = c + 4
     end
-    owners[segi][#owners[segi] + 1] = n
-    if #o >= 4000 then flush(segi) end  -- within unpack's limit (~8000)
+    count[segi] = c
   end
-  for segi, o in pairs(ops) do
-    if #o > 0 then flush(segi) end
+  for segi, c in pairs(count) do
+    if c > 0 then flush(segi) end
   end
 end
 local rec = 0
@@ -131,10 +133,17 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
   -- A URL that will be queued if new is tested and marked in one BITFIELD (SET returns the old
   -- bits); one that may be refused though new (over the limit, or left to its history) is only read.
   local marked = history_mode == 0 and (admitted < max_pages or sitemap)
-  local bits = premarked[rec] or redis.call(marked and 'BITFIELD' or 'BITFIELD_RO', seg, unpack(marked and set or get))
   local seen = true
-  for j = 1, k do
-    if bits[j] == 0 then seen = false; break end
+  if bits_of[rec] then
+    local bits, base = bits_of[rec], first[rec]
+    for j = 1, k do
+      if bits[base + j] == 0 then seen = false; break end
+    end
+  else
+    local bits = redis.call(marked and 'BITFIELD' or 'BITFIELD_RO', seg, unpack(marked and set or get))
+    for j = 1, k do
+      if bits[j] == 0 then seen = false; break end
+    end
   end
   local url = nil
   if by_priority or (history_mode > 0 and not seen) then url = cjson.decode(member).u end

@@ -16,9 +16,13 @@
 local state, cycle = unpack(redis.call('HMGET', KEYS[1], {{META_STATE}}, {{META_CYCLE}}))
 local codes = {}
 local wrote = false
+if #ARGV == 0 then return {} end
+local ids = {}
+for i = 1, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+local leases = redis.call('HMGET', KEYS[2], unpack(ids))  -- one read for a whole bundle
 for i = 1, #ARGV, 3 do
   local id, want, token = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  local raw = redis.call('HGET', KEYS[2], id)
+  local raw = leases[(i + 2) / 3]
   local code = 1
   if not raw then
     code = 0
