@@ -140,7 +140,8 @@ def hdfs() -> Iterator[WebHdfsTestServer]:
 
 
 def settings_for(server: LocalRedis, hdfs: WebHdfsTestServer, node_timeout_s: float = NODE_TIMEOUT_S) -> Settings:
-    # The node timeout is the ring's recovery path: the kill test runs it at the shipped 30 s. The
+    # The node timeout is the ring's recovery path: the kill test and the Redis restart test also run it at
+    # the shipped 30 s. The
     # visibility timeout stays at its shipped hour: the messages a killed node held go back when it
     # is declared down (tasks/broker/holdings.py).
     return Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl",
@@ -258,22 +259,34 @@ def test_a_node_joining_mid_crawl_takes_its_share_and_the_job_completes(
 def test_redis_restarted_while_a_dead_node_is_handed_over_loses_nothing(
     tmp_path: Path, sites: list[TestSite], hdfs: WebHdfsTestServer, fault_report: Note
 ) -> None:
+    restart_redis_during_a_hand_over(tmp_path, sites, hdfs, NODE_TIMEOUT_S, fault_report)
+
+
+def test_redis_restarted_while_a_dead_node_is_handed_over_at_the_shipped_node_timeout_loses_nothing(
+    tmp_path: Path, sites: list[TestSite], hdfs: WebHdfsTestServer, fault_report: Note
+) -> None:
+    restart_redis_during_a_hand_over(tmp_path, sites, hdfs, Settings().node_timeout_s, fault_report)
+
+
+def restart_redis_during_a_hand_over(
+    tmp_path: Path, sites: list[TestSite], hdfs: WebHdfsTestServer, node_timeout_s: float, fault_report: Note
+) -> None:
     server = LocalRedis(tmp_path / "redis").start()
     port = server.port
     ring: Ring | None = None
     try:  # from here on, the Redis we started is stopped whatever fails
-        env = cluster_env(settings_for(server, hdfs))
+        env = cluster_env(settings_for(server, hdfs, node_timeout_s))
         ring = Ring(env, tmp_path, sites)
         job_id = ring.crawl_with_three_nodes()
         ring.kill("c")
-        time.sleep(NODE_TIMEOUT_S / 2)  # inside c's timeout: the ring is changing
+        time.sleep(node_timeout_s / 2)  # inside c's timeout: the ring is changing
         server.stop()  # SIGTERM: Redis writes its AOF and exits
         time.sleep(1.0)
         server = LocalRedis(tmp_path / "redis", port=port).start()
         back_at = time.monotonic()
         status = wait_done(server.url, job_id, 150)
         listing = ring.listing()
-        fault_report(fault="ring node c SIGKILLed, Redis restarted (AOF) inside c's node timeout",
+        fault_report(fault=f"ring node c SIGKILLed, Redis restarted (AOF) in its node timeout, {node_timeout_s:g} s",
                      completed_s_after_restart=round(time.monotonic() - back_at, 1))  # fmt: skip
         assert all(ring.nodes[name].poll() is None for name in ("a", "b"))  # they reconnected by themselves
     finally:
