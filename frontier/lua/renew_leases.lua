@@ -13,10 +13,10 @@
 -- 3 another run owns it (a copy of the batch's message started it after a failover lost this
 -- run's start: that run fetches every URL and releases, this one neither fetches nor releases).
 -- A lease with no owner (the start was lost, no copy came) is this run's again.
+if #ARGV == 0 then return {} end
 local state, cycle = unpack(redis.call('HMGET', KEYS[1], {{META_STATE}}, {{META_CYCLE}}))
 local codes = {}
 local wrote = false
-if #ARGV == 0 then return {} end
 local ids = {}
 for i = 1, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local leases = redis.call('HMGET', KEYS[2], unpack(ids))  -- one read for a whole bundle
