@@ -39,9 +39,6 @@ logger = logging.getLogger(__name__)
 RENEWAL_HOLDS_S = 0.1
 """A lease renewal's yes holds this long: a bundle renews the batches due within it in one call
 (``engine.fetch_bundle``); a hand-over keeps each host away that much longer than its pause."""
-QUIET_PART_MOST_S = 0.25
-"""How long a lease-ahead pump (a bundle's refill) skips a partition of a split job that had nothing
-due, at most: the longest a host admitted there meanwhile waits for such a pump."""
 _UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
 _ALREADY_RELEASED = -2  # release.lua: this release ran before (a retried call)
 
@@ -55,9 +52,6 @@ class FrontierQueue:
         self._redis = scripts.client
         self._parts = partitions if partitions is not None else JobPartitions(scripts)
         self._quiet_looked: dict[str, float] = {}  # split job -> when the pump last asked if it is done
-        # partition -> (look again after, its next host due at): a partition with nothing due within
-        # a lease-ahead pump's horizon, skipped by such pumps until then (monotonic clock)
-        self._quiet_parts: dict[str, tuple[float, float | None]] = {}
         self._stats_ttl_s = stats_ttl_s  # how long per-minute statistics are kept
         self._day_stats_ttl_s = day_stats_ttl_s  # per-day ones: after their day
 
@@ -126,10 +120,7 @@ class FrontierQueue:
             "owner": owner,
         }
         parts = self._parts.of(job_id)
-        if ahead_ms > 0 and len(parts) > 1:
-            results = [self._pump_unless_quiet(job_id, part, shape) for part in parts]
-        else:
-            results = [self._pump_in(job_id, part, **shape) for part in parts]  # type: ignore[arg-type]
+        results = [self._pump_in(job_id, part, **shape) for part in parts]  # type: ignore[arg-type]
         if results[0].stopped or len(results) == 1:  # a split job's state is its own hash's
             return results[0]
         dues = [result.next_due_s for result in results if result.next_due_s is not None]
@@ -139,25 +130,6 @@ class FrontierQueue:
             if self._parts.complete_if_quiet(job_id):  # e.g. its last URLs failed in a reclaim
                 return PumpResult((), None, stopped=True)
         return PumpResult(batches, min(dues) if dues else None)
-
-    def _pump_unless_quiet(self, job_id: str, part: str, shape: dict[str, Any]) -> PumpResult:
-        """A lease-ahead pump of one partition of a split job, skipped while an earlier look found nothing
-        due within its horizon: until that host is, for ``QUIET_PART_MOST_S`` at most (a host admitted
-        meanwhile is due at once). Such pumps are a bundle's refills, every few tens of milliseconds
-        in each worker process, most of them finding work in one partition and none in the others."""
-        now = time.monotonic()
-        until, due_at = self._quiet_parts.get(part, (0.0, None))
-        if now < until:
-            return PumpResult((), None if due_at is None else max(0.0, due_at - now))
-        result = self._pump_in(job_id, part, **shape)
-        horizon_s = shape["ahead_ms"] / 1000
-        if result.batches or result.stopped or (result.next_due_s is not None and result.next_due_s <= horizon_s):
-            self._quiet_parts.pop(part, None)
-        else:
-            due_s = result.next_due_s
-            wait_s = QUIET_PART_MOST_S if due_s is None else min(QUIET_PART_MOST_S, due_s - horizon_s)
-            self._quiet_parts[part] = (now + wait_s, None if due_s is None else now + due_s)
-        return result
 
     def _pump_in(self, job_id: str, part: str, *, max_batches: int, batch_size: int, per_host: int,
                  interval_ms: float, lease_ms: float, cap: int, ahead_ms: float, owner: str) -> PumpResult:  # fmt: skip

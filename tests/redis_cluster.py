@@ -412,13 +412,6 @@ class RedisCluster:
             if name.removeprefix("cmdstat_").split("|")[0] not in exclude
         )
 
-    def script_calls(self, port: int) -> int:
-        """Scripts the node on ``port`` has run by their SHA (INFO commandstats: EVALSHA, without a call
-        that failed, e.g. on a script not loaded yet)."""
-        with _client(port) as client:
-            stats = client.info("commandstats").get("cmdstat_evalsha", {})
-        return int(stats.get("calls", 0)) - int(stats.get("failed_calls", 0)) - int(stats.get("rejected_calls", 0))
-
     def cpu_seconds(self, port: int) -> float:
         """CPU time (user + system) the node on ``port`` has used (INFO cpu)."""
         with _client(port) as client:

@@ -16,7 +16,7 @@ import sys
 import time
 import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -26,7 +26,6 @@ import redis
 from cli.local_redis import LocalRedis
 from engine.jobs import admit_links, build_runtime
 from frontier import BatchRelease, Frontier
-from frontier.queue import QUIET_PART_MOST_S
 from tasks.redis_clients import make_frontier_client
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker, submit, wait_all
 from tests.faults.test_faults import serve_pages
@@ -41,7 +40,6 @@ pytestmark = pytest.mark.slow
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 INTERVAL_S = 0.05
-QUIET_AHEAD_MS = 250  # a bundle's refill horizon (engine.fetch_bundle.REFILL_AHEAD_S)
 ROBOTS = "User-agent: *\nDisallow: /private\n"
 
 
@@ -296,51 +294,3 @@ def test_a_split_jobs_seed_hosts_are_dealt_evenly_over_the_primaries(tmp_path: P
         finally:
             client.close()
             later.close()
-
-
-def test_a_bundles_refill_skips_a_partition_with_nothing_due_for_a_quarter_second_at_most(tmp_path: Path) -> None:
-    """A lease-ahead pump (a bundle's refill, every few tens of milliseconds) looks at a partition that
-    had nothing due again only when its next host falls due, or after QUIET_PART_MOST_S: a host admitted
-    there meanwhile waits that long at most. The pump scripts run are counted on the primaries."""
-    with RedisCluster(tmp_path / "cluster") as cluster:
-        settings = Settings(redis_url="redis://127.0.0.1:9/0", frontier_url=cluster.url)
-        client = make_frontier_client(settings)
-        try:
-            frontier = Frontier(client)
-            hosts = ["h0.test", "h1.test", "h2.test"]  # seeds: one per partition
-            spec = JobSpec.from_dict({"id": "quiet", "seeds": [f"http://{host}/" for host in hosts],
-                                      "scope": {"domains": ["test"]},
-                                      "politeness": {"min_interval_s": 1, "per_host": 1}})  # fmt: skip
-            assert frontier.jobs.create(spec.id, spec.to_json(), time.time(), seeds=spec.seeds)
-            runtime = build_runtime(spec, settings, session=None, client=client)
-            admit_links(runtime, frontier, [(f"http://{host}/", 0, 5) for host in hosts], done=0, token="seeds",
-                        counters=Counter(), seeds=True)  # fmt: skip
-
-            def refill() -> list[str]:
-                leased = frontier.queue.pump(spec.id, max_batches=32, batch_size=1, per_host=1, interval_ms=1000,
-                                             lease_ms=60_000, cap=64, ahead_ms=QUIET_AHEAD_MS)  # fmt: skip
-                return sorted(batch.host for batch in leased.batches)
-
-            def looks(run: Callable[[], list[str]]) -> tuple[list[str], int]:  # its hosts, pump scripts run
-                before = sum(cluster.script_calls(port) for port in cluster.primary_ports())
-                hosts_leased = run()
-                return hosts_leased, sum(cluster.script_calls(port) for port in cluster.primary_ports()) - before
-
-            assert looks(refill) == (hosts, 3)  # each partition had its host due
-            looked_at = time.monotonic()
-            assert looks(refill) == ([], 3)  # every host leased: nothing due anywhere
-            skipped = time.monotonic() - looked_at < QUIET_PART_MOST_S  # (a stalled machine looks again)
-            assert looks(refill) == ([], 0 if skipped else 3)
-            # A host found meanwhile, in a partition just looked at, is leased within the bound.
-            second = frontier.partitions.of(spec.id)[1]
-            new_host = next(f"n{n}.test" for n in itertools.count()
-                            if frontier.partitions.for_host(spec.id, f"n{n}.test") == second)  # fmt: skip
-            admit_links(runtime, frontier, [(f"http://{new_host}/", 1, 5)], done=0, token="later", counters=Counter())
-            started = time.monotonic()
-            leased: list[str] = []
-            while time.monotonic() - started < 2 and not leased:
-                leased = refill()
-                time.sleep(0.01)
-            assert leased == [new_host] and time.monotonic() - started <= QUIET_PART_MOST_S + 0.2, leased
-        finally:
-            client.close()
