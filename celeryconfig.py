@@ -129,6 +129,8 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
             "vcrawl.fetch_batch": {"queue": DOWNLOAD_QUEUE, "routing_key": DOWNLOAD_QUEUE},
             "vcrawl.analyze_batch": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.analysis_batch_failed": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.analyze_batches": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
+            "vcrawl.analysis_batches_failed": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.start_cycle": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.batch_map": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},
             "vcrawl.batch_reduce": {"queue": ANALYSIS_QUEUE, "routing_key": ANALYSIS_QUEUE},

@@ -5,14 +5,16 @@ follow, and the analyzer its rule names, whose result becomes a record. An analy
 is retried like a single task's analysis: up to the analysis retry budget (3), with backoff, only
 for the pages that failed (what the others found is carried along), then counted, alerted once
 and given up; the page's links are still followed. The links of the whole batch are admitted in
-one admission call at the end, which also finishes the batch's URLs in the frontier.
+one admission call at the end, which also finishes the batch's URLs in the frontier. Batches a
+bundle gathers (``run_analyze_batches``) are analysed in one task and admitted together.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -28,8 +30,8 @@ from vcrawl.errors import InvalidTask, MissingPage, PermanentError, RetryableErr
 from vcrawl.payloads import FetchedBatch, FetchedPage, Rule
 from vcrawl.policies import RetryPolicy
 
-__all__ = ["ANALYSIS_ID_PREFIX", "AnalysisRetry", "CarriedAnalysis", "abandon_analysis", "analysis_task_id",
-           "run_analyze_batch"]  # fmt: skip
+__all__ = ["ANALYSIS_ID_PREFIX", "AnalysisRetry", "CarriedAnalysis", "GatheredOutcome", "abandon_analysis",
+           "analysis_task_id", "run_analyze_batch", "run_analyze_batches"]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +130,96 @@ def run_analyze_batch(
         # hand-over of the same batch (its release's retry, a resend) would then finish nothing.
         return {"job": batch.job, "batch": batch.batch, "admitted": 0, "completed": False}
     runtime = env.runtimes.get(batch.job, batch.cycle)
-    state = CarriedAnalysis.from_dict(carried)
+    analysed = _analyse_pages(env, runtime, batch, CarriedAnalysis.from_dict(carried), retry)
+    if isinstance(analysed, AnalysisRetry):
+        return analysed
+    admission = admit_links(
+        runtime,
+        env.frontier,
+        _links_in_order(batch, analysed.page_links),
+        done=batch.done,
+        token=f"a:{batch.batch}",
+        counters=analysed.counters,
+        history=_page_history(batch.pages, set(analysed.not_analysed)),
+        analysed_batch=batch.batch,
+    )
+    if admission.completed and env.on_completed is not None:
+        env.on_completed(batch.job, batch.cycle)
+    return {"job": batch.job, "batch": batch.batch, "admitted": admission.admitted,
+            "completed": admission.completed}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GatheredOutcome:
+    """What the analysis of gathered batches did: the summary of their one admission, and the
+    batches whose analyzers failed and are retried on their own (fetched, retry)."""
+
+    summary: dict[str, Any]
+    retries: tuple[tuple[Mapping[str, Any], AnalysisRetry], ...] = ()
+
+
+def run_analyze_batches(
+    env: CrawlEnv, gathered: Sequence[Mapping[str, Any]], retry: RetryPolicy | None = None
+) -> GatheredOutcome:
+    """Analyse several fetch batches of one job and partition (gathered by a bundle:
+    ``engine.fetch_bundle``), and admit all their links in one admission, which finishes them all:
+    one call per partition their links reach, not one per batch and partition.
+
+    A batch whose analyzers failed, with retries left, is left out: it is retried alone, as
+    ``run_analyze_batch`` would (``GatheredOutcome.retries``).
+
+    Raises:
+        InvalidTask: no batches, or batches of several jobs or cycles.
+        RetryableError, OSError: storage or Redis trouble, for the task edge to retry them all.
+    """
+    batches = [FetchedBatch.from_dict(fetched) for fetched in gathered]
+    if not batches or len({(batch.job, batch.cycle) for batch in batches}) > 1:
+        raise InvalidTask("batches", "gathered batches must be one or more of one job and cycle")
+    job, cycle = batches[0].job, batches[0].cycle
+    runtime = env.runtimes.get(job, cycle)
+    links: list[Link] = []
+    counters: Counter[str] = Counter()
+    history: dict[str, UrlHistory] = {}
+    finishes: dict[str, int] = {}
+    retries = []
+    for fetched, batch in zip(gathered, batches, strict=True):
+        if batch.done == 0:  # nothing to finish: see run_analyze_batch
+            continue
+        analysed = _analyse_pages(env, runtime, batch, CarriedAnalysis(), retry)
+        if isinstance(analysed, AnalysisRetry):
+            retries.append((fetched, analysed))
+            continue
+        links.extend(_links_in_order(batch, analysed.page_links))
+        counters.update(analysed.counters)
+        history.update(_page_history(batch.pages, set(analysed.not_analysed)))
+        finishes[batch.batch] = batch.done
+    summary: dict[str, Any] = {"job": job, "batches": list(finishes), "admitted": 0, "completed": False}
+    if finishes:
+        # Named by every batch gathered, whatever each one's analyzers did this time: a retried task admits once.
+        token = "a:" + hashlib.blake2b(" ".join(b.batch for b in batches).encode(), digest_size=10).hexdigest()
+        admission = admit_links(runtime, env.frontier, links, done=sum(finishes.values()), token=token,
+                                counters=counters, history=history, analysed_batch=finishes)  # fmt: skip
+        if admission.completed and env.on_completed is not None:
+            env.on_completed(job, cycle)
+        summary.update(admitted=admission.admitted, completed=admission.completed)
+    return GatheredOutcome(summary, tuple(retries))
+
+
+@dataclass(frozen=True)
+class _Analysed:
+    """A batch's pages, each analysed or given up for good: their links, what they counted, and
+    which were not analysed (their history keeps no hash)."""
+
+    page_links: Mapping[str, tuple[Link, ...]]
+    not_analysed: tuple[str, ...]
+    counters: Counter[str]
+
+
+def _analyse_pages(
+    env: CrawlEnv, runtime: JobRuntime, batch: FetchedBatch, state: CarriedAnalysis, retry: RetryPolicy | None
+) -> _Analysed | AnalysisRetry:
+    """Analyse the pages ``state`` has not finished; an ``AnalysisRetry`` while failing pages have
+    retries left, else each failing page counted, alerted and its links still followed."""
     counters: Counter[str] = Counter(state.counters)
     page_links, not_analysed = dict(state.page_links), list(state.not_analysed)
     failing: dict[str, tuple[FetchedPage, str]] = {}
@@ -156,20 +247,7 @@ def run_analyze_batch(
             _alert_analysis(env, runtime, page, error, state.attempt)
             page_links[page.url] = _follow_links_only(env, runtime, page, counters)
             not_analysed.append(page.url)
-    admission = admit_links(
-        runtime,
-        env.frontier,
-        _links_in_order(batch, page_links),
-        done=batch.done,
-        token=f"a:{batch.batch}",
-        counters=counters,
-        history=_page_history(batch.pages, set(not_analysed)),
-        analysed_batch=batch.batch,
-    )
-    if admission.completed and env.on_completed is not None:
-        env.on_completed(batch.job, batch.cycle)
-    return {"job": batch.job, "batch": batch.batch, "admitted": admission.admitted,
-            "completed": admission.completed}  # fmt: skip
+    return _Analysed(page_links, tuple(not_analysed), counters)
 
 
 def _links_in_order(batch: FetchedBatch, page_links: Mapping[str, tuple[Link, ...]]) -> list[Link]:

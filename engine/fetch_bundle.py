@@ -4,7 +4,9 @@ A paced host's batch holds several of its URLs, fetched one pause apart (``engin
 Run alone, such a batch would keep a worker process waiting most of the time; a bundle runs the
 batches of many hosts side by side in one task, always the one whose next request is due first,
 so a process fetches as fast as with politeness off while every host keeps its pace. Each batch
-keeps its own lease, release and analysis, as if it had come alone.
+keeps its own lease and release, as if it had come alone; the batches released within a moment
+of each other go to analysis together (``AnalysisGatherer``): their links are admitted in one
+call per partition they reach, not one per batch and partition.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from engine.crawl_env import CrawlEnv
 from engine.fetch_batch import StartedFetch, finish_fetch, start_fetch
 from engine.redis_wait import ride_out
 from frontier import Batch
+from frontier.partitions import PARTITION_MARK
 from frontier.queue import RENEWAL_HOLDS_S
 from telemetry.log_context import log_context
 
-__all__ = ["run_fetch_bundle"]
+__all__ = ["AnalysisGatherer", "run_fetch_bundle"]
 
 
 REFILL_EVERY_S = 0.05
@@ -37,6 +40,50 @@ REFILL_AHEAD_S = 0.25
 call for all the hosts falling due meanwhile, not one per host."""
 REFILL_IDLE_S = 0.02
 """A bundle asks for more due hosts when its next request is at least this far away."""
+
+
+GATHER_MOST_BATCHES = 8
+"""Released batches whose analyses a bundle sends together at most."""
+GATHER_MOST_S = 0.5
+"""How long a released batch waits at most for others to go to analysis with it: links found
+later are admitted later (a breadth-first crawl meets its next level later), by this much."""
+
+
+class AnalysisGatherer:
+    """What released batches hand to analysis, gathered by partition (an admission finishes the
+    batches of one partition: ``frontier.queue.admit``) and sent together (``send``, given one or
+    more hand-overs): when ``most`` are there, when the first has waited ``most_s`` (``send_due``,
+    called as the bundle goes round), and at the bundle's end (``send_all``). What a release hands
+    on stays in the frontier until analysed: a bundle that dies first loses none of it
+    (``tasks.broker.lost_analyses`` sends it)."""
+
+    def __init__(self, send: Callable[[list[dict[str, Any]]], None], clock: Callable[[], float] = time.monotonic,
+                 most: int = GATHER_MOST_BATCHES, most_s: float = GATHER_MOST_S) -> None:  # fmt: skip
+        self._send, self._clock, self._most, self._most_s = send, clock, most, most_s
+        # (cycle, partition) -> (when its first came, its hand-overs)
+        self._groups: dict[tuple[int, str], tuple[float, list[dict[str, Any]]]] = {}
+
+    def add(self, result: dict[str, Any]) -> None:
+        """Gather a released batch's hand-over (one with nothing to analyse is not sent)."""
+        if not (result.get("pages") or result.get("redirects")):
+            return
+        head, mark, number = str(result.get("batch", "")).rpartition(PARTITION_MARK)
+        key = (int(result.get("cycle") or 0), number if mark and head else "")
+        group = self._groups.setdefault(key, (self._clock(), []))[1]
+        group.append(result)
+        if len(group) >= self._most:
+            self._send(self._groups.pop(key)[1])
+
+    def send_due(self) -> None:
+        """Send each group whose first hand-over has waited long enough."""
+        now = self._clock()
+        for key in [key for key, (since, _) in self._groups.items() if now - since >= self._most_s]:
+            self._send(self._groups.pop(key)[1])
+
+    def send_all(self) -> None:
+        """Send everything gathered."""
+        while self._groups:
+            self._send(self._groups.pop(next(iter(self._groups)))[1])
 
 
 class _Renewals:
@@ -76,6 +123,7 @@ def run_fetch_bundle(
     finished: Callable[[dict[str, Any]], None] = lambda _: None,
     unfinished: list[Batch] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    going_round: Callable[[], None] = lambda: None,
 ) -> list[dict[str, Any]]:
     """Fetch the batches side by side, each at its host's pace; release each; return what each hands
     to analysis, in the order they finished. No request starts after ``budget_s``: what is left is
@@ -88,6 +136,7 @@ def run_fetch_bundle(
     busy with as many hosts as keep it so, not with the few one pump call found due. ``finished``
     gets each batch's result as soon as it is released (its analysis need not wait for the bundle).
     When a batch raises, the batches not released yet are added to ``unfinished`` (to hand back).
+    ``going_round`` is called each time round (e.g. ``AnalysisGatherer.send_due``).
     """
     with log_context(job=job_id):
         stop_at = env.clock() + budget_s
@@ -111,6 +160,7 @@ def run_fetch_bundle(
         stepping: StartedFetch | None = None
         try:
             while due:
+                going_round()
                 now = env.clock()
                 refilling = now < stop_at - refill_span_s
                 if refilling and due[0][0] - now >= REFILL_IDLE_S and now >= refill_at:

@@ -305,7 +305,7 @@ def admit_links(
     seeds: bool = False,
     known: bool = False,
     history: Mapping[str, UrlHistory] | None = None,
-    analysed_batch: str | None = None,
+    analysed_batch: str | Mapping[str, int] | None = None,
     sitemap_priorities: Mapping[str, float] | None = None,
 ) -> Admission:
     """Canonicalize, filter, dedup and queue links (a plain ``(url, depth, redirects_left)`` is a
@@ -320,7 +320,9 @@ def admit_links(
     (URLs due in this cycle) are queued whatever the history says. A priority job gives each
     candidate its priority (``vcrawl.priorities.url_priority``, with ``sitemap_priorities``: a
     sitemap's ``priority`` by listed URL); a sitemap to read goes before any page (``admit.lua``).
+    ``analysed_batch``: the fetch batch whose ``done`` URLs this finishes, or several of one partition (id -> done).
     """
+    analysed = ((analysed_batch, done),) if isinstance(analysed_batch, str) else tuple((analysed_batch or {}).items())
     history_mode = 0 if not runtime.cycle else 1 if (seeds or known) else 2
     scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
     # A sitemap is the way in, not a page: the allow patterns and the file-suffix filter (.gz) are for pages.
@@ -374,7 +376,7 @@ def admit_links(
                 history_mode=history_mode,
                 cycle=runtime.cycle,
                 history=(history or {}) if last else {},  # with the pages it finishes
-                analysed_batch=analysed_batch if last else None,
+                analysed=analysed if last else (),
             ),
             wake=runtime.spec.politeness.min_interval_s <= 0,  # paced hosts: the pump's next round is soon enough
         )

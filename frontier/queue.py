@@ -39,7 +39,6 @@ logger = logging.getLogger(__name__)
 RENEWAL_HOLDS_S = 0.1
 """A lease renewal's yes holds this long: a bundle renews the batches due within it in one call
 (``engine.fetch_bundle``); a hand-over keeps each host away that much longer than its pause."""
-_UNKNOWN_RELEASE = -3  # admit.lua: the batch's release is not in this Redis
 _ALREADY_RELEASED = -2  # release.lua: this release ran before (a retried call)
 
 
@@ -62,7 +61,10 @@ class FrontierQueue:
         parts = self._parts.of(job_id)
         if len(parts) == 1:
             return self._admit_in(job_id, job_id, request, wake)
-        own = self._parts.for_batch(job_id, request.analysed_batch) if request.analysed_batch else job_id
+        owners = {self._parts.for_batch(job_id, batch_id) for batch_id, _ in request.analysed}
+        if len(owners) > 1:
+            raise ValueError(f"the batches one admission finishes must be of one partition, got {sorted(owners)}")
+        own = owners.pop() if owners else job_id
         by_part: dict[str, list[Candidate]] = {}
         for candidate in request.candidates:
             by_part.setdefault(self._parts.for_host(job_id, candidate.host), []).append(candidate)
@@ -72,7 +74,7 @@ class FrontierQueue:
             if part != own:  # links only: they are queued before the pages that found them are finished
                 other = replace(request, candidates=candidates, max_pages=share, done=0, counters={}, history={},
                                 token=f"{request.token}{PARTITION_MARK}{part}" if request.token else "",
-                                analysed_batch=None)  # fmt: skip
+                                analysed=())  # fmt: skip
                 admission = self._admit_in(job_id, part, other, wake)
                 idle, total = idle or admission.completed, _sum(total, admission)
         last = self._admit_in(job_id, own, replace(request, candidates=by_part.get(own, []), max_pages=share), wake)
@@ -82,10 +84,11 @@ class FrontierQueue:
     def _admit_in(self, job_id: str, part: str, request: AdmitRequest, wake: bool) -> Admission:
         keys, args = _admit_call(part, request)
         reply = self._scripts.run_with_wake("admit", keys, args, wake=wake and bool(request.candidates))
-        completed, fresh, duplicates, over, known = (int(x) for x in reply)
-        if completed == _UNKNOWN_RELEASE:
-            logger.warning("job %s: batch %s was released on a Redis primary whose last writes a failover lost; "
-                           "its URLs are fetched and finished again", job_id, request.analysed_batch)  # fmt: skip
+        completed, fresh, duplicates, over, known, *rest = (int(x) for x in reply)
+        if rest and rest[0]:
+            logger.warning("job %s: %d of batches %s were released on a Redis primary whose last writes a failover "
+                           "lost; their URLs are fetched and finished again", job_id, rest[0],
+                           " ".join(batch_id for batch_id, _ in request.analysed))  # fmt: skip
         # A completed job leaves the running set on the next pump round (forget_if_stopped).
         return Admission(completed == 1, completed < 0, fresh, duplicates, over, known)  # -2: another cycle
 
@@ -347,7 +350,8 @@ def _admit_call(job_id: str, request: AdmitRequest) -> tuple[list[str], list[Any
         "cycle": request.cycle,
         "n_history": len(history) // 3,
     }
-    return keys, [*head.values(), *counters, *history, len(hosts), *hosts, *urls, request.analysed_batch or ""]
+    analysed = " ".join(f"{batch_id} {done}" for batch_id, done in request.analysed)
+    return keys, [*head.values(), *counters, *history, len(hosts), *hosts, *urls, analysed]
 
 
 def _pump_argv(

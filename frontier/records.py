@@ -168,8 +168,9 @@ class AdmitRequest:
     ``history_mode`` is for scheduled jobs: 1 for seeds and due URLs, 2 for links found on pages
     (see ``frontier/lua/admit.lua``). A ``cycle`` other than the job's current one makes the call
     a no-op (reported as ``repeated``); ``history`` records are written in the same step.
-    ``analysed_batch``: the fetch batch this call finishes; what its release kept for a lost
-    analysis is dropped in the same round trip.
+    ``analysed``: the fetch batches this call finishes (batch id, its URLs done; their sum is
+    ``done``), all of one partition; what their releases kept for a lost analysis is dropped in
+    the same round trip.
     """
 
     candidates: Sequence[Candidate]
@@ -182,4 +183,4 @@ class AdmitRequest:
     history_mode: int = 0
     cycle: int = 0
     history: Mapping[str, UrlHistory] = field(default_factory=dict)
-    analysed_batch: str | None = None
+    analysed: tuple[tuple[str, int], ...] = ()

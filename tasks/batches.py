@@ -1,5 +1,6 @@
 """``vcrawl.fetch_batch`` (download queue) linked to ``vcrawl.analyze_batch`` (analysis queue), and
-``vcrawl.fetch_bundle``: paced hosts' batches side by side in one task, each sending its own analysis."""
+``vcrawl.fetch_bundle``: paced hosts' batches side by side in one task, sending the analyses of
+batches released together as one ``vcrawl.analyze_batches``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from engine import analyze_batch as analysis_batch
 from engine import jobs
 from engine.analyze_batch import AnalysisRetry, analysis_task_id
 from engine.fetch_batch import BUNDLE_SEPARATOR, fetch_task_id, run_fetch_batch
-from engine.fetch_bundle import REFILL_AHEAD_S, run_fetch_bundle
+from engine.fetch_bundle import REFILL_AHEAD_S, AnalysisGatherer, run_fetch_bundle
 from frontier import Batch, BatchRelease
 from tasks import deps
 from tasks.app import app
@@ -24,7 +25,9 @@ from vcrawl.errors import ConfigError, InvalidTask, PermanentError
 
 __all__ = [
     "analysis_batch_failed",
+    "analysis_batches_failed",
     "analyze_batch",
+    "analyze_batches",
     "dispatch_batch",
     "dispatch_batches",
     "fetch_batch",
@@ -111,21 +114,20 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
                 dispatch_batch(job_id, batch)
         return kept, leased.next_due_s, False
 
-    def finished(result: dict) -> None:
-        if result.get("pages") or result.get("redirects"):  # kept by its release until analysed
-            send_analysis(result)
-
+    gathered = AnalysisGatherer(send_gathered)  # a hand-over is kept by its release until analysed
     unfinished: list[Batch] = []
     try:
         results = run_fetch_bundle(env, job_id, mine, budget_s=settings.total_timeout_s, refill=refill,
-                                   refill_span_s=jobs.PACED_SPAN_S, finished=finished,
-                                   unfinished=unfinished)  # fmt: skip
+                                   refill_span_s=jobs.PACED_SPAN_S, finished=gathered.add, unfinished=unfinished,
+                                   going_round=gathered.send_due)  # fmt: skip
     except ConfigError as exc:  # no retry can mend it: the job fails and says why; its leases go back
         jobs.fail_job(deps.frontier(), job_id, str(exc), deps.alert, batch=unfinished[0] if unfinished else None)
         for batch in unfinished[1:]:
             deps.frontier().queue.release(job_id, batch, BatchRelease(pause_ms=0, done=0, requeue=batch.entries,
                                                                       fetched=False))  # fmt: skip
         raise
+    finally:
+        gathered.send_all()
     return len(results)
 
 
@@ -155,6 +157,34 @@ def analyze_batch(self: Task, fetched: dict, carried: dict | None = None) -> dic
     return outcome
 
 
+@app.task(name="vcrawl.analyze_batches", bind=True, acks_late=True, ignore_result=True, max_retries=None)
+def analyze_batches(self: Task, gathered: list[dict]) -> dict:
+    """Analyse batches a bundle released together (one job and partition) and admit their links in
+    one admission; a batch whose analyzers fail is retried alone (``vcrawl.analyze_batch``)."""
+    if not isinstance(gathered, list) or not gathered or not all(isinstance(item, dict) for item in gathered):
+        raise InvalidTask("gathered", "must be a non-empty list of fetch batches' hand-overs")
+    job_id = str(gathered[0].get("job"))
+    try:
+        outcome = analysis_batch.run_analyze_batches(deps.crawl_env(), gathered, deps.analysis_retry())
+    except ConfigError as exc:  # no retry can mend it: the job fails and says why
+        jobs.fail_job(deps.frontier(), job_id, str(exc), deps.alert)
+        raise
+    except PermanentError:
+        raise
+    except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry
+        delay_s = deps.batch_analysis_retry().delay_for(self.request.retries + 1)
+        if delay_s is None:
+            raise
+        logger.warning("analysis of %d gathered batches failed, retrying in %.1fs: %r", len(gathered), delay_s, exc)
+        raise self.retry(exc=exc, countdown=delay_s) from exc
+    for fetched, retry in outcome.retries:  # as analyze_batch's own retry would: its task id, its attempt
+        analyze_batch.apply_async((dict(fetched), retry.carried.to_dict()), countdown=retry.delay_s,
+                                  task_id=analysis_task_id(job_id, str(fetched["batch"])),
+                                  retries=retry.carried.attempt - 1, link_error=[analysis_batch_failed.s()],
+                                  priority=PACED_PRIORITY)  # fmt: skip
+    return outcome.summary
+
+
 @app.task(name="vcrawl.analysis_batch_failed", ignore_result=True)
 def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> None:
     """Errback: count a batch whose analysis failed for good, so its job can still complete."""
@@ -163,6 +193,15 @@ def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> N
     if isinstance(fetched, dict):
         carried = carried if isinstance(carried, dict) else None
         analysis_batch.abandon_analysis(deps.crawl_env(), fetched, f"{type(exc).__name__}: {exc}", carried)
+
+
+@app.task(name="vcrawl.analysis_batches_failed", ignore_result=True)
+def analysis_batches_failed(request: Any, exc: BaseException, traceback: str) -> None:
+    """Errback: count each gathered batch whose analysis failed for good, so its job can still complete."""
+    gathered = list(request.args or ())[:1]
+    for fetched in gathered[0] if gathered and isinstance(gathered[0], list) else ():
+        if isinstance(fetched, dict):
+            analysis_batch.abandon_analysis(deps.crawl_env(), fetched, f"{type(exc).__name__}: {exc}")
 
 
 # Redis transport priorities: 0 is served first. A paced host's batch (an interval, a
@@ -222,6 +261,17 @@ def send_analysis(fetched: dict) -> None:
     """Send a released batch's analysis again (its message was lost), under its usual task id."""
     analyze_batch.apply_async((fetched,), task_id=analysis_task_id(str(fetched["job"]), str(fetched["batch"])),
                               link_error=[analysis_batch_failed.s()], priority=PACED_PRIORITY)  # fmt: skip
+
+
+def send_gathered(gathered: list[dict]) -> None:
+    """Send released batches' analyses: one alone as ever, several as one ``vcrawl.analyze_batches``
+    whose task id names them all (``tasks.broker.lost_analyses`` finds each)."""
+    if len(gathered) == 1:
+        send_analysis(gathered[0])
+        return
+    batch_ids = BUNDLE_SEPARATOR.join(str(fetched["batch"]) for fetched in gathered)
+    analyze_batches.apply_async((gathered,), task_id=analysis_task_id(str(gathered[0]["job"]), batch_ids),
+                                link_error=[analysis_batches_failed.s()], priority=PACED_PRIORITY)  # fmt: skip
 
 
 def ring_node_queue(queue: str | None) -> bool:

@@ -112,6 +112,8 @@ def _job_and_url(name: str, args: Any) -> tuple[str | None, str | None]:
         return first, None
     if name == "vcrawl.analyze_batch" and isinstance(first, dict):
         return str(first.get("job") or "") or None, None
+    if name == "vcrawl.analyze_batches" and isinstance(first, list) and first and isinstance(first[0], dict):
+        return str(first[0].get("job") or "") or None, None
     if name in ("vcrawl.fetch", "vcrawl.crawl") and isinstance(first, dict):
         return None, str(first.get("url") or "") or None
     return None, None

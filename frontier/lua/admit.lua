@@ -9,10 +9,11 @@
 --        [url, history record, due_s] * n_history,
 --        n_hosts, [host] * n_hosts,
 --        per URL: [segment index, host index, depth, priority (hundredths), member, k Bloom offsets],
---        then last: analysed_batch (the fetch batch whose pages this finishes, '' for none)
--- Returns {completed (1 if this completed the job, -1 a repeated token, -2 another cycle, -3 a
---          batch whose release this Redis never saw),
---          admitted, duplicates, over_limit, not_due}
+--        then last: analysed (the fetch batches whose pages this finishes: "id done id done ...",
+--        '' for none; `done` is their sum)
+-- Returns {completed (1 if this completed the job, -1 a repeated token, -2 another cycle, -3
+--          batches whose release this Redis never saw, all of them),
+--          admitted, duplicates, over_limit, not_due, unknown (such batches, when others were finished)}
 --
 -- A URL is admitted only if the Bloom filter has not seen it; both happen in this one script,
 -- so no URL can be marked seen without being queued. `token` makes a retried call a no-op.
@@ -51,13 +52,27 @@ end
 -- A batch's release keeps what it hands to analysis in `released` until this call finishes its
 -- pages. A batch with pages to finish that is not there, and not finished before (its token), was
 -- released on a primary whose last writes a failover lost: here its URLs are still leased or
--- queued, and will be fetched and finished again. Finishing them now would count them twice.
-local released, analysed_batch = KEYS[#KEYS], ARGV[#ARGV]
+-- queued, and will be fetched and finished again. Finishing them now would count them twice: of
+-- the batches a call finishes (several, gathered by a bundle: engine.fetch_bundle), only those
+-- still there are finished; if none is, the call does nothing.
+local released, analysed = KEYS[#KEYS], ARGV[#ARGV]
 local queued_urls, inlinks = KEYS[#KEYS - 2], KEYS[#KEYS - 1]
 local by_priority, lifo = strategy == {{STRATEGY_PRIORITY}}, strategy == {{STRATEGY_DEPTH_FIRST}}
-if analysed_batch ~= '' and done > 0 and redis.call('HDEL', released, analysed_batch) == 0
-    and (token == '' or redis.call('SISMEMBER', tokens, token) == 0) then
-  return {-3, 0, 0, 0, 0}
+local unknown = 0
+if analysed ~= '' and done > 0 then
+  local words, unknown_done = {}, 0
+  for word in string.gmatch(analysed, '%S+') do words[#words + 1] = word end
+  for j = 1, #words, 2 do
+    if redis.call('HDEL', released, words[j]) == 0 then
+      unknown, unknown_done = unknown + 1, unknown_done + tonumber(words[j + 1])
+    end
+  end
+  if unknown > 0 and (token == '' or redis.call('SISMEMBER', tokens, token) == 0) then
+    if 2 * unknown == #words then return {-3, 0, 0, 0, 0, unknown} end
+    done = done - unknown_done
+  else
+    unknown = 0  -- a repeat of this very call (its token): nothing was lost
+  end
 end
 if token ~= '' and redis.call('SADD', tokens, token) == 0 then
   return {-1, 0, 0, 0, 0}
@@ -122,7 +137,7 @@ if running and history_mode == 0 and admitted + nrec <= max_pages then
   end
 end
 local rec = 0
-while running and i < #ARGV do  -- the last ARGV is analysed_batch
+while running and i < #ARGV do  -- the last ARGV is analysed
   rec = rec + 1
   local seg = KEYS[5 + tonumber(ARGV[i])]
   local hi, depth, priority, member = tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), ARGV[i + 4]
@@ -183,7 +198,7 @@ while running and i < #ARGV do  -- the last ARGV is analysed_batch
   end
 end
 if not running then
-  return {settle(meta, done, now), 0, 0, 0, 0}
+  return {settle(meta, done, now), 0, 0, 0, 0, unknown}
 end
 -- A host whose queue had URLs before this call is in ready already, or leased up to its slots
 -- (its release puts it back): only a queue started here needs its host made ready.
@@ -213,4 +228,4 @@ if dup > 0 then redis.call('HINCRBY', meta, {{COUNTER_DUPLICATES}}, dup) end
 if over > 0 then redis.call('HINCRBY', meta, {{PREFIX_FILTERED}} .. {{REASON_MAX_PAGES}}, over) end
 if known > 0 then redis.call('HINCRBY', meta, {{COUNTER_NOT_DUE}}, known) end
 -- The fresh URLs join the pending ones as the done ones leave: one step (settle, _common.lua).
-return {settle(meta, done - fresh, now), fresh, dup, over, known}
+return {settle(meta, done - fresh, now), fresh, dup, over, known, unknown}

@@ -22,13 +22,14 @@ from typing import Any
 
 from celeryconfig import ANALYSIS_QUEUE, queue_lists
 from engine.analyze_batch import analysis_task_id
+from engine.fetch_batch import BUNDLE_SEPARATOR
 from frontier import Frontier
 from tasks import deps
 from tasks.batches import send_analysis
 from vcrawl import redis_keys
 from vcrawl.redis_replies import text
 
-__all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "ids_present", "watch_analyses"]
+__all__ = ["FIRST_LOOK_S", "analysis_ids_present", "analysis_task_id", "ids_present", "watch_analyses", "with_joined"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,9 +60,20 @@ def ids_present(client: Any, lists: list[str], pattern: re.Pattern[str]) -> set[
             return found
 
 
+def with_joined(found: set[str]) -> set[str]:
+    """``found``, and the id of each batch a task id joins (``BUNDLE_SEPARATOR``: a bundle's fetch,
+    gathered batches' analysis): each of them is present."""
+    joined = set()
+    for task_id in found:
+        head, _, batch_ids = task_id.rpartition(":")
+        if BUNDLE_SEPARATOR in batch_ids:
+            joined.update(f"{head}:{batch_id}" for batch_id in batch_ids.split(BUNDLE_SEPARATOR))
+    return found | joined
+
+
 def analysis_ids_present(client: Any) -> set[str]:
     """The analysis task ids of every message on the analysis queue (any priority) or unacknowledged."""
-    return ids_present(client, queue_lists(ANALYSIS_QUEUE), _ID_PATTERN)
+    return with_joined(ids_present(client, queue_lists(ANALYSIS_QUEUE), _ID_PATTERN))
 
 
 def watch_analyses(now: float | None = None, lock_s: float = 5.0) -> int:

@@ -21,9 +21,9 @@ from typing import Any
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE, queue_lists
 from cluster.membership import NODE_QUEUE_PREFIX
-from engine.fetch_batch import BUNDLE_SEPARATOR, fetch_task_id
+from engine.fetch_batch import fetch_task_id
 from tasks import deps
-from tasks.broker.lost_analyses import ids_present
+from tasks.broker.lost_analyses import ids_present, with_joined
 from vcrawl import redis_keys
 from vcrawl.errors import VcrawlError
 from vcrawl.redis_replies import text
@@ -41,14 +41,7 @@ def fetch_ids_present(client: Any) -> set[str]:
     unacknowledged."""
     lists = queue_lists(DOWNLOAD_QUEUE) + queue_lists(DYNAMIC_QUEUE)
     node_queues = {text(key) for key in client.scan_iter(match=f"{NODE_QUEUE_PREFIX}*", count=1000)}
-    found = ids_present(client, lists + sorted(node_queues), _ID_PATTERN)
-    # A bundle's id joins its batches' ids (tasks.batches.BUNDLE_SEPARATOR): each of them is present.
-    bundled = set()
-    for task_id in found:
-        head, _, batch_ids = task_id.rpartition(":")
-        if BUNDLE_SEPARATOR in batch_ids:
-            bundled.update(f"{head}:{batch_id}" for batch_id in batch_ids.split(BUNDLE_SEPARATOR))
-    return found | bundled
+    return with_joined(ids_present(client, lists + sorted(node_queues), _ID_PATTERN))
 
 
 def watch_fetches(now: float | None = None, lock_s: float = 5.0) -> int:

@@ -247,6 +247,37 @@ def test_an_analysis_of_a_release_this_redis_never_saw_finishes_nothing(client: 
     assert _status(frontier, runtime.job_id)["state"] == "completed"
 
 
+def test_one_admission_finishes_several_batches_and_only_those_whose_release_this_redis_saw(
+    client: redis.Redis,
+) -> None:
+    """Batches a bundle released together are finished by one admission (engine.fetch_bundle). One
+    whose release a failover lost is still leased here: it is left to be fetched and finished again."""
+    frontier = Frontier(client)
+    hosts = ("a.test", "b.test", "c.test")
+    runtime = _job(client, frontier, seeds=[f"http://{host}/" for host in hosts], politeness={"min_interval_s": 0})
+    admit_links(runtime, frontier, [(f"http://{host}/", 0, 5) for host in hosts], done=0, token="s",
+                counters=Counter(), seeds=True)  # fmt: skip
+    batches = frontier.queue.pump(runtime.job_id, max_batches=3, batch_size=1, per_host=1, interval_ms=0,
+                                  lease_ms=9000, cap=8).batches  # fmt: skip
+    assert sorted(batch.host for batch in batches) == sorted(hosts)
+    for batch in batches[:2]:  # the third one's release is lost
+        fetched = {"job": runtime.job_id, "batch": batch.batch_id, "pages": [{"url": batch.entries[0].url}]}
+        frontier.queue.release(runtime.job_id, batch, BatchRelease(pause_ms=0, done=0, handed_on=json.dumps(fetched)))
+    finishes = {batch.batch_id: 1 for batch in batches}
+    links = [("http://a.test/next", 1, 5)]
+    first = admit_links(runtime, frontier, links, done=3, token="a:g1", counters=Counter(), analysed_batch=finishes)
+    assert first.admitted == 1 and not first.repeated
+    state = _status(frontier, runtime.job_id)
+    assert state["pending"] == "2", state  # /next and the third batch's page
+    assert all(frontier.queue.handed_on(runtime.job_id, batch.batch_id) is None for batch in batches[:2])
+    again = admit_links(runtime, frontier, links, done=3, token="a:g1", counters=Counter(), analysed_batch=finishes)
+    assert again.repeated and _status(frontier, runtime.job_id)["pending"] == "2"  # a retried task: nothing twice
+    # None of them there: nothing is finished (each is fetched and finished again).
+    late = admit_links(runtime, frontier, [], done=2, token="a:g2", counters=Counter(),
+                       analysed_batch={batches[0].batch_id: 1, batches[1].batch_id: 1})  # fmt: skip
+    assert late.repeated and _status(frontier, runtime.job_id)["pending"] == "2"
+
+
 def test_a_release_retried_after_its_reply_was_lost_still_hands_its_pages_on(client: redis.Redis) -> None:
     """The release ran, its reply was lost with the connection (a failover), redis-py sent it again:
     the second call finds the lease gone but the hand-over kept, and says the release stands (seen

@@ -116,6 +116,38 @@ def test_a_job_analyzer_that_always_fails_is_retried_three_times_and_alerts_once
     assert hooks[0]["details"]["attempts"] == 4 and "analyzer bug" in hooks[0]["details"]["error"]
 
 
+def test_a_failing_analyzer_in_batches_analysed_together_is_retried_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bundle sends the analyses of batches released together as one task (engine.fetch_bundle);
+    a batch whose analyzer fails leaves it and is retried on its own, the others admitted at once."""
+    import vcrawl_test_plugin
+
+    from engine import analyze_batch
+
+    gathered: list[tuple[int, int]] = []  # (batches, of which retried alone), per gathered analysis
+    real = analyze_batch.run_analyze_batches
+
+    def spy(env: Any, batches: Any, retry: Any = None) -> Any:
+        outcome = real(env, batches, retry)
+        gathered.append((len(batches), len(outcome.retries)))
+        return outcome
+
+    monkeypatch.setattr(analyze_batch, "run_analyze_batches", spy)
+    sites = [TestSite(host).__enter__() for host in ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")]
+    try:
+        urls = [site.add_page("/", "<html><body><p>flaky</p></body></html>") for site in sites]
+        for site in sites:
+            forget_origin(site.base)
+        status = run_job({"seeds": urls, "politeness": {"min_interval_s": 0.2, "jitter": 0},
+                          "rules": [{"pattern": ".", "analyzer": "fails_twice"}]}, timeout_s=60)  # fmt: skip
+    finally:
+        for site in sites:
+            site.__exit__(None, None, None)
+    assert status["state"] == "completed", status
+    assert status["records"] == 4 and status["analysis_failed"] == {} and status["analysed"] == 4, status
+    assert all(vcrawl_test_plugin.FLAKY_CALLS[url] == 3 for url in urls)  # two failures, then the retry
+    assert any(batches > 1 and retried == batches for batches, retried in gathered), gathered
+
+
 def test_a_single_task_to_a_refused_origin_fails_at_once_under_a_pacing_gate(
     vcrawl_settings: Settings, redis_server: LocalRedis
 ) -> None:

@@ -56,6 +56,8 @@ def test_a_polite_job_fetches_its_hosts_side_by_side_each_at_its_pace(tmp_path: 
     bundles = sum(1 for line in lines if "Task vcrawl.fetch_bundle[" in line and line.endswith("received"))
     singles = sum(1 for line in lines if "Task vcrawl.fetch_batch[" in line and line.endswith("received"))
     pages = sum(map(len, expected.values()))
+    gathered = sum(1 for line in lines if "Task vcrawl.analyze_batches[" in line and line.endswith("received"))
     assert bundles > 0, "no bundle"
+    assert gathered > 0, "no analyses of batches released together"  # engine.fetch_bundle.AnalysisGatherer
     # Several URLs per host and batch, several hosts per bundle: far fewer fetch tasks than pages.
     assert bundles + singles <= pages / 4, (bundles, singles, pages, paced_batch_size(INTERVAL_S, 32))
