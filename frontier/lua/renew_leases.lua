@@ -27,8 +27,11 @@ for i = 1, #ARGV, 3 do
   if not raw then
     code = 0
   else
-    -- cjson writes the owner as "o":"<token>"; the entries inside are JSON texts, their quotes escaped
-    local owner = string.match(raw, '"o":"([^"]*)"')
+    -- cjson writes the owner as "o":"<token>"; the entries inside are JSON texts, their quotes
+    -- escaped. A plain find, not a pattern: a pattern is tried at every character of the lease.
+    local owner = nil
+    local at = string.find(raw, '"o":"', 1, true)
+    if at then owner = string.sub(raw, at + 5, string.find(raw, '"', at + 5, true) - 1) end
     if token ~= '' and owner and owner ~= token then
       code = 3
     elseif state ~= {{STATE_RUNNING}} or (want ~= '0' and tostring(cycle) ~= want) then
