@@ -32,6 +32,11 @@ _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 # One watchdog per process for every session's requests.
 DEADLINES = DeadlineWatch()
 
+HOSTS_KEPT = 512
+"""Hosts whose kept-alive connections a session holds at most. A polite crawl goes round many
+hosts one request at a time: with fewer, each request to a host found its pool evicted since its
+last one, and opened a new connection (and closed another)."""
+
 
 def make_session(pool_size: int = 32, resolver: Resolver = socket.getaddrinfo) -> requests.Session:
     """Return a pooled Session that ignores the environment, keeps no cookies and obeys deadlines.
@@ -39,13 +44,13 @@ def make_session(pool_size: int = 32, resolver: Resolver = socket.getaddrinfo) -
     Cookies are refused so one site's state never leaks into another task's request
     and the shared Session is safe to use from a worker's threads. Its connections obey the
     network policy of the fetch using them (``fetchers.netguard``) and resolve with ``resolver``.
+    ``pool_size``: connections kept per host, for ``HOSTS_KEPT`` hosts at most.
     """
     session = _NoRedirectSession()
     session.trust_env = False  # proxies come from VCRAWL_PROXIES only, never *_PROXY or .netrc
     session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
-    adapter = GuardedAdapter(
-        DEADLINES, resolver=resolver, pool_connections=pool_size, pool_maxsize=pool_size, max_retries=0
-    )
+    adapter = GuardedAdapter(DEADLINES, resolver=resolver, pool_connections=max(pool_size, HOSTS_KEPT),
+                             pool_maxsize=pool_size, max_retries=0)  # fmt: skip
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
