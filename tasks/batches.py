@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from celery import Task
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject
 
 from celeryconfig import DOWNLOAD_QUEUE, DYNAMIC_QUEUE
 from cluster.membership import NODE_QUEUE_PREFIX, pass_on_to
@@ -185,9 +185,24 @@ def analyze_batches(self: Task, gathered: list[dict]) -> dict:
     return outcome.summary
 
 
+def retry_not_sent(exc: BaseException, what: str) -> bool:
+    """True when Celery could not send a task's retry (the broker unreachable: it raises ``Reject``).
+
+    The analysis did not fail for good, its message did: what its batches handed on stays in the
+    frontier, and the lost-analysis watchdog sends it again (``tasks.broker.lost_analyses``).
+    Abandoning it would finish its pages without their links.
+    """
+    if not isinstance(exc, Reject):
+        return False
+    logger.warning("the retry of %s could not be sent (%s); the lost-analysis watchdog sends it again", what, exc)
+    return True
+
+
 @app.task(name="vcrawl.analysis_batch_failed", ignore_result=True)
 def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> None:
     """Errback: count a batch whose analysis failed for good, so its job can still complete."""
+    if retry_not_sent(exc, "an analysis"):
+        return
     args = list(request.args or ())
     fetched, carried = [*args, None, None][:2]
     if isinstance(fetched, dict):
@@ -198,6 +213,8 @@ def analysis_batch_failed(request: Any, exc: BaseException, traceback: str) -> N
 @app.task(name="vcrawl.analysis_batches_failed", ignore_result=True)
 def analysis_batches_failed(request: Any, exc: BaseException, traceback: str) -> None:
     """Errback: count each gathered batch whose analysis failed for good, so its job can still complete."""
+    if retry_not_sent(exc, "an analysis of gathered batches"):
+        return
     gathered = list(request.args or ())[:1]
     for fetched in gathered[0] if gathered and isinstance(gathered[0], list) else ():
         if isinstance(fetched, dict):

@@ -7,13 +7,17 @@ tests/faults/test_lost_analysis.py.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import redis
+from celery.exceptions import Reject
 from kombu import Connection
 
 from celeryconfig import ANALYSIS_QUEUE
+from tasks import batches as analysis_tasks
 from tasks.batch_analysis import batch_map, map_task_id, message_exists
-from tasks.batches import analyze_batch
+from tasks.batches import analysis_batch_failed, analysis_batches_failed, analyze_batch, analyze_batches
 from tasks.broker.lost_analyses import analysis_ids_present, analysis_task_id
 
 
@@ -64,3 +68,33 @@ def test_a_batch_analysis_map_is_found_by_its_task_id_queued_and_unacknowledged(
         taken.ack()
         assert not message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 3))
         queue.close()
+
+
+def test_a_gathered_analysis_is_found_by_each_of_its_batches(spare_broker: str) -> None:
+    client = redis.Redis.from_url(spare_broker, decode_responses=True)
+    gathered = [{"job": "job-g", "batch": batch, "cycle": 0, "pages": [], "redirects": []} for batch in ("7", "8")]
+    with Connection(spare_broker) as connection:
+        analyze_batches.apply_async((gathered,), task_id=analysis_task_id("job-g", "7+8"), connection=connection,
+                                    queue=ANALYSIS_QUEUE)  # fmt: skip
+    assert {analysis_task_id("job-g", "7"), analysis_task_id("job-g", "8")} <= analysis_ids_present(client)
+
+
+def test_an_analysis_whose_retry_could_not_be_sent_is_left_to_the_watchdog_not_abandoned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Celery raises Reject when a retry cannot be published (the broker restarting): abandoning the
+    batches then would finish their pages without their links (seen in acceptance check 21)."""
+    abandoned: list[str] = []
+    monkeypatch.setattr(analysis_tasks.analysis_batch, "abandon_analysis",
+                        lambda _env, fetched, *_: abandoned.append(fetched["batch"]))  # fmt: skip
+    one = {"job": "job-r", "batch": "1", "cycle": 0, "pages": [], "redirects": []}
+    two = [{**one, "batch": "2"}, {**one, "batch": "3"}]
+    unsent = Reject(ConnectionError("broker down"), requeue=False)
+
+    analysis_batch_failed(SimpleNamespace(args=[one]), unsent, "")
+    analysis_batches_failed(SimpleNamespace(args=[two]), unsent, "")
+    assert abandoned == []  # their hand-overs stay in the frontier: the watchdog sends them again
+
+    analysis_batch_failed(SimpleNamespace(args=[one]), RuntimeError("retries spent"), "")
+    analysis_batches_failed(SimpleNamespace(args=[two]), RuntimeError("retries spent"), "")
+    assert abandoned == ["1", "2", "3"]
