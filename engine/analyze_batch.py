@@ -22,7 +22,7 @@ from engine.analysis_step import Analysis, analyze_one
 from engine.api_pages import api_links, api_records, read_api_page
 from engine.crawl_env import CrawlEnv
 from engine.jobs import JobRuntime, Link, admit_links
-from frontier import UrlHistory
+from frontier import Admission, UrlHistory
 from telemetry.alerts import Alert
 from telemetry.log_context import log_context
 from vcrawl import names
@@ -133,20 +133,22 @@ def run_analyze_batch(
     analysed = _analyse_pages(env, runtime, batch, CarriedAnalysis.from_dict(carried), retry)
     if isinstance(analysed, AnalysisRetry):
         return analysed
-    admission = admit_links(
-        runtime,
-        env.frontier,
-        _links_in_order(batch, analysed.page_links),
-        done=batch.done,
-        token=f"a:{batch.batch}",
-        counters=analysed.counters,
-        history=_page_history(batch.pages, set(analysed.not_analysed)),
-        analysed_batch=batch.batch,
-    )
-    if admission.completed and env.on_completed is not None:
-        env.on_completed(batch.job, batch.cycle)
+    admission = _admit(env, runtime, _links_in_order(batch, analysed.page_links), f"a:{batch.batch}",
+                       analysed.counters, _page_history(batch.pages, set(analysed.not_analysed)),
+                       {batch.batch: batch.done})  # fmt: skip
     return {"job": batch.job, "batch": batch.batch, "admitted": admission.admitted,
             "completed": admission.completed}  # fmt: skip
+
+
+def _admit(env: CrawlEnv, runtime: JobRuntime, links: list[Link], token: str, counters: Counter[str],
+           history: Mapping[str, UrlHistory], finishes: Mapping[str, int]) -> Admission:  # fmt: skip
+    """Admit the analysed batches' links and finish their URLs (``finishes``: batch id -> its URLs
+    done) in one admission; tell the environment if that completed the job."""
+    admission = admit_links(runtime, env.frontier, links, done=sum(finishes.values()), token=token,
+                            counters=counters, history=history, analysed_batch=finishes)  # fmt: skip
+    if admission.completed and env.on_completed is not None:
+        env.on_completed(runtime.job_id, runtime.cycle)
+    return admission
 
 
 @dataclass(frozen=True)
@@ -197,10 +199,7 @@ def run_analyze_batches(
     if finishes:
         # Named by every batch gathered, whatever each one's analyzers did this time: a retried task admits once.
         token = "a:" + hashlib.blake2b(" ".join(b.batch for b in batches).encode(), digest_size=10).hexdigest()
-        admission = admit_links(runtime, env.frontier, links, done=sum(finishes.values()), token=token,
-                                counters=counters, history=history, analysed_batch=finishes)  # fmt: skip
-        if admission.completed and env.on_completed is not None:
-            env.on_completed(job, cycle)
+        admission = _admit(env, runtime, links, token, counters, history, finishes)
         summary.update(admitted=admission.admitted, completed=admission.completed)
     return GatheredOutcome(summary, tuple(retries))
 

@@ -23,7 +23,7 @@ from engine.crawl_env import CrawlEnv
 from engine.fetch_batch import StartedFetch, finish_fetch, start_fetch
 from engine.redis_wait import ride_out
 from frontier import Batch
-from frontier.partitions import PARTITION_MARK
+from frontier.partitions import batch_partition
 from frontier.queue import RENEWAL_HOLDS_S
 from telemetry.log_context import log_context
 
@@ -67,8 +67,7 @@ class AnalysisGatherer:
         """Gather a released batch's hand-over (one with nothing to analyse is not sent)."""
         if not (result.get("pages") or result.get("redirects")):
             return
-        head, mark, number = str(result.get("batch", "")).rpartition(PARTITION_MARK)
-        key = (int(result.get("cycle") or 0), number if mark and head else "")
+        key = (int(result.get("cycle") or 0), batch_partition(str(result.get("batch", ""))))
         group = self._groups.setdefault(key, (self._clock(), []))[1]
         group.append(result)
         if len(group) >= self._most:

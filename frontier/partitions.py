@@ -36,11 +36,17 @@ from frontier.urls import canonical_url, host_key
 from vcrawl import names, redis_keys
 from vcrawl.redis_replies import text
 
-__all__ = ["PARTITION_MARK", "JobPartitions"]
+__all__ = ["PARTITION_MARK", "JobPartitions", "batch_partition"]
 
 PARTITION_MARK = "~"
 """Joins a job id and a partition's number in the partition's tag, and ends a batch id with its number."""
 _MOST_TRIES = 100_000  # tags tried for one primary: each lands on a given one of 3 primaries one time in 3
+
+
+def batch_partition(batch_id: str) -> str:
+    """The number of the partition that leased ``batch_id`` ('' for the job's own)."""
+    head, mark, number = batch_id.rpartition(PARTITION_MARK)
+    return number if mark and head else ""
 
 
 class JobPartitions:
@@ -96,8 +102,8 @@ class JobPartitions:
 
     def for_batch(self, job_id: str, batch_id: str) -> str:
         """The partition that leased ``batch_id`` (its id ends with ``~n`` when not the job's own)."""
-        head, mark, number = batch_id.rpartition(PARTITION_MARK)
-        return f"{job_id}{PARTITION_MARK}{number}" if mark and head else job_id
+        number = batch_partition(batch_id)
+        return f"{job_id}{PARTITION_MARK}{number}" if number else job_id
 
     def batch_suffix(self, job_id: str, part_id: str) -> str:
         """What ends the ids of the batches ``part_id`` leases ('' for the job's own partition)."""

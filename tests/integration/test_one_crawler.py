@@ -148,6 +148,41 @@ def test_a_failing_analyzer_in_batches_analysed_together_is_retried_alone(monkey
     assert any(batches > 1 and retried == batches for batches, retried in gathered), gathered
 
 
+@pytest.mark.slow
+def test_with_the_shipped_defaults_batches_analysed_together_retry_a_failing_analyzer_alone(tmp_path: Path) -> None:
+    # The twin of the test above at the defaults users run (the session worker's backoff is 0.05 s):
+    # a plain `celery worker` (its shipped pool), the job sent by `vcrawl submit`.
+    hosts = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+    with LocalRedis(tmp_path / "redis") as server:
+        sites = [TestSite(host).__enter__() for host in hosts]
+        try:
+            urls = [site.add_page("/", "<html><body><p>always fails</p></body></html>") for site in sites]
+            env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+            env["PYTHONPATH"] = os.pathsep.join((str(REPO), str(PLUGIN_SITE)))  # the analyzer plugin's entry point
+            job = tmp_path / "job.json"
+            job.write_text(json.dumps({"seeds": urls, "max_depth": 0, "politeness": {"min_interval_s": 0.2},
+                                       "rules": [{"pattern": ".", "analyzer": "always_fails"}]}))  # fmt: skip
+            worker = start_worker(env, "defaults", tmp_path / "worker.log", loglevel="INFO")
+            try:
+                done = subprocess.run([sys.executable, "-m", "cli", "submit", str(job), "--wait", "--json"], env=env,
+                                      cwd=REPO, capture_output=True, text=True, timeout=150)  # fmt: skip
+            finally:
+                stop_worker(worker)
+        finally:
+            for site in sites:
+                site.__exit__(None, None, None)
+        log = (tmp_path / "worker.log").read_text()
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["state"] == "completed" and summary["analysis_failed"] == {"error": 3}, summary
+    assert "Task vcrawl.analyze_batches[" in log, "no batches analysed together"
+    # each batch left its group and was retried alone, 3 times at the shipped backoff, then given up
+    assert all(log.count(f"failed (attempt {n}), retrying") == 3 for n in (1, 2, 3)), log
+    assert "(attempt 4), retrying" not in log, log
+    assert log.count("ALERT analyzer always_fails failing") == 1, log
+
+
 def test_a_single_task_to_a_refused_origin_fails_at_once_under_a_pacing_gate(
     vcrawl_settings: Settings, redis_server: LocalRedis
 ) -> None:
