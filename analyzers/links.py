@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import html.parser
 import logging
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urljoin
+
+import ada_url
 
 from analyzers.page import NON_NAVIGABLE_SCHEMES, TREE_DEPTH_LIMIT, Page, resolve_base
 from vcrawl.payloads import FieldRule
@@ -54,9 +54,10 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
     """Return ``{"url", "links": [{"url", "text", "tag", "attr", "rel"}], "count", "skipped", "skipped_by"}``,
     and ``"truncated": n`` when the page has ``n`` links past its first ``page.max_links``.
 
-    Links are made absolute against the page's first ``<base href>`` (else its URL); fragments are
-    kept. Empty values and ``javascript:``/``vbscript:``/``data:``/``mailto:``/``tel:`` values are
-    counted in ``skipped``, and per tag and reason (``scheme``, ``empty``, ``malformed``) in
+    Links are made absolute against the page's first ``<base href>`` (else its URL) as a browser
+    makes them (the WHATWG URL Standard; an empty value is the base itself); fragments are kept.
+    ``javascript:``/``vbscript:``/``data:``/``mailto:``/``tel:`` values and values the Standard
+    refuses are counted in ``skipped``, and per tag and reason (``scheme``, ``malformed``) in
     ``skipped_by`` as ``{"a": {"scheme": 2}}``. A repeat of an already listed (url, text, tag) is
     dropped, not counted. A link's text is cut at ``TEXT_LIMIT`` characters. The links past the first
     ``page.max_links`` (repeats and skipped ones count) are not read, only counted. ``rules`` is ignored.
@@ -92,7 +93,7 @@ _FOLLOWED_ATTRIBUTES: Mapping[str, str] = MappingProxyType({tag: LINK_ATTRIBUTES
 
 def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
     """The crawl's view of ``page``: the absolute targets of its ``FOLLOWED_TAGS`` in document
-    order, each once; and the skipped ones counted by reason (``scheme``, ``empty``, ``malformed``,
+    order, each once; and the skipped ones counted by reason (``scheme``, ``malformed``,
     and ``TRUNCATED``: past the first ``page.max_links`` of these tags, not read).
 
     Same rules as ``analyze``, but without link texts, which a crawl does not need and which
@@ -339,26 +340,19 @@ class _LinkCollector(html.parser.HTMLParser):
 
 
 def _skip_kind(reason: str) -> str:
-    """The counted kind of a skip reason from ``_absolute``: ``empty``, ``malformed`` or ``scheme``."""
-    return "empty" if reason == "empty" else "malformed" if reason.startswith("malformed") else "scheme"
-
-
-_SCHEME = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*):")
-_TABS_AND_NEWLINES = str.maketrans("", "", "\t\r\n")
+    """The counted kind of a skip reason from ``_absolute``: ``malformed`` or ``scheme``."""
+    return "malformed" if reason.startswith("malformed") else "scheme"
 
 
 def _absolute(base: str, value: str) -> tuple[str | None, str]:
-    """Return (absolute URL, "") or (None, why it is skipped)."""
-    value = value.strip()
-    if not value:
-        return None, "empty"
+    """Return (absolute URL, "") or (None, why it is skipped): ``value`` resolved against ``base``
+    by the WHATWG URL Standard, as a browser resolves it (``ada-url``). An empty ``value`` is the
+    base itself, as a browser's link to its own page is."""
     try:
-        url = urljoin(base, value)  # parses both: raises on a malformed host
-    except ValueError as exc:  # e.g. an unbalanced "[" in the host
-        return None, f"malformed: {exc}"
-    # What urlsplit would say (it drops tabs and newlines first), without splitting the URL again.
-    head = url[:64].translate(_TABS_AND_NEWLINES)
-    scheme = match.group(1).lower() if (match := _SCHEME.match(head)) else ""
+        url = ada_url.join_url(base, value)
+    except ValueError:
+        return None, f"malformed: {value[:100]!r}"
+    scheme = url[: url.index(":")]  # the serialiser lowercased it
     if scheme in NON_NAVIGABLE_SCHEMES:
         return None, f"{scheme}: URL"
     return url, ""

@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
+import ada_url
 import lxml.html
 from lxml import etree
 from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
@@ -188,12 +188,11 @@ def resolve_base(url: str, href: str) -> str:
     ('http://h.test/c/', 'http://h.test/a/b')
     """
     try:
-        base = urljoin(url, href.strip())
-        scheme = urlsplit(base).scheme.lower()
+        base = ada_url.join_url(url, href)  # as a browser resolves it (WHATWG URL Standard)
     except ValueError:
         logger.debug("%s: ignoring malformed <base href=%r>", url, href)
         return url
-    if not scheme or scheme in NON_NAVIGABLE_SCHEMES:
+    if base[: base.index(":")] in NON_NAVIGABLE_SCHEMES:
         logger.debug("%s: ignoring <base href=%r>", url, href)
         return url
     return base

@@ -34,6 +34,7 @@ from frontier import (
     Scope,
     UrlHistory,
     canonical_url,
+    dedup_key,
     filter_chain,
     host_key,
     origin,
@@ -327,9 +328,8 @@ def admit_links(
     scope = replace(runtime.scope, allow=()) if seeds else runtime.scope
     # A sitemap is the way in, not a page: the allow patterns and the file-suffix filter (.gz) are for pages.
     sitemap_scope = replace(runtime.scope, allow=(), skip_suffixes=frozenset())
-    # One-off jobs: a URL this process already saw in the Bloom filter is a duplicate, known
-    # without a round trip. (Scheduled jobs count links to known URLs by their history instead.)
-    # Priority jobs: every link reaches Redis, where a link to a queued URL raises its score.
+    # One-off jobs: a URL this process saw in the Bloom filter is a known duplicate (scheduled jobs go by
+    # their history). Priority jobs: every link reaches Redis, where a link to a queued URL raises its score.
     by_priority = runtime.spec.strategy == STRATEGY_PRIORITY
     recent = runtime.recent if history_mode == 0 and not by_priority else None
     chain = runtime.filters if runtime.filters is not None else filter_chain(())
@@ -348,10 +348,10 @@ def admit_links(
         if reason is not None:
             counters[f"filtered:{reason}"] += 1
             continue
-        if canonical in local or (recent is not None and canonical in recent):
+        if (key := dedup_key(canonical)) in local or (recent is not None and key in recent):
             counters["duplicates"] += 1
             continue
-        local.add(canonical)
+        local.add(key)
         entry = Entry(canonical, depth, 0, redirects_left, sitemap=sitemap)
         priority = 0.0
         if by_priority and not sitemap:  # a sitemap's score is the frontier's: ahead of every page
@@ -386,7 +386,7 @@ def admit_links(
     # Only once every chunk went through: a retried call must see the same chunks, or its chunk
     # tokens would name other URLs (a chunk taken for a repeat would admit nothing).
     if recent is not None:
-        recent.add_all(candidate.entry.url for candidate in in_filter)
+        recent.add_all(dedup_key(candidate.entry.url) for candidate in in_filter)
     return result
 
 

@@ -22,7 +22,7 @@ from frontier.records import (
 )
 from frontier.robots import MAX_ROBOTS_BYTES, RobotsCache, RobotsResponse, RobotsRules, read_robots, robots_url
 from frontier.statistics import FrontierStats
-from frontier.urls import DEFAULT_TRACKING_PARAMS, canonical_url, host_key, origin
+from frontier.urls import DEFAULT_TRACKING_PARAMS, canonical_url, dedup_key, host_key, origin
 
 __all__ = [
     "DEFAULT_SKIP_SUFFIXES",
@@ -58,6 +58,7 @@ __all__ = [
     "bloom_hashes",
     "canonical_url",
     "content_hash",
+    "dedup_key",
     "expected_fpr",
     "filter_chain",
     "filter_names",

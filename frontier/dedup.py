@@ -32,6 +32,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from frontier.scripts import lua_source
+from frontier.urls import dedup_key
 from vcrawl import redis_keys
 
 __all__ = [
@@ -175,8 +176,9 @@ class BloomFilter:
         return self._run(urls, add=False)
 
     def locate(self, canonical_url: str) -> tuple[int, list[str]]:
-        """Return the segment index and the k bit offsets of a URL, for scripts that dedup inline."""
-        digest = hashlib.blake2b(canonical_url.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        """Return the segment index and the k bit offsets of a URL (of its ``dedup_key``), for inline dedup."""
+        key = dedup_key(canonical_url)
+        digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).digest()
         h1 = int.from_bytes(digest[:8], "little")
         h2 = int.from_bytes(digest[8:], "little") | 1
         size = self._segment_bits

@@ -1,29 +1,34 @@
-"""The canonical form of a URL: one spelling per page, so dedup and politeness see one key.
+"""The URL a crawl requests for a link, and the key that dedup compares.
 
-w3lib's ``safe_url_string`` does the hard part (WHATWG-style parsing, IDN hosts to
-punycode, percent-encoding of unsafe characters, tab/newline removal, ``\\`` as ``/``).
-The rest is RFC 3986 section 6.2.2 syntax-based normalization done here, because
-``w3lib.url.canonicalize_url`` changes meaning in ways a crawler must not: it sorts the
-query (``?c=red&c=blue`` is not ``?c=blue&c=red`` to a last-wins server, and robots.txt
-rules match the query as the site wrote it), rewrites ``a%20b`` to ``a+b`` and turns
-``?flag`` into ``?flag=``.
+A link is resolved and serialised by the WHATWG URL Standard, as browsers do (``ada-url``, a C++
+implementation that passes the Standard's own test data): the request goes to the URL the page
+means, escapes, ``[``, ``]`` and an empty ``?`` as written. On top of that, and only where the
+request does not change meaning for a crawler: no fragment (never sent), no userinfo (a crawler
+never sends credentials found in a link), no trailing dot on the host (one host, one politeness
+key) and no tracking or session parameters (a job's ``drop_params``), the rest of the query in the
+order it was written (robots.txt rules match it so). ``w3lib.url.canonicalize_url`` is not used:
+it sorts the query (``?c=red&c=blue`` is not ``?c=blue&c=red`` to a last-wins server) and
+rewrites ``a%20b`` as ``a+b``.
 
-Non-http(s) URLs (``mailto:``, ``javascript:``, ``data:``, ``ftp:``) are returned with
-only the surrounding whitespace stripped and the scheme lowercased; the scope filter
-drops them with the reason ``scheme``.
+Dedup goes one step further (``dedup_key``): RFC 3986 section 6.2.2's percent-escape
+normalisation, so ``/%7Euser`` and ``/~user`` are one page to the Bloom filter, fetched once, at
+the spelling met first.
+
+Non-http(s) URLs (``mailto:``, ``javascript:``, ``data:``, ``ftp:``) are returned with only the
+surrounding whitespace stripped and the scheme lowercased; the scope filter drops them with the
+reason ``scheme``.
 """
 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import re
 from collections.abc import Callable, Collection, Hashable
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urlsplit
 
-from w3lib.url import safe_url_string
+import ada_url
 
-__all__ = ["DEFAULT_TRACKING_PARAMS", "DropParams", "canonical_url", "host_key", "origin"]
+__all__ = ["DEFAULT_TRACKING_PARAMS", "DropParams", "canonical_url", "dedup_key", "host_key", "origin"]
 
 DEFAULT_TRACKING_PARAMS: frozenset[str] = frozenset(
     {
@@ -64,11 +69,6 @@ _TAB_OR_NEWLINE = str.maketrans("", "", "\t\n\r")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 # Registered names after IDNA: letters, digits, "-" and (seen in the wild) "_", no empty label.
 _HOSTNAME = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
-_AUTHORITY_END = re.compile(r"[/?]")
-# "scheme://authority" of an http(s) base, for joining root-relative links ("/about").
-_ORIGIN = re.compile(r"[Hh][Tt][Tt][Pp][Ss]?://[^/?#\\]+")
-# What safe_url_string returns unchanged (checked against it in the tests): skip its cost.
-_ALREADY_SAFE = re.compile(r"https?://[A-Za-z0-9_.-]+(?::[0-9]+)?(?:[/?][A-Za-z0-9._~!$&()*+,;=:@/?%-]*)?(?:#.*)?")
 _MEMO_MAX_LENGTH = 2048
 _ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -89,30 +89,6 @@ def _normalize_escapes(text: str) -> str:
     if "%" not in text:
         return text
     return _ESCAPE.sub(lambda m: _ESCAPES[m.group()], text)
-
-
-def _remove_dot_segments(path: str) -> str:
-    # RFC 3986 section 5.2.4, for a path that starts with "/".
-    if "/." not in path:
-        return path
-    segments = path[1:].split("/")
-    out: list[str] = []
-    for segment in segments[:-1]:
-        if segment == "..":
-            if out:
-                out.pop()
-        elif segment != ".":
-            out.append(segment)
-    last = segments[-1]
-    if last == "..":
-        if out:
-            out.pop()
-        out.append("")
-    elif last == ".":
-        out.append("")
-    else:
-        out.append(last)
-    return "/" + "/".join(out)
 
 
 def _param_name(name: str) -> str:
@@ -149,45 +125,34 @@ def _drop_path_params(path: str, drop: Callable[[str], bool]) -> str:
     return "/".join(segments)
 
 
-def _clean_query(query: str, drop: Callable[[str], bool]) -> str:
-    # The order is kept: robots.txt rules match the query as written (RFC 9309 section 2.2.2), so
-    # a reordered query is a URL the site never linked, which its rules may refuse or fail to refuse.
-    kept = []
-    for piece in query.split("&"):
-        if piece and not drop(_param_name(piece.partition("=")[0])):
-            kept.append(_normalize_escapes(piece))
-    return "&".join(kept)
+def _clean_query(query: str, drop: Callable[[str], bool]) -> str | None:
+    # The query as written but for the dropped pieces (None: all of it was dropped). The order is
+    # kept: robots.txt rules match the query as written (RFC 9309 section 2.2.2), so a reordered
+    # query is a URL the site never linked, which its rules may refuse or fail to refuse.
+    pieces = query.split("&")
+    kept = [piece for piece in pieces if not piece or not drop(_param_name(piece.partition("=")[0]))]
+    if len(kept) == len(pieces):
+        return query
+    return "&".join(kept) if any(kept) else None
 
 
 def _canonical_host(hostname: str) -> str:
-    if not hostname:
-        raise ValueError("no host")
-    host = hostname.lower()
-    if host.endswith("."):  # the root label: "example.com." is "example.com"
-        host = host[:-1]
+    host = hostname[:-1] if hostname.endswith(".") else hostname  # the root label: "example.com." is "example.com"
     if not _HOSTNAME.fullmatch(host):
         raise ValueError(f"invalid host {hostname!r}")
     return host
 
 
-def _canonical_authority(netloc: str, scheme: str) -> str:
-    # Userinfo is dropped: a crawler never sends credentials found in a link.
-    netloc = netloc.rpartition("@")[2]
-    if netloc.startswith("["):
-        end = netloc.find("]")
-        if end == -1 or (end + 1 < len(netloc) and netloc[end + 1] != ":"):
-            raise ValueError(f"invalid host {netloc!r}")
-        host = f"[{ipaddress.IPv6Address(netloc[1:end]).compressed}]"
-        port_text = netloc[end + 2 :]
-    else:
-        hostname, _, port_text = netloc.partition(":")
-        host = _canonical_host(hostname)
-    if not port_text:
-        return host
-    if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) <= 65535:
-        raise ValueError(f"invalid port {port_text!r}")
-    port = int(port_text)
-    return host if port == _DEFAULT_PORTS[scheme] else f"{host}:{port}"
+def _canonical_authority(authority: str) -> str:
+    # The WHATWG serialiser wrote it: host lowercased, IDN as punycode, IPv4 and IPv6 normalised,
+    # a default port dropped; userinfo (dropped here) percent-encodes every "@" but its last.
+    authority = authority.rpartition("@")[2]
+    if authority.startswith("["):
+        return authority
+    host, _, port = authority.partition(":")
+    if port == "0":
+        raise ValueError("invalid port 0")
+    return _canonical_host(host) + (":" + port if port else "")
 
 
 def _canonical_absolute(url: str, drop: Callable[[str], bool]) -> str:
@@ -197,23 +162,31 @@ def _canonical_absolute(url: str, drop: Callable[[str], bool]) -> str:
     scheme = match.group()[:-1].lower()
     if scheme not in _DEFAULT_PORTS:
         return scheme + ":" + url[match.end() :].translate(_TAB_OR_NEWLINE)
-    # safe_url_string returns a clean "scheme://authority/path?query#fragment" (or raises
-    # ValueError), so plain string splitting is enough from here on.
-    safe = url if _ALREADY_SAFE.fullmatch(url) else safe_url_string(url)
-    prefix = scheme + "://"
-    if not safe.startswith(prefix):
-        raise ValueError("no host")
-    rest = safe[len(prefix) :].partition("#")[0]
-    authority_end = _AUTHORITY_END.search(rest)
-    cut = authority_end.start() if authority_end else len(rest)
-    netloc = _canonical_authority(rest[:cut], scheme)
-    path, _, query = rest[cut:].partition("?")
-    path = _normalize_escapes(path) or "/"
-    if ";" in path:
-        path = _drop_path_params(path, drop)
-    path = _remove_dot_segments(path)
-    query = _clean_query(query, drop) if query else ""
-    return f"{scheme}://{netloc}{path}?{query}" if query else f"{scheme}://{netloc}{path}"
+    return _requested(_parsed(url), drop)
+
+
+def _parsed(url: str, base: str | None = None) -> str:
+    try:
+        return ada_url.join_url(base, url) if base is not None else ada_url.URL(url).href
+    except ValueError:
+        raise ValueError(f"not a URL: {url[:200]!r}") from None
+
+
+def _requested(href: str, drop: Callable[[str], bool]) -> str:
+    # A special URL's href is "scheme://authority/path[?query][#fragment]": no "/", "?" or "#"
+    # in its authority, no "#" before its fragment, so plain string splitting is exact.
+    scheme_end = href.index("://") + 3
+    rest = href[scheme_end:].partition("#")[0]
+    path_start = rest.index("/")
+    authority = _canonical_authority(rest[:path_start])
+    path, question, query = rest[path_start:].partition("?")
+    if ";" in path and (kept := _drop_path_params(path, drop)) != path:
+        # "/.;sid=1/" was no dot segment, "/./" is; a "/." ahead keeps a "//" start a path.
+        path = ada_url.URL("/." + kept, "http://h").pathname
+    if query:
+        cleaned = _clean_query(query, drop)
+        question, query = ("", "") if cleaned is None else ("?", cleaned)
+    return f"{href[:scheme_end]}{authority}{path}{question}{query}"
 
 
 @functools.lru_cache(maxsize=8192)
@@ -222,36 +195,14 @@ def _canonical_memo(url: str, drop_params: DropParams) -> str:
     return _canonical_absolute(url, _drop_rule(drop_params))
 
 
-def _join(base: str, href: str) -> str:
-    # RFC 3986 section 5.2 for an http(s) base, without urljoin's cost; dot segments are
-    # resolved later by _canonical_absolute. Any other base goes through urljoin.
-    if (match := _SCHEME.match(href)) is not None:
-        if match.group()[:-1].lower() not in _DEFAULT_PORTS or href.startswith("//", match.end()):
-            return href
-        return urljoin(base, href)  # "http:page" is relative to an http base
-    if (origin_match := _ORIGIN.match(base)) is None:
-        return urljoin(base, href)
-    base_origin = origin_match.group()
-    if href.startswith("//"):
-        return base_origin[: base_origin.index(":") + 1] + href
-    if href.startswith("/"):
-        return base_origin + href
-    rest = base[origin_match.end() :].partition("#")[0]
-    if not href or href.startswith("#"):
-        return base_origin + rest
-    path = rest.partition("?")[0]
-    if href.startswith("?"):
-        return base_origin + path + href
-    return base_origin + (path[: path.rfind("/") + 1] or "/") + href
-
-
 def canonical_url(url: str, base: str | None = None, drop_params: DropParams = DEFAULT_TRACKING_PARAMS) -> str:
-    """Return the canonical form of ``url`` (joined with ``base`` first when given).
+    """Return the URL a crawl requests for ``url`` (resolved against ``base`` first when given).
 
-    http(s): lowercase scheme and host, IDN host as punycode, no userinfo, no default
-    port, no trailing dot on the host, percent-escapes normalized, dot segments
-    resolved, empty path as ``/``, no fragment, no dropped parameters, the query in the
-    order it was written. Other schemes: stripped, scheme lowercased, otherwise as given.
+    http(s): the WHATWG URL Standard's serialisation (what a browser requests: scheme and host
+    lowercased, IDN host as punycode, default port dropped, dot segments resolved, what must be
+    escaped escaped and nothing else touched), less its fragment, userinfo, a trailing dot on the
+    host and the dropped parameters; the query in the order it was written. Other schemes:
+    stripped, scheme lowercased, otherwise as given. ``dedup_key`` is what dedup compares.
 
     Args:
         drop_params: names of query and ``;path`` parameters to drop (case-insensitive,
@@ -263,13 +214,25 @@ def canonical_url(url: str, base: str | None = None, drop_params: DropParams = D
 
     >>> canonical_url("HTTP://Example.COM:80/a/./b/../c?utm_source=x&b=2&a=1#top")
     'http://example.com/a/c?b=2&a=1'
+    >>> canonical_url("../x%2zy?", base="http://example.com/a/b/c")
+    'http://example.com/a/x%2zy?'
     """
     url = url.strip(_C0_OR_SPACE)
     if base is not None:
-        url = _join(base.strip(_C0_OR_SPACE), url.translate(_TAB_OR_NEWLINE))
+        url = _parsed(url, base.strip(_C0_OR_SPACE))
     if len(url) <= _MEMO_MAX_LENGTH and isinstance(drop_params, Hashable):
         return _canonical_memo(url, drop_params)
     return _canonical_absolute(url, _drop_rule(drop_params))
+
+
+def dedup_key(url: str) -> str:
+    """The key dedup compares for a ``canonical_url``: its percent-escapes normalised (RFC 3986
+    section 6.2.2: unreserved characters decoded, the others' hex upper-cased).
+
+    >>> dedup_key("http://example.com/%7euser?q=%2f")
+    'http://example.com/~user?q=%2F'
+    """
+    return _normalize_escapes(url)
 
 
 def host_key(url: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import replace
-from urllib.parse import urljoin
+
+import ada_url
 
 from engine.fetch_step.context import FetchContext, FetchItem
 from engine.fetch_step.host_trouble import (
@@ -135,8 +136,9 @@ def _give_up(
 
 
 def _join(base: str, location: str) -> str:
-    """The redirect target; a Location urljoin cannot parse is kept as is, for admission to refuse."""
+    """The redirect target, resolved as a browser resolves it; a Location that is no URL is kept as
+    is, for admission to refuse."""
     try:
-        return urljoin(base, location.strip())
+        return ada_url.join_url(base, location)
     except ValueError:
         return location.strip()

@@ -237,8 +237,6 @@ def test_links_are_absolute_in_document_order(html: str, expected: list[tuple[st
         "tel:+123",
         "data:text/html,<p>x</p>",
         "vbscript:msgbox",
-        "",
-        "   ",
         "http://[::1",
     ],
 )
@@ -247,7 +245,14 @@ def test_skipped_links_are_counted(href: str):
     assert triples(result) == [("http://example.com/kept", "k", "a")]
     assert result["skipped"] == 1
     [(tag, reasons)] = result["skipped_by"].items()
-    assert tag == "a" and sum(reasons.values()) == 1 and set(reasons) <= {"scheme", "empty", "malformed"}
+    assert tag == "a" and sum(reasons.values()) == 1 and set(reasons) <= {"scheme", "malformed"}
+
+
+@pytest.mark.parametrize("href", ["", "   ", "#top"])
+def test_an_empty_href_is_the_page_itself_as_in_a_browser(href: str):
+    result = links_of(f"<a href='{href}'>self</a>")
+    assert triples(result) == [(URL + href.strip(), "self", "a")]
+    assert result["skipped"] == 0
 
 
 def test_links_result_shape_and_rel():
@@ -523,8 +528,9 @@ def test_links_past_the_parsers_depth_limit_are_read_tag_by_tag() -> None:
         ("http://h.test/deep.html", "deep link", "a", "nofollow"),
         ("http://h.test/pic.html", "a picture", "a", None),
         ("http://h.test/i.png", "icon", "img", None),
+        ("http://h.test/dir/x", "empty", "a", None),  # an empty href is the page itself, as in a browser
     ]
-    assert result["skipped_by"] == {"a": {"scheme": 1, "empty": 1}}
+    assert result["skipped_by"] == {"a": {"scheme": 1}}
 
 
 FOLLOW_PAGE = (
@@ -547,7 +553,8 @@ def test_followed_links_are_the_navigation_targets_of_the_links_analyzer(deep: b
     assert urls == list(dict.fromkeys(navigation))  # document order, each once
     assert urls[:4] == ["http://example.com/b/x", "http://example.com/map", "http://example.com/b/frame.html",
                         "http://example.com/f"]  # fmt: skip
-    assert skipped == {"scheme": 2, "empty": 1, "malformed": 1}
+    assert "http://example.com/b/" in urls  # the empty href: the base itself
+    assert skipped == {"scheme": 2, "malformed": 1}
     assert sum(full["skipped_by"]["a"].values()) == sum(skipped.values())
 
 
