@@ -20,6 +20,8 @@ from typing import Any
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
+from fetchers.targets import AsWritten
+
 __all__ = ["DeadlineAdapter", "DeadlineWatch"]
 
 logger = logging.getLogger(__name__)
@@ -114,7 +116,8 @@ def _watched_classes(watch: DeadlineWatch, pools: Mapping[str, type]) -> dict[st
     """Subclasses of ``pools`` (scheme -> pool class) whose connections are watched."""
     watched = {}
     for scheme, pool in pools.items():
-        connection = type(f"Watched{pool.ConnectionCls.__name__}", (_Watched, pool.ConnectionCls), {"watch": watch})
+        bases = (_Watched, AsWritten, pool.ConnectionCls)
+        connection = type(f"Watched{pool.ConnectionCls.__name__}", bases, {"watch": watch})
         watched[scheme] = type(f"Watched{pool.__name__}", (pool,), {"ConnectionCls": connection})
     return watched
 

@@ -18,6 +18,7 @@ from fetchers.base import FetchLimits, FetchRequest, FetchResult
 from fetchers.deadline import DeadlineWatch
 from fetchers.netguard import PUBLIC_ONLY, BlockedAddress, GuardedAdapter, NetworkPolicy, Resolver, applying
 from fetchers.proxies import proxy_error_reason
+from fetchers.targets import sending_as_written
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["DEADLINES", "StaticFetcher", "make_session"]
@@ -168,7 +169,8 @@ class StaticFetcher:
             prepared.prepare(method="GET", url=url, headers={**self._session.headers, **headers})
             adapter = self._session.get_adapter(prepared.url or url)
             timeout = (self._limits.connect_timeout_s, self._limits.read_timeout_s)
-            return adapter.send(prepared, stream=True, timeout=timeout, verify=True, cert=None, proxies=proxies)
+            with sending_as_written(url):  # the URL as the page meant it, not re-escaped (fetchers.targets)
+                return adapter.send(prepared, stream=True, timeout=timeout, verify=True, cert=None, proxies=proxies)
         except BlockedAddress as exc:
             logger.info("refused %s (for %s): %s", url, request.url, exc)
             raise DownloadFailed(request.url, "blocked_address") from exc

@@ -188,3 +188,16 @@ def test_status_classes(
         check_status(result)
     assert raised.value.reason == reason
     assert getattr(raised.value, "retry_after_s", None) == retry_after
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["/foo%2zbar", "/a[b]|c", "/x%7e%2f", "/q?", "/q?a=%zz&b=[1]", "/%E2%82%AC?%e2%82%ac"],
+)
+def test_the_request_line_carries_the_url_as_written(site: TestSite, fetcher: StaticFetcher, target: str) -> None:
+    # What a browser sends for these (the WHATWG serialisation); requests and urllib3 would send
+    # /foo%252zbar, /a%5Bb%5D%7Cc, /x%7E%2F, /q, ...
+    site.add_page(target, "here")
+    result = _get(fetcher, site.url(target))
+    assert result.status == 200
+    assert [seen.path for seen in site.seen] == [target]
