@@ -227,10 +227,14 @@ def _gb18030_error(exc: UnicodeError) -> tuple[str, int]:
     return ("\u20ac" if exc.object[exc.start] == 0x80 else "\ufffd", exc.start + 1)
 
 
-def _url_html_error(exc: UnicodeError) -> tuple[str, int]:
+def _url_html_error(exc: UnicodeError) -> tuple[bytes, int]:
     """Codec error handler: the URL Standard writes an unencodable character as ``%26%23NNNN%3B``."""
     assert isinstance(exc, UnicodeEncodeError)
-    return "".join(f"%26%23{ord(c)}%3B" for c in exc.object[exc.start : exc.end]), exc.end
+    # Python's gbk lacks the one byte the standard's GBK encoder adds: U+20AC is 0x80.
+    euro = b"\x80" if exc.encoding == "gbk" else b"%26%238364%3B"
+    return b"".join(
+        euro if c == "\u20ac" else b"%%26%%23%d%%3B" % ord(c) for c in exc.object[exc.start : exc.end]
+    ), exc.end
 
 
 codecs.register_error("vcrawl-jis0208", _jis0208_error)
