@@ -79,6 +79,16 @@ _X_USER_DEFINED_TABLE = "".join(chr(byte if byte < 0x80 else 0xF700 + byte) for 
 _JIS0208_FIXES = str.maketrans(
     {0x301C: 0xFF5E, 0x2016: 0x2225, 0x2212: 0xFF0D, 0xA2: 0xFFE0, 0xA3: 0xFFE1, 0xAC: 0xFFE2}
 )
+# The lead bytes of the standard's double-byte decoders.
+_LEAD_BYTES = {
+    "Shift_JIS": frozenset([*range(0x81, 0xA0), *range(0xE0, 0xFD)]),
+    "EUC-JP": frozenset([0x8E, 0x8F, *range(0xA1, 0xFF)]),
+    "EUC-KR": frozenset(range(0x81, 0xFF)),
+    "Big5": frozenset(range(0x81, 0xFF)),
+}
+_PYTHON_TO_NAME = {"cp932": "Shift_JIS", "euc_jp": "EUC-JP", "cp949": "EUC-KR", "big5hkscs": "Big5"}
+# cp932 reads 0xA0 and 0xFD-0xFF as Microsoft's private-use characters; the standard has no such bytes.
+_SHIFT_JIS_FIXES = str.maketrans(dict.fromkeys(range(0xF8F0, 0xF8F4), 0xFFFD))
 _EUC_JP_TILDE = (b"\x8f\xa2\xb7", b"\xa1\xc1")  # JIS X 0212's tilde is U+FF5E in the standard, "~" in Python
 # Decoding a declared label must give these characters back unchanged. This refuses codecs that are
 # not ASCII-compatible text encodings (base64, rot13, unicode_escape, punycode, idna, UTF-7, ...):
@@ -122,7 +132,10 @@ def decode(body: bytes, encoding: str) -> str:
     if table is not None:
         return codecs.charmap_decode(body, "replace", table)[0]
     if encoding == "EUC-JP":
-        return body.replace(*_EUC_JP_TILDE).decode("euc-jp", "vcrawl-jis0208").translate(_JIS0208_FIXES)
+        return body.replace(*_EUC_JP_TILDE).decode("euc-jp", "vcrawl-double-byte").translate(_JIS0208_FIXES)
+    if encoding in _LEAD_BYTES:
+        text = body.decode(_CODECS[encoding], "vcrawl-double-byte")
+        return text.translate(_SHIFT_JIS_FIXES) if encoding == "Shift_JIS" else text
     if encoding == "ISO-2022-JP":
         return body.decode(_CODECS[encoding], "replace").translate(_JIS0208_FIXES)
     if encoding in ("GBK", "gb18030"):
@@ -214,17 +227,42 @@ def _jis0208() -> dict[bytes, str]:
     return table
 
 
-def _jis0208_error(exc: UnicodeError) -> tuple[str, int]:
-    """Codec error handler: a JIS X 0208 pair Python's euc_jp lacks (NEC, IBM rows), else U+FFFD."""
+def _double_byte_error(exc: UnicodeError) -> tuple[str, int]:
+    """Codec error handler: resynchronize as the standard's double-byte decoders do.
+
+    A lead byte and a byte that make no character are one U+FFFD, unless that byte is ASCII: it is
+    then read again. EUC-JP also reads JIS X 0208 pairs that Python's euc_jp lacks (NEC, IBM rows).
+    """
     assert isinstance(exc, UnicodeDecodeError)
-    char = _jis0208().get(exc.object[exc.start : exc.start + 2])
-    return (char, exc.start + 2) if char is not None else ("\ufffd", exc.start + 1)
+    data, start = exc.object, exc.start
+    if exc.encoding == "euc_jp" and (char := _jis0208().get(data[start : start + 2])) is not None:
+        return char, start + 2
+    if data[start] not in _LEAD_BYTES[_PYTHON_TO_NAME[exc.encoding]]:
+        return "\ufffd", start + 1
+    trail = start + 1
+    if exc.encoding == "euc_jp" and data[start] == 0x8F and data[trail : trail + 1] and 0xA1 <= data[trail] <= 0xFE:
+        trail += 1  # JIS X 0212: three bytes
+    if trail >= len(data):
+        return "\ufffd", len(data)
+    return "\ufffd", trail if data[trail] < 0x80 else trail + 1
 
 
 def _gb18030_error(exc: UnicodeError) -> tuple[str, int]:
-    """Codec error handler: the standard's gb18030 decoder reads a lone 0x80 as U+20AC."""
+    """Codec error handler: the standard's gb18030 decoder (a lone 0x80 is U+20AC; resynchronizing)."""
     assert isinstance(exc, UnicodeDecodeError)
-    return ("\u20ac" if exc.object[exc.start] == 0x80 else "\ufffd", exc.start + 1)
+    data, start = exc.object, exc.start
+    if data[start] == 0x80:
+        return "\u20ac", start + 1
+    if not 0x81 <= data[start] <= 0xFE:
+        return "\ufffd", start + 1
+    shape = data[start + 1 : start + 4]
+    if shape[:1].isdigit():  # a four-byte sequence: one U+FFFD if whole (or cut by the end), else the lead only
+        whole = len(shape) == 3 and 0x81 <= shape[1] <= 0xFE and shape[2:3].isdigit()
+        cut = len(shape) < 3 and start + 1 + len(shape) == len(data) and (len(shape) < 2 or 0x81 <= shape[1] <= 0xFE)
+        return "\ufffd", start + 4 if whole else len(data) if cut else start + 1
+    if not shape:
+        return "\ufffd", len(data)
+    return "\ufffd", start + 1 if shape[0] < 0x80 else start + 2
 
 
 def _url_html_error(exc: UnicodeError) -> tuple[bytes, int]:
@@ -237,6 +275,6 @@ def _url_html_error(exc: UnicodeError) -> tuple[bytes, int]:
     ), exc.end
 
 
-codecs.register_error("vcrawl-jis0208", _jis0208_error)
+codecs.register_error("vcrawl-double-byte", _double_byte_error)
 codecs.register_error("vcrawl-gb18030", _gb18030_error)
 codecs.register_error("vcrawl-url-html", _url_html_error)
