@@ -101,6 +101,7 @@ _QUERY_SAFE = "".join(chr(c) for c in range(0x21, 0x7F) if chr(c) not in "\"#<>'
 _SURROGATES = re.compile("[\ud800-\udfff]")
 
 
+@functools.lru_cache(maxsize=512)  # pages repeat a handful of labels
 def get_encoding(label: str) -> str | None:
     """Return the WHATWG name of the encoding ``label`` names ("get an encoding"), None if unknown.
 
@@ -126,6 +127,8 @@ def decode(body: bytes, encoding: str) -> str:
     >>> decode(b"caf\\xe9 \\x81", "windows-1252"), decode(b"\\x80\\xff", "x-user-defined")
     ('café \\x81', '\\uf780\\uf7ff')
     """
+    if encoding == UTF_8:  # most pages
+        return body.decode("utf-8", "replace")
     if encoding == REPLACEMENT:
         return "\ufffd" if body else ""
     table = _decoding_table(encoding)
