@@ -10,8 +10,11 @@ where the two differ (measured against the standard's index files):
 - ``KOI8-U`` is KOI8-RU in the standard (0xAE U+045E, 0xBE U+040E);
 - ``Shift_JIS`` is Python's cp932, ``EUC-KR`` cp949 (both equal to the standard's indexes),
   ``Big5`` big5hkscs, ``GBK`` and ``gb18030`` gb18030 (0x80 is U+20AC);
-- ``EUC-JP`` and ``ISO-2022-JP`` read JIS X 0208 through the standard's index (the cp932 one: NEC
-  row 13, U+FF5E for 0xA1C1, ...), where Python's euc_jp differs on 463 code points;
+- ``EUC-JP`` reads JIS X 0208 through the standard's index (the cp932 one: NEC row 13, U+FF5E
+  for 0xA1C1, ...), where Python's euc_jp differs on 463 code points; ``ISO-2022-JP`` gets the
+  six changed characters of them (not the NEC rows);
+- the double-byte decoders resynchronize after a bad byte as the standard's do (one U+FFFD for a
+  lead and a non-ASCII byte, an ASCII byte read again);
 - ``x-user-defined`` maps 0x80-0xFF to U+F780-U+F7FF, and ``replacement`` decodes a non-empty
   body to one U+FFFD (the ISO-2022-KR/CN and HZ labels, which could smuggle markup).
 
