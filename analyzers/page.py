@@ -9,8 +9,8 @@ from typing import Any
 import ada_url
 import lxml.html
 from lxml import etree
-from w3lib.encoding import html_body_declared_encoding, html_to_unicode, http_content_type_encoding
 
+from analyzers.sniffing import decode_html
 from vcrawl.payloads import MAX_LINKS_PER_PAGE
 
 __all__ = ["NON_NAVIGABLE_SCHEMES", "TREE_DEPTH_LIMIT", "Page", "is_html", "resolve_base"]
@@ -19,11 +19,6 @@ logger = logging.getLogger(__name__)
 
 # Schemes that name no fetchable document: never a link, never a <base>.
 NON_NAVIGABLE_SCHEMES = frozenset({"javascript", "vbscript", "data", "mailto", "tel"})
-# Decoding a declared label must give these characters back unchanged. This refuses codecs a page
-# may name but that are not ASCII-compatible text encodings (base64, rot13, unicode_escape, punycode,
-# idna, ...): they raise, or re-spell markup the way UTF-7 does (\x3c and \u003c decode to <).
-_PROBE = '<a href="x">\\x3c\\u003c&+-</a>'
-_UTF16_OR_32 = ("utf-16", "utf-32")
 _EMPTY_DOCUMENT = b"<html><body></body></html>"
 # How deep libxml2 nests elements into a tree with huge_tree (256 without): an element deeper than this
 # stops the parse for good (``Page.truncated``). A parser target sees every element however deep, so
@@ -56,12 +51,12 @@ class Page:
 
     @property
     def encoding(self) -> str:
-        """Return the encoding the body was decoded with."""
+        """Return the WHATWG name of the encoding the body was decoded with (``UTF-8``, ``windows-1252``, ...)."""
         return self._decode()[0]
 
     @property
     def text(self) -> str:
-        """Return the body decoded to str (undecodable bytes become U+FFFD)."""
+        """Return the body decoded as a browser decodes it (``analyzers.sniffing``); bad bytes become U+FFFD."""
         return self._decode()[1]
 
     @property
@@ -99,7 +94,7 @@ class Page:
         # Frozen: the cache is filled with object.__setattr__. Two threads racing here compute equal
         # values and the last write wins, so no lock is needed.
         if self._decoded is None:
-            object.__setattr__(self, "_decoded", _decode(self.url, self.content_type, self.body))
+            object.__setattr__(self, "_decoded", decode_html(self.body, self.content_type, self.url))
         assert self._decoded is not None
         return self._decoded
 
@@ -120,41 +115,6 @@ def is_html(content_type: str | None) -> bool:
         return True  # no header: sniffing would be guessing; lxml copes with anything
     kind = content_type.split(";", 1)[0].strip().lower()
     return kind in ("text/html", "application/xhtml+xml", "text/plain", "") or kind.endswith("+xml")
-
-
-def _decode(url: str, content_type: str | None, body: bytes) -> tuple[str, str]:
-    """Return (encoding, text), ignoring declared charsets that cannot decode HTML safely."""
-    header_encoding = http_content_type_encoding(content_type)
-    if header_encoding is not None and not (
-        header_encoding.startswith(_UTF16_OR_32) or _is_ascii_compatible(header_encoding)
-    ):
-        logger.debug("%s: ignoring Content-Type charset %s", url, header_encoding)
-        content_type, header_encoding = None, None
-    if header_encoding is None:
-        declared = html_body_declared_encoding(body)
-        # HTML spec, "prescan a byte stream": a declaration readable as ASCII cannot really be
-        # UTF-16/32, and a non-text codec is no encoding at all; both mean "use the default".
-        if declared is not None and not _is_ascii_compatible(declared):
-            logger.debug("%s: ignoring declared charset %s, using utf-8", url, declared)
-            content_type = "text/html; charset=utf-8"
-    try:
-        return html_to_unicode(content_type, body)
-    except (LookupError, UnicodeError) as exc:  # a codec the checks above did not foresee
-        logger.debug("%s: decoding failed (%s), using utf-8", url, exc)
-        return "utf-8", body.decode("utf-8", "replace")
-
-
-def _is_ascii_compatible(encoding: str) -> bool:
-    """Return True if `encoding` decodes ASCII markup, backslashes and all, to itself.
-
-    >>> [_is_ascii_compatible(e) for e in ("cp1252", "shift_jis", "utf-16-le", "unicode_escape", "base64")]
-    [True, True, False, False, False]
-    """
-    try:
-        # bytes.decode, unlike codecs.decode, refuses bytes-to-bytes codecs with a LookupError.
-        return _PROBE.encode("ascii").decode(encoding, "replace") == _PROBE
-    except (LookupError, UnicodeError):
-        return False
 
 
 def _parse(url: str, text: str) -> tuple[lxml.html.HtmlElement, bool]:
