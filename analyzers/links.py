@@ -17,6 +17,7 @@ from typing import Any
 
 import ada_url
 
+from analyzers.encoding import percent_encode_query
 from analyzers.page import NON_NAVIGABLE_SCHEMES, TREE_DEPTH_LIMIT, Page, resolve_base
 from vcrawl.payloads import FieldRule
 
@@ -68,7 +69,7 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
     skipped = 0
     skipped_by: dict[str, dict[str, int]] = {}
     for tag, attr, value, text, rel in candidates:
-        url, reason = _absolute(base, value)
+        url, reason = _absolute(base, value, page.encoding)
         if url is None:
             logger.debug("%s: skip <%s %s=%.200r>: %s", page.url, tag, attr, value, reason)
             skipped += 1
@@ -106,7 +107,7 @@ def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
     urls: dict[str, None] = {}
     skipped: dict[str, int] = {}
     for value, count in times.items():
-        url, reason = _absolute(base, value)
+        url, reason = _absolute(base, value, page.encoding)
         if url is None:
             kind = _skip_kind(reason)
             skipped[kind] = skipped.get(kind, 0) + count
@@ -148,7 +149,7 @@ def _logged(page: Page, truncated: int) -> int:
 
 
 def _base(page: Page, target: _LinkTarget) -> str:
-    return page.url if target.base_href is None else resolve_base(page.url, target.base_href)
+    return page.url if target.base_href is None else resolve_base(page.url, _in_query(target.base_href, page.encoding))
 
 
 class _TooDeep(Exception):
@@ -344,10 +345,11 @@ def _skip_kind(reason: str) -> str:
     return "malformed" if reason.startswith("malformed") else "scheme"
 
 
-def _absolute(base: str, value: str) -> tuple[str | None, str]:
+def _absolute(base: str, value: str, encoding: str = "UTF-8") -> tuple[str | None, str]:
     """Return (absolute URL, "") or (None, why it is skipped): ``value`` resolved against ``base``
-    by the WHATWG URL Standard, as a browser resolves it (``ada-url``). An empty ``value`` is the
-    base itself, as a browser's link to its own page is."""
+    by the WHATWG URL Standard, as a browser resolves it (``ada-url``), its query written in the
+    page's ``encoding``. An empty ``value`` is the base itself, as a browser's link to its own page is."""
+    value = _in_query(value, encoding)
     try:
         url = ada_url.join_url(base, value)
     except ValueError:
@@ -356,6 +358,26 @@ def _absolute(base: str, value: str) -> tuple[str | None, str]:
     if scheme in NON_NAVIGABLE_SCHEMES:
         return None, f"{scheme}: URL"
     return url, ""
+
+
+_C0_OR_SPACE = "".join(map(chr, range(0x21)))
+_TAB_OR_NEWLINE = str.maketrans("", "", "\t\n\r")
+
+
+def _in_query(value: str, encoding: str) -> str:
+    """``value`` with its query's non-ASCII characters percent-encoded in the page's ``encoding``,
+    as a browser's URL parser writes a link of a page in that encoding (the path is UTF-8 in both).
+
+    >>> _in_query("/s?q=Привет#Привет", "windows-1251")
+    '/s?q=%CF%F0%E8%E2%E5%F2#Привет'
+    """
+    if encoding == "UTF-8" or value.isascii():
+        return value  # ada-url writes UTF-8 itself
+    head, hash_mark, fragment = value.strip(_C0_OR_SPACE).translate(_TAB_OR_NEWLINE).partition("#")
+    path, question_mark, query = head.partition("?")
+    if not question_mark or query.isascii():
+        return value
+    return f"{path}?{percent_encode_query(query, encoding)}{hash_mark}{fragment}"
 
 
 def _normalize(text: str | None) -> str:

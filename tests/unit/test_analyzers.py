@@ -622,3 +622,21 @@ def test_open_links_over_many_text_events_cost_one_read_each() -> None:
     result = links_of(body)
     assert result["count"] == 1  # the same href, the same (empty) text: listed once
     assert time.process_time() - started < 2.0
+
+
+@pytest.mark.parametrize(
+    ("charset", "query"),
+    [
+        ("windows-1251", "%CF%F0%E8%E2%E5%F2"),
+        ("koi8-r", "%F0%D2%C9%D7%C5%D4"),
+        ("utf-8", "%D0%9F%D1%80%D0%B8%D0%B2%D0%B5%D1%82"),
+        ("iso-8859-1", "%26%231055%3B%26%231088%3B%26%231080%3B%26%231074%3B%26%231077%3B%26%231090%3B"),
+    ],
+)
+def test_a_links_query_is_written_in_its_pages_encoding_as_browsers_do(charset: str, query: str) -> None:
+    # The path is UTF-8 whatever the page's encoding; the query is in the page's (what it cannot write, &#N;).
+    html = '<meta charset="{}"><a href="/Привет?q=Привет#Привет">x</a>'.format(charset)
+    page = Page("http://h.test/", html.encode(charset, "xmlcharrefreplace"))
+    path = "/%D0%9F%D1%80%D0%B8%D0%B2%D0%B5%D1%82"
+    fragment = "#%D0%9F%D1%80%D0%B8%D0%B2%D0%B5%D1%82"
+    assert links_analyzer.followed_links(page)[0] == [f"http://h.test{path}?q={query}{fragment}"]
