@@ -25,6 +25,7 @@ from engine.fetch_step.store import store_page
 from engine.fetch_step.visits import failed, next_attempt, visit_of
 from engine.outcomes import FetchOutcome, Redirected, Retry, Unchanged, Visit
 from fetchers import RETRYABLE_STATUSES, FetchResult, parse_retry_after
+from fetchers.base import NOT_RETRIED_REASONS
 from vcrawl import names
 
 __all__ = ["retry_or_fail", "sort_response"]
@@ -82,7 +83,8 @@ def retry_or_fail(
     queue, so the host's other pages go on.
     """
     entry, policy = item.entry, ctx.policy
-    delay_s = policy.retry.delay_for(entry.attempt + 1, retry_after_s)
+    # A tarpit trickling its head would hold a retry as long again: it fails at its first attempt.
+    delay_s = None if reason in NOT_RETRIED_REASONS else policy.retry.delay_for(entry.attempt + 1, retry_after_s)
     slow_host = False
     if reason in SLOW_REASONS:
         counts[names.COUNTER_SLOW] += 1

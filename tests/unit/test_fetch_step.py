@@ -220,6 +220,20 @@ def test_a_host_over_its_timeout_budget_pauses_and_an_operator_is_told(tmp_path:
     assert [cause for cause, _ in alerts] == ["j1:slow:a.test"]
 
 
+@pytest.mark.parametrize(("reason", "retried"), [("slow_head", False), ("too_slow", True), ("timeout", True)])
+def test_a_trickled_head_fails_at_its_first_attempt_and_counts_against_its_host(
+    tmp_path: Path, reason: str, retried: bool
+) -> None:
+    # A server trickling its head does so on purpose: a retry would be held as long again.
+    ctx = context(tmp_path, Canned(FetchFailed(URL, reason)), policy=JOB_POLICY, job=job_hooks())
+    outcome = fetch_one(ctx, item())
+
+    assert isinstance(outcome, Retry if retried else Failed), outcome
+    assert outcome.visit.counts["slow"] == 1  # the host's failure budget counts it either way
+    if not retried:
+        assert isinstance(outcome, Failed) and outcome.gave_up and outcome.visit.counts[f"failed:{reason}"] == 1
+
+
 def test_robots_txt_read_now_takes_the_hosts_slot_then_refuses_a_disallowed_url(tmp_path: Path) -> None:
     robots_txt = FetchResult(
         f"{ORIGIN}/robots.txt", f"{ORIGIN}/robots.txt", 200, {}, b"User-agent: *\nDisallow: /private"
