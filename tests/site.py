@@ -232,9 +232,10 @@ class TestSite:
             return [seen for seen in self.seen if seen.path == path]
 
     def _record(self, path: str, headers: dict[str, str], client_port: int = 0, client_host: str = "") -> Seen:
+        arrived = time.monotonic()  # before the client is looked up in /proc, which takes milliseconds
         # While the request is served its connection is open: the client's socket can be found.
         client = self.identify(client_port) if self.identify is not None else None
-        seen = Seen(path, headers, time.monotonic(), client_port, client, client_host)
+        seen = Seen(path, headers, arrived, client_port, client, client_host)
         with self._lock:
             self.seen.append(seen)
         return seen

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,14 @@ from cli.local_redis import LocalRedis
 from engine.jobs import admit_links, build_runtime
 from frontier import BatchRelease, Frontier, OriginHolds
 from tasks.redis_clients import make_frontier_client
+from tests.cluster import cluster_env, identify_clients, start_job, start_worker, stop_worker
 from tests.redis_cluster import RedisCluster
+from tests.site import Response, Seen, TestSite, link_page
 from tests.waiting import wait_until
 from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
+from views.status import job_status
 
 HOST = "a.test"
 
@@ -165,3 +169,117 @@ def test_holds_on_every_shard_of_a_redis_cluster_are_heard_by_every_process(tmp_
             for listening in listeners:
                 listening.stop()
             client.close()
+
+
+# --- two real worker processes crawling a site that answers one URL 429 + Retry-After ------------------
+
+RETRY_AFTER_S = 3
+ORDINARY = [f"/p{n}.html" for n in range(40)]
+RACE_S = 0.5
+"""A request another batch sent before it heard of the hold cannot be recalled: at most one per other batch
+of the host in flight, sent within this of the 429 (milliseconds, measured; the rest is slack for a loaded
+machine)."""
+
+
+@dataclass
+class Workers:
+    env: dict[str, str]
+    redis_url: str
+    names: dict[int, str]  # pid -> worker name
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    """A redis-server and two `celery -A tasks worker` processes (two threads each) at the shipped settings."""
+    work = tmp_path_factory.mktemp("holds-workers")
+    with LocalRedis(work / "redis") as server:
+        env = cluster_env(Settings(redis_url=server.url, data=str(work / "data")))
+        processes = []
+        try:
+            for name in ("w1", "w2"):
+                processes.append(start_worker(env, name, work / f"{name}.log", concurrency=2, loglevel="WARNING"))
+            yield Workers(
+                env, server.url, {process.pid: name for name, process in zip(("w1", "w2"), processes, strict=True)}
+            )
+        finally:
+            for process in processes:
+                stop_worker(process)
+
+
+def _throttling_site(site: TestSite, throttled_at: int) -> None:
+    """40 ordinary pages (0.1 s each) and, as the ``throttled_at``-th link, one URL answered 429 with
+    ``Retry-After: 3`` once, then 200."""
+    links = [*ORDINARY[:throttled_at], "/throttled.html", *ORDINARY[throttled_at:]]
+    site.add_page("/", link_page(*links))
+    for path in ORDINARY:
+        site.add_response(path, Response(link_page().encode(), delay_s=0.1))
+    busy = Response(b"slow down", 429, {"Retry-After": str(RETRY_AFTER_S)})
+    site.add_sequence("/throttled.html", [busy, Response(link_page().encode())])
+
+
+def _crawl(workers: Workers, site: TestSite, politeness: dict[str, Any]) -> dict[str, Any]:
+    """Run a job of the site on the two workers (shipped defaults but ``politeness``) to its end."""
+    identify_clients(site, workers.names)
+    job_id = start_job(workers.env, {"seeds": [site.url("/")], "politeness": politeness})
+    frontier = Frontier(redis.Redis.from_url(workers.redis_url))
+    status = wait_until(lambda: (s := job_status(frontier, job_id)) and s["state"] != "running" and s, 90.0,
+                        lambda: f"job {job_id} done: {job_status(frontier, job_id)}")  # fmt: skip
+    assert status["state"] == "completed" and status["failed"] == {}, status
+    assert status["pages_stored"] == len(ORDINARY) + 2, status  # the index, the 40, the throttled one at last
+    return status
+
+
+def _after_the_429(site: TestSite) -> tuple[float, list[Seen], float]:
+    """(when the 429 went out, the requests that arrived after it, when the throttled URL came again)."""
+    throttled, again = site.requests_to("/throttled.html")
+    after = sorted((seen for seen in site.seen if seen.at > throttled.at and seen is not again), key=lambda s: s.at)
+    return throttled.at, after, again.at
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kind", "politeness", "throttled_at"),
+    [
+        # Several batches of the host in flight at once, over both processes, each sending its next
+        # request as soon as the last is answered.
+        pytest.param("impolite", {"min_interval_s": 0, "per_host": 4}, 5, id="impolite"),
+        # Paced batches (0.25 s apart, with jitter) in bundles: two of the host's at once.
+        pytest.param("paced", {"per_host": 2}, 10, id="paced"),
+    ],
+)
+def test_a_retry_after_holds_its_origin_at_every_worker(
+    two_workers: Workers, kind: str, politeness: dict[str, Any], throttled_at: int
+) -> None:
+    with TestSite("127.0.0.2") as site:
+        _throttling_site(site, throttled_at)
+        status = _crawl(two_workers, site, politeness)
+    sent_429, after, again_at = _after_the_429(site)
+    raced = [seen for seen in after if seen.at < sent_429 + RACE_S]
+    held = [seen for seen in after if sent_429 + RACE_S <= seen.at < sent_429 + RETRY_AFTER_S]
+    first_after_hold = min(seen.at for seen in after if seen.at >= sent_429 + RACE_S)
+    senders = {seen.client for seen in site.seen if seen.at < sent_429 and seen.path in ORDINARY}
+    print(
+        f"{kind}: requests before the 429 from {sorted(map(str, senders))}; after it, {len(raced)} sent before "
+        f"the hold was heard (last {max((s.at - sent_429 for s in raced), default=0) * 1000:.1f} ms after), then "
+        f"none for {first_after_hold - sent_429:.3f} s; the throttled URL again after {again_at - sent_429:.3f} s; "
+        f"job {status['elapsed_s']} s"
+    )
+
+    assert held == [], [(seen.path, seen.client, round(seen.at - sent_429, 3)) for seen in held]
+    assert len(raced) <= politeness["per_host"] - 1, [(s.path, s.client, round(s.at - sent_429, 3)) for s in raced]
+    assert first_after_hold >= sent_429 + RETRY_AFTER_S and again_at >= sent_429 + RETRY_AFTER_S
+    if kind == "impolite":  # the hold reached batches of the host fetching in the other process too
+        assert senders == {"w1", "w2"}, senders
+
+
+@pytest.mark.slow
+def test_a_retry_after_holds_only_its_url_when_the_job_says_url(two_workers: Workers) -> None:
+    """``politeness.retry_after: url``, the opt-in for a site known to misuse Retry-After: the host's other
+    pages go on during the wait, and the URL itself waits it out, as before."""
+    with TestSite("127.0.0.3") as site:
+        _throttling_site(site, throttled_at=5)
+        _crawl(two_workers, site, {"min_interval_s": 0, "per_host": 4, "retry_after": "url"})
+    sent_429, after, again_at = _after_the_429(site)
+
+    assert len([seen for seen in after if seen.at < sent_429 + RETRY_AFTER_S]) >= 10  # 0.1 s pages, 4 at once
+    assert again_at >= sent_429 + RETRY_AFTER_S
