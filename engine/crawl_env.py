@@ -11,7 +11,7 @@ from typing import Protocol
 
 from engine.fetch_step import PageTypeFetchers, ProxyBench, RobotsRulesCache
 from engine.jobs import JobRuntime
-from frontier import Frontier, History
+from frontier import Frontier, History, OriginHolds
 from storage import Storage
 from storage.records import RecordWriter
 from storage.warc import WarcWriter
@@ -52,6 +52,7 @@ class CrawlEnv:
     proxies: ProxyBench | None = None  # the cluster's proxy bench; None: draw from the pool blindly
     fetch_log: Callable[[str], RecordWriter] | None = None  # job id -> this process's fetch log writer
     on_completed: Callable[[str, int], None] | None = None  # (job, cycle): the job or cycle just completed
+    holds: OriginHolds | None = None  # this process's copy of the hosts held (Retry-After); None: not looked at
 
     def alert(self, cause: str, alert: Alert) -> bool:
         """Send ``alert`` unless one for ``cause`` went out in the alert window."""

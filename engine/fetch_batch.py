@@ -33,6 +33,7 @@ from engine.fetch_step import (
 )
 from engine.fetch_step.host_trouble import throttle_tail
 from engine.jobs import JobRuntime, lease_ms
+from engine.origin_holds import hold_origin
 from engine.outcomes import Failed, FetchOutcome, Redirected, Retry, RobotsFetched, SitemapRead, Stored
 from engine.redis_wait import ride_out
 from engine.sitemaps import SitemapSink, unchanged_by_hint
@@ -173,7 +174,8 @@ def start_fetch(
     runtime = env.runtimes.get(job_id, batch.cycle)
     nothing = FetchedBatch(job_id, batch.batch_id, batch.cycle)
     token = owner or uuid.uuid4().hex  # this run's: a second copy of the message neither starts nor renews it
-    started = "go" if owner else env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime), token)
+    started = "go" if owner else env.frontier.queue.start_lease(job_id, batch.batch_id, lease_ms(runtime), token,
+                                                                host=batch.host)  # fmt: skip
     if started == "taken":  # at-least-once delivery: the copy that started first fetches
         logger.info("job %s: batch %s is being fetched by another copy of its message; skipped", job_id,
                     batch.batch_id)  # fmt: skip
@@ -187,7 +189,7 @@ def start_fetch(
         logger.info("job %s: batch %s came after its lease was handed back or ran out; skipped", job_id,
                     batch.batch_id)  # fmt: skip
         return nothing.to_dict(), None  # its URLs went back to the queue
-    if started == "stopped":  # cancelled while the batch waited in the queue: give it back
+    if started in ("stopped", "held"):  # cancelled, or its host held, while the batch waited: give it back
         handed_back = BatchRelease(pause_ms=0, done=0, requeue=batch.entries, fetched=False)
         env.frontier.queue.release(job_id, batch, handed_back)
         return nothing.to_dict(), None
@@ -318,6 +320,11 @@ def _fetch_entries(
             if held == "stopped":
                 handed_back.extend(entries[index:])
                 break
+        if env.holds is not None and env.holds.left_s(runtime.job_id, batch.host) > 0:  # (a dict lookup)
+            logger.info("job %s: %s is held (it asked for no request); batch %s hands its rest back", runtime.job_id,
+                        batch.host, batch.batch_id)  # fmt: skip
+            handed_back.extend(entries[index:])
+            break
         rule = runtime.spec.rule_for(entry.url)
         save_path = job_page_location(runtime.job_id, runtime.cycle, entry.url)
         item = FetchItem(entry, rule, save_path, known.get(entry.url), unchanged_by_sitemap=entry.url in unchanged)
@@ -327,6 +334,8 @@ def _fetch_entries(
             outcome = replace(outcome, again_in_batch=True)  # no Crawl-delay: the URL goes at the job's pace
             entries.insert(index + 1, entry)
         outcomes.append(outcome)
+        if outcome.visit.host_wait_s > 0:  # the host asked for no request that long: every worker holds it now
+            hold_origin(env, runtime.job_id, batch.host, outcome.visit.host_wait_s)
         if outcome.visit.requested:  # counted from its end, as the host gate does: never early on the wire
             last_request = env.clock()
         if stops_batch(outcome, runtime.spec.politeness.obey_robots):
@@ -433,7 +442,7 @@ def _tally(outcomes: Sequence[FetchOutcome], waiting: Sequence[Entry], now: floa
     for outcome in outcomes:
         tally.counters.update(outcome.visit.counts)
         tally.fetched = tally.fetched or outcome.visit.requested
-        if outcome.visit.host_wait_s > 0:  # an API's spent rate limit: the host waits for its reset
+        if outcome.visit.host_wait_s > 0:  # a Retry-After, an API's spent rate limit: the host waits for it
             tally.host_delay_until = max(tally.host_delay_until, now + outcome.visit.host_wait_s)
         if outcome.visit.crawl_delay_s is not None:
             tally.crawl_delay_s = outcome.visit.crawl_delay_s

@@ -39,7 +39,8 @@ class Visit:
     crawl_delay_s: float | None = None  # the host's Crawl-delay for us, when robots.txt was read
     counts: Mapping[str, int] = field(default_factory=dict)  # job counters this fetch adds
     revisit: UrlHistory | None = None  # scheduled jobs: the URL's history to write when the batch ends
-    host_wait_s: float = 0.0  # the host asked for no request this long (an API's spent rate limit)
+    # The host asked for no request this long (a Retry-After, an API's spent rate limit): held at every worker.
+    host_wait_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "counts", MappingProxyType(dict(self.counts)))  # a record: no later changes

@@ -12,6 +12,7 @@ from typing import Protocol
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = [
+    "NOT_RETRIED_REASONS",
     "RETRYABLE_STATUSES",
     "SLOW_REASONS",
     "FetchLimits",
@@ -24,9 +25,12 @@ __all__ = [
 
 # Statuses where the same request may succeed later (RFC 9110 §15.5.9, §15.6; RFC 6585 §4).
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
-SLOW_REASONS = frozenset({"timeout", "too_slow", "total_timeout"})
+SLOW_REASONS = frozenset({"timeout", "too_slow", "slow_head", "total_timeout"})
 """Failure reasons of a request given up for time: no byte for the read timeout, the total timeout
-spent, or a body slower than the minimum rate (``FetchLimits``)."""
+spent, or a body or a response head slower than the minimum rate (``FetchLimits``)."""
+NOT_RETRIED_REASONS = frozenset({"slow_head"})
+"""Transient-looking failures a retry cannot help: a server that trickles its status line and
+headers does so on purpose (a tarpit), and would hold the next attempt as long again."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,8 @@ class FetchLimits:
     total_timeout_s: float = 60.0
     # A body slower than min_rate_bytes_s over any slow_window_s once it has begun is given up
     # (``too_slow``), like curl's --speed-limit/--speed-time: a drip-feeding tarpit holds its
-    # host's slot for seconds, not for the whole total_timeout_s.
+    # host's slot for seconds, not for the whole total_timeout_s. The response head (status line
+    # and headers) is held to the same floor from its first byte (``slow_head``).
     min_rate_bytes_s: float = 1024.0
     slow_window_s: float = 5.0
     max_body_bytes: int = 10 * 1024 * 1024

@@ -6,7 +6,6 @@ import http.cookiejar
 import logging
 import socket
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -18,6 +17,7 @@ from fetchers.base import FetchLimits, FetchRequest, FetchResult
 from fetchers.deadline import DeadlineWatch
 from fetchers.netguard import PUBLIC_ONLY, BlockedAddress, GuardedAdapter, NetworkPolicy, Resolver, applying
 from fetchers.proxies import proxy_error_reason
+from fetchers.rate_floor import RateFloor
 from fetchers.targets import sending_as_written
 from vcrawl.errors import DownloadFailed, FetchFailed
 
@@ -93,18 +93,25 @@ class StaticFetcher:
         """Download ``request.url``, following at most ``max_redirects`` redirects.
 
         Raises:
-            FetchFailed: timeout, connection trouble, a body cut short.
+            FetchFailed: timeout, connection trouble, a body cut short, a head or body slower than
+                the rate floor (``slow_head``, ``too_slow``).
             DownloadFailed: ``too_large``, ``redirect_loop``, ``too_many_redirects``,
                 ``bad_redirect``, ``bad_response``, ``blocked_address`` (the network policy
                 refuses the address of the URL or of a redirect's target; nothing was sent there).
         """
         policy = self._policy.narrowed(request.networks)
-        with applying(policy), self._deadlines.limit(self._limits.total_timeout_s):
+        limits = self._limits
+        # The head's floor is the body's: a server trickling its status line and headers is given
+        # up a window after their first byte, not at the total timeout (fetchers.deadline).
+        watch = self._deadlines.limit(limits.total_timeout_s, limits.min_rate_bytes_s, limits.slow_window_s)
+        with applying(policy), watch:
             try:
                 return self._fetch(request)
             except FetchFailed as exc:
                 if self._deadlines.expired():
                     raise FetchFailed(request.url, "total_timeout", exc.http_status) from exc
+                if self._deadlines.slow_head():
+                    raise FetchFailed(request.url, "slow_head", exc.http_status) from exc
                 raise
 
     def _fetch(self, request: FetchRequest) -> FetchResult:
@@ -203,7 +210,7 @@ class StaticFetcher:
             raise DownloadFailed(task_url, "too_large", response.status_code)
         chunks: list[bytes] = []
         size = 0
-        rate = _RateFloor(self._limits.min_rate_bytes_s, self._limits.slow_window_s, self._clock())
+        rate = RateFloor(self._limits.min_rate_bytes_s, self._limits.slow_window_s, self._clock())
         try:
             while True:
                 now = self._clock()
@@ -230,34 +237,6 @@ class StaticFetcher:
         except (urllib3.exceptions.ProtocolError, OSError) as exc:
             raise FetchFailed(task_url, "incomplete_body", response.status_code) from exc
         return b"".join(chunks), False
-
-
-class _RateFloor:
-    """Says when a body has been arriving slower than ``min_rate`` bytes/s for a whole ``window_s``.
-
-    >>> floor = _RateFloor(1024.0, 5.0, started=0.0)
-    >>> floor.too_slow(4.0, 10), floor.too_slow(6.0, 10)
-    (False, True)
-    >>> floor = _RateFloor(1024.0, 5.0, started=0.0)
-    >>> floor.too_slow(3.0, 20_000), floor.too_slow(6.0, 20_000), floor.too_slow(8.0, 20_000)
-    (False, False, True)
-    """
-
-    def __init__(self, min_rate: float, window_s: float, started: float) -> None:
-        self._min_rate, self._window_s = min_rate, window_s
-        self._samples: deque[tuple[float, int]] = deque([(started, 0)])
-
-    def too_slow(self, now: float, size: int) -> bool:
-        """Record ``size`` bytes read by ``now``; True if the last window brought too few."""
-        if self._min_rate <= 0:
-            return False
-        samples = self._samples
-        samples.append((now, size))
-        # Keep the newest sample at least a window old: the base the window's bytes count from.
-        while len(samples) > 1 and samples[1][0] <= now - self._window_s:
-            samples.popleft()
-        base_at, base_size = samples[0]
-        return now - base_at >= self._window_s and size - base_size < self._min_rate * (now - base_at)
 
 
 def _peer_address(response: requests.Response) -> str:

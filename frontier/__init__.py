@@ -7,6 +7,7 @@ from frontier.filter_registry import FilterChain, FilterRegistry, filter_chain, 
 from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, AdmissionContext, Scope, UrlFilter, reject_reason
 from frontier.frontier import Frontier
 from frontier.history import History, UrlHistory, content_hash, next_interval, parse_http_date
+from frontier.holds import OriginHolds
 from frontier.lifecycle import JobLifecycle
 from frontier.politeness import HostGate
 from frontier.queue import FrontierQueue
@@ -46,6 +47,7 @@ __all__ = [
     "History",
     "HostGate",
     "JobLifecycle",
+    "OriginHolds",
     "PumpResult",
     "RecentUrls",
     "RobotsCache",

@@ -167,16 +167,27 @@ class FrontierQueue:
         next_due = float(head)
         return PumpResult(batches, None if next_due < 0 else (next_due - now) / 1000)
 
-    def start_lease(self, job_id: str, batch_id: str, lease_ms: float, token: str = "") -> str:
+    def start_lease(self, job_id: str, batch_id: str, lease_ms: float, token: str = "", host: str = "") -> str:
         """Mark a batch as started by the run ``token``: ``"go"`` (its lease now runs from here),
         ``"stale"`` (the lease ran out and its URLs were requeued: do nothing), ``"stopped"`` (the job
-        is not running) or ``"taken"`` (another run with another token started it: a second copy
-        of the batch's message, delivered while the first still runs; do nothing).
+        is not running), ``"taken"`` (another run with another token started it: a second copy
+        of the batch's message, delivered while the first still runs; do nothing) or, given the
+        batch's ``host``, ``"held"`` (the host is held, ``hold_host``: give the batch back).
         """
         part = self._parts.for_batch(job_id, batch_id)
-        keys = [redis_keys.job(part), redis_keys.job_leases(part)]
-        code = int(self._scripts.run("start_lease", keys, [batch_id, lease_ms, token]))
-        return {0: "stale", 1: "go", 2: "stopped", 3: "taken"}[code]
+        keys = [redis_keys.job(part), redis_keys.job_leases(part), redis_keys.job_holds(part)]
+        code = int(self._scripts.run("start_lease", keys, [batch_id, lease_ms, token, host]))
+        return {0: "stale", 1: "go", 2: "stopped", 3: "taken", 4: "held"}[code]
+
+    def hold_host(self, job_id: str, host: str, hold_s: float) -> float:
+        """Hold ``host`` for ``hold_s`` from now (Redis time): no batch of it is leased or started
+        until then, and every worker process is told at once (``frontier.holds``). A longer hold
+        already there stays. Returns the hold's end (seconds, Redis time)."""
+        part = self._parts.for_host(job_id, host)
+        keys = [redis_keys.job_ready(part), redis_keys.job_next(part), redis_keys.job_holds(part)]
+        hold_ms = max(1, round(hold_s * 1000))
+        message = json.dumps({"job": job_id, "host": host, "ms": hold_ms}, separators=(",", ":"))
+        return int(self._scripts.run("hold", keys, [host, hold_ms, redis_keys.holds_channel(), message])) / 1000
 
     def renew_lease(self, job_id: str, batch_id: str, cycle: int = 0, token: str = "") -> str:
         """Before a paced batch's next request: ``"go"`` (its lease is still held by the run ``token``;
@@ -225,6 +236,7 @@ class FrontierQueue:
             redis_keys.job_day_stats(part, stats_day(now)),
             redis_keys.job_day_host_stats(part, stats_day(now)),
             *job_keys(part, "queued_urls"),
+            redis_keys.job_holds(part),
         ]
         # Each bucket's TTL is set when a counter of it starts (release.lua): counted from its end, not then.
         args = _release_argv(batch, release, self._stats_ttl_s + 60, self._day_ttl_s(now))

@@ -40,6 +40,7 @@ _WITH_COMMON = frozenset(
         "new_cycle",
         "resume",
         "hand_over",
+        "hold",
         "node_beat",
         "node_down",
     }

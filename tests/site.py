@@ -31,6 +31,14 @@ class Response:
     chunks: Sequence[bytes] | None = None  # body sent in these pieces, pausing chunk_pause_s between
     chunk_pause_s: float = 0.0
     raw: bytes | None = None  # sent as is, one byte per chunk_pause_s: status line and headers included
+    raw_pieces: Sequence[bytes] | None = None  # sent as is, one piece per chunk_pause_s (e.g. one header line)
+
+
+def header_trickle(line_every_s: float, lines: int = 600) -> Response:
+    """A response whose status line comes at once, then one header line every ``line_every_s``, for
+    minutes: never a byte late for the read timeout, never an end to the head."""
+    pieces = [b"HTTP/1.1 200 OK\r\n"] + [b"X-Trickle-%d: y\r\n" % n for n in range(lines)]
+    return Response(raw_pieces=pieces, chunk_pause_s=line_every_s)
 
 
 @dataclass
@@ -120,7 +128,7 @@ class TestSite:
             def _send(self, response: Response) -> None:
                 if response.delay_s:
                     time.sleep(response.delay_s)
-                if response.raw is not None:
+                if response.raw is not None or response.raw_pieces is not None:
                     self._drip(response)
                     return
                 try:
@@ -144,9 +152,12 @@ class TestSite:
 
             def _drip(self, response: Response) -> None:
                 self.close_connection = True
+                pieces = response.raw_pieces
+                if pieces is None:
+                    pieces = [bytes([byte]) for byte in response.raw or b""]
                 try:
-                    for byte in response.raw or b"":
-                        self.wfile.write(bytes([byte]))
+                    for piece in pieces:
+                        self.wfile.write(piece)
                         self.wfile.flush()
                         time.sleep(response.chunk_pause_s)
                 except (BrokenPipeError, ConnectionResetError):
@@ -221,9 +232,10 @@ class TestSite:
             return [seen for seen in self.seen if seen.path == path]
 
     def _record(self, path: str, headers: dict[str, str], client_port: int = 0, client_host: str = "") -> Seen:
+        arrived = time.monotonic()  # before the client is looked up in /proc, which takes milliseconds
         # While the request is served its connection is open: the client's socket can be found.
         client = self.identify(client_port) if self.identify is not None else None
-        seen = Seen(path, headers, time.monotonic(), client_port, client, client_host)
+        seen = Seen(path, headers, arrived, client_port, client, client_host)
         with self._lock:
             self.seen.append(seen)
         return seen

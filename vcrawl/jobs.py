@@ -63,9 +63,10 @@ class PolitenessSpec:
     per_host: int = 1
     obey_robots: bool = True
     robots_token: str = "vcrawl"
-    # What a 429/503 makes wait. auto: only that URL (after its Retry-After or backoff) while the
-    # host answers its other requests; the whole host once 3 answers in a row are 429/503.
-    # host: the whole host at every one (the gentlest); url: only the URL when it sent Retry-After.
+    # What a 429/503 makes wait. auto: with Retry-After, the whole host (origin) for that long, at
+    # every worker at once; without, only that URL (its backoff) while the host answers its other
+    # requests, and the whole host once 3 answers in a row are 429/503. host: the whole host at
+    # every one (the gentlest). url: only the URL when it sent Retry-After (a site known to misuse it).
     retry_after: str = "auto"
 
 

@@ -79,6 +79,12 @@ def job_leases(job_id: str) -> str:
     return f"{PREFIX}:job:{{{job_id}}}:leases"
 
 
+def job_holds(job_id: str) -> str:
+    """Hash: host -> the end (ms, Redis time) of the hold its Retry-After (or spent rate limit) asked for
+    (``hold.lua``): no batch of the host is leased, started or fetching until then."""
+    return f"{PREFIX}:job:{{{job_id}}}:holds"
+
+
 def job_renewals(job_id: str) -> str:
     """Counter: paced batches' lease renewals, the small write that fences each (``renew_leases.lua``)."""
     return f"{PREFIX}:job:{{{job_id}}}:renewals"
@@ -264,6 +270,12 @@ def output_writer_alive(writer: str) -> str:
 def outputs_channel() -> str:
     """Pub/sub channel: ``{"job", "cycle"}`` of every job or cycle that completed (cluster.outputs)."""
     return f"{PREFIX}:outputs:completed"
+
+
+def holds_channel() -> str:
+    """Pub/sub channel: ``{"job", "host", "ms"}`` of every origin hold just set (frontier.holds): each worker
+    process's batches in flight make no request to that host for that long."""
+    return f"{PREFIX}:holds"
 
 
 def job_analyses(job_id: str) -> str:

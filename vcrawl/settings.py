@@ -96,7 +96,7 @@ class Settings:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 15.0
     total_timeout_s: float = 60.0
-    min_rate_bytes_s: float = 1024.0  # a body slower than this over slow_window_s is given up (too_slow)
+    min_rate_bytes_s: float = 1024.0  # bytes/s a head or body must keep over slow_window_s (else slow_head, too_slow)
     slow_window_s: float = 5.0
     max_body_bytes: int = 10 * 1024 * 1024
     max_redirects: int = 5

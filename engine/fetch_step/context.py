@@ -143,7 +143,7 @@ class FetchPolicy:
     follow_redirects: bool = True
     obey_robots: bool = True
     robots_token: str = "vcrawl"
-    retry_after: str = "auto"  # what a 429/503 holds: the whole host, only its URL, or auto (``host_trouble``)
+    retry_after: str = "auto"  # what a 429/503 holds: its whole host (auto and host, with Retry-After) or its URL
     pace_after_robots: bool = True  # politeness on: a robots.txt request takes the host's slot
     robots_retry_s: float = 600.0  # an unreachable robots.txt is asked again after this
 

@@ -35,9 +35,10 @@ HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_t
 # SLOW_REASONS (fetchers.base) are a URL's own time trouble (a tarpit, a huge slow page): it waits
 # behind its host's other URLs, unless most of the host's requests end this way (the host's failure
 # budget, SLOW_HOST_BUDGET).
-# politeness.retry_after "auto" (the default): a 429/503 makes only its URL wait, unless the host
-# answered the first requests of THROTTLE_STREAK URLs in a row with one: then it is throttling the
-# crawl and pauses as a whole.
+# politeness.retry_after "auto" (the default): a 429/503 with Retry-After holds the whole host for
+# it (``response.origin_hold_s``); one without makes only its URL wait, unless the host answered the
+# first requests of THROTTLE_STREAK URLs in a row with one: then it is throttling the crawl and
+# pauses as a whole.
 THROTTLED = frozenset({"http_429", "http_503"})
 THROTTLE_STREAK = 3
 SLOW_HOST_BUDGET = 5

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import ada_url
 
-from engine.fetch_step.context import FetchContext, FetchItem
+from engine.fetch_step.context import FetchContext, FetchItem, FetchPolicy
 from engine.fetch_step.host_trouble import (
     HOST_TROUBLE,
     SLOW_REASONS,
@@ -26,9 +26,10 @@ from engine.fetch_step.store import store_page
 from engine.fetch_step.visits import failed, next_attempt, visit_of
 from engine.outcomes import FetchOutcome, Redirected, Retry, Unchanged, Visit
 from fetchers import RETRYABLE_STATUSES, FetchResult, parse_retry_after
+from fetchers.base import NOT_RETRIED_REASONS
 from vcrawl import names
 
-__all__ = ["retry_or_fail", "sort_response"]
+__all__ = ["origin_hold_s", "retry_or_fail", "sort_response"]
 
 logger = logging.getLogger(__name__)
 
@@ -83,32 +84,52 @@ def retry_or_fail(
     queue, so the host's other pages go on.
     """
     entry, policy = item.entry, ctx.policy
-    delay_s = policy.retry.delay_for(entry.attempt + 1, retry_after_s)
+    # A tarpit trickling its head would hold a retry as long again: it fails at its first attempt.
+    delay_s = None if reason in NOT_RETRIED_REASONS else policy.retry.delay_for(entry.attempt + 1, retry_after_s)
     slow_host = False
     if reason in SLOW_REASONS:
         counts[names.COUNTER_SLOW] += 1
         slow_host = keeps_timing_out(ctx, entry.url, reason)
-    throttling = reason in THROTTLED and policy.retry_after == "auto" and throttles(ctx, entry)
-    # politeness.retry_after "url": a Retry-After makes only this URL wait (a site throttling one
-    # resource); the host goes on. Without Retry-After, a 429/503 still means the host is in trouble.
-    # "auto": a 429/503 makes only its URL wait while the host's other requests are answered.
-    # A slow URL waits its backoff behind the host's other URLs, which go on meanwhile.
+    # politeness.retry_after "auto" (the default) and "host": a Retry-After holds the whole origin for
+    # that long, at every worker at once (the visit's host_wait_s, announced by the batch): RFC 6585 §4
+    # and RFC 9110 §10.2.3 say how long to wait before making a new request. "url": a Retry-After
+    # makes only this URL wait (a site known to send it for one throttled resource). Without one, a
+    # 429/503 under "auto" makes only its URL wait while the host's other requests are answered,
+    # until a streak of them says the host is throttling the crawl; under "host" or "url" it pauses
+    # the host. A slow URL waits its backoff behind the host's other URLs, which go on meanwhile.
+    hold_s = origin_hold_s(policy, retry_after_s)
+    unasked = reason in THROTTLED and policy.retry_after == "auto" and retry_after_s is None
+    throttling = unasked and throttles(ctx, entry)
     url_only = (
         (retry_after_s is not None and policy.retry_after == "url")
-        or (reason in THROTTLED and policy.retry_after == "auto" and not throttling)
+        or (unasked and not throttling)
         or (reason in SLOW_REASONS and not slow_host)
     )
     if delay_s is None:
         return _give_up(ctx, item, reason, retry_after_s if not url_only else None, slow_host, http_status, counts,
-                        crawl_delay_s)  # fmt: skip
+                        crawl_delay_s, hold_s)  # fmt: skip
     counts[names.COUNTER_RETRIES] += 1
-    visit = Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts)
+    visit = Visit(requested=True, crawl_delay_s=crawl_delay_s, counts=counts, host_wait_s=hold_s)
     retry = next_attempt(entry)
     if url_only:
         until = ctx.services.clock() + delay_s
         return Retry(replace(retry, not_before_s=until), reason, delay_s, "url", http_status, visit)
     host_wide = retry_after_s is not None or reason in HOST_TROUBLE or slow_host or pool_exhausted(ctx, reason)
     return Retry(retry, reason, delay_s, "host" if host_wide else "queue", http_status, visit)
+
+
+def origin_hold_s(policy: FetchPolicy, retry_after_s: float | None) -> float:
+    """How long a Retry-After holds its whole origin (0: not at all): what it asks, at most
+    ``max_retry_after_s``, unless ``politeness.retry_after`` is ``url``.
+
+    >>> origin_hold_s(FetchPolicy(), 3.0), origin_hold_s(FetchPolicy(retry_after="url"), 3.0)
+    (3.0, 0.0)
+    >>> origin_hold_s(FetchPolicy(), 7200.0)  # RetryPolicy's max_retry_after_s: 600 s
+    600.0
+    """
+    if retry_after_s is None or policy.retry_after == "url":
+        return 0.0
+    return max(0.0, min(retry_after_s, policy.retry.max_retry_after_s))
 
 
 def _give_up(
@@ -120,8 +141,10 @@ def _give_up(
     http_status: int | None,
     counts: Counter[str],
     crawl_delay_s: float | None,
+    hold_s: float = 0.0,
 ) -> FetchOutcome:
-    """The URL's retries are spent: a final failure, with the wait its host still needs."""
+    """The URL's retries are spent: a final failure, with the wait its host still needs (``hold_s``:
+    the origin's hold its Retry-After asked for, announced to every worker)."""
     entry, retry = item.entry, ctx.policy.retry
     # A host that asked for a long wait gets it, even though this URL gives up.
     host_wait_s = min(host_asked_s, _LONGEST_HOST_WAIT_S) if host_asked_s is not None else 0.0
@@ -132,7 +155,7 @@ def _give_up(
         # (a single task's final failure is logged where its trail records it: engine.failures)
         logger.warning("job %s: %s failed for good after %d attempts: %s", ctx.job_id, entry.url,
                        entry.attempt + 1, reason)  # fmt: skip
-    return replace(gone, host_wait_s=host_wait_s, gave_up=True)
+    return replace(gone, host_wait_s=host_wait_s, gave_up=True, visit=replace(gone.visit, host_wait_s=hold_s))
 
 
 def _join(base: str, location: str) -> str:

@@ -2,7 +2,7 @@
 --
 -- KEYS: meta, ready, next, busy, leases, queue (the batch's host), delays, history, due,
 --       stats bucket (this minute), host stats, failures, released, day stats (this UTC day),
---       day host stats (this UTC day), queued_urls
+--       day host stats (this UTC day), queued_urls, holds
 -- ARGV (built by frontier.queue._release_argv):
 --   1 batch_id   2 host   3 pause_ms   4 host_delay_ms   5 done   6 crawl_delay_ms (-1: nothing
 --   fetched, keep what is known)   7 n_requeue   8 n_history   9 bucket_ttl_s   10 n_failures
@@ -22,7 +22,8 @@
 -- The day's counters (names.DAY_COUNTERS and failed:*) also go to the job's and the host's
 -- buckets of the UTC day, kept day_ttl_s after their day.
 -- The host's next time: a pause after the batch started, never before it ended, and later
--- still when the host asked to be left alone (host_delay_ms from now).
+-- still when the host asked to be left alone (host_delay_ms from now), or while a hold set by
+-- another batch of the host runs (hold.lua; an ended hold is dropped here).
 -- A depth-first or priority job's lease has its URLs' scores (pump.lua): a URL requeued at the
 -- front (a score below names.SCORE_BACK_OF_QUEUE) gets its own score back; a running or paused
 -- priority job's requeued URLs are in queued_urls again, for in-links to find (admit.lua).
@@ -42,6 +43,12 @@ local lease = cjson.decode(raw)
 local started = lease.s or now
 local live, by_priority = live_priority(meta)
 local nxt = math.max(now, started + pause, now + host_delay)
+local held = tonumber(redis.call('HGET', KEYS[17], host) or '0')
+if held > nxt then
+  nxt = held
+elseif held > 0 and held <= now then
+  redis.call('HDEL', KEYS[17], host)
+end
 if delay > 0 then
   redis.call('HSET', KEYS[7], host, delay)
 elseif delay == 0 then

@@ -49,6 +49,8 @@ def reset(new_settings: Settings | None = None) -> None:
     with _lock:
         if (shipper := _made.get("output_shipper")) is not None:
             shipper.stop(timeout_s=0)  # its writers are forgotten with the rest
+        if (holds := _made.get("origin_holds")) is not None:
+            holds.stop(timeout_s=0)  # its subscription is on the client forgotten with the rest
         _made.clear()
         _settings = new_settings
 

@@ -28,6 +28,7 @@ from tasks.deps.pipeline import (
     history,
     host_gate,
     identities,
+    origin_holds,
     politeness,
     proxy_health,
     robots,
@@ -89,6 +90,7 @@ def crawl_env() -> CrawlEnv:
             proxies=proxy_health(),
             fetch_log=fetch_log,
             on_completed=job_completed,
+            holds=origin_holds(),  # listening from before this process's first batch starts
         ),
     )
 

@@ -1,5 +1,5 @@
-"""The crawl pipeline's components in this process: the frontier, job runtimes, fetchers, robots.txt,
-URL history, identities, the proxy bench, the host gate, the status trail, and the policies."""
+"""The crawl pipeline's components in this process: the frontier, its origin holds, job runtimes, fetchers,
+robots.txt, URL history, identities, the proxy bench, the host gate, the status trail, and the policies."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from engine.jobs import RuntimeCache
 from engine.trail import StatusTrail
 from fetchers import BrowserConfig, FetcherContext, FetcherRegistry, IdentityPool, NetworkPolicy, ProxyHealth
 from fetchers.limits import cluster_limits, fetch_limits
-from frontier import Frontier, History, HostGate, RobotsCache
+from frontier import Frontier, History, HostGate, OriginHolds, RobotsCache
 from tasks.deps.clients import dns_cache, frontier_client, once, redis_client, session, settings
 from vcrawl.policies import PolitenessPolicy, RetryPolicy
 
@@ -20,6 +20,7 @@ __all__ = [
     "history",
     "host_gate",
     "identities",
+    "origin_holds",
     "politeness",
     "proxy_health",
     "robots",
@@ -62,6 +63,11 @@ def frontier() -> Frontier:
     return once("frontier", lambda: Frontier(frontier_client(), stats_ttl_s=settings().stats_retention_s,
                                              day_stats_ttl_s=settings().stats_retention_days * 86400,
                                              replica_wait_ms=settings().redis_replica_wait_ms))  # fmt: skip
+
+
+def origin_holds() -> OriginHolds:
+    """Return this process's copy of the hosts held for a Retry-After, listening to every other process's."""
+    return once("origin_holds", lambda: OriginHolds(frontier_client()).start())
 
 
 def runtimes() -> RuntimeCache:

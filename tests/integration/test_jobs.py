@@ -175,25 +175,25 @@ def test_retry_after_pauses_the_host_or_only_its_url(site: TestSite, scope: str)
     first, second = site.requests_to("/throttled.html")
     assert second.at - first.at >= 1.0  # the URL waits as asked, either way
     during_the_wait = [seen.path for seen in site.seen if first.at < seen.at < first.at + 1.0]
-    if scope == "host":  # the whole host waited
+    if scope in ("host", "auto"):  # the whole host waited (auto: what Retry-After asks holds the origin)
         assert during_the_wait == []
-    else:  # only that URL waited: the host's other pages went on (auto: one 429 among answers)
+    else:  # only that URL waited: the host's other pages went on
         assert sorted(during_the_wait) == others
 
 
-def test_a_host_answering_429_in_a_row_pauses_as_a_whole_by_default(site: TestSite) -> None:
+def test_a_host_answering_429_without_retry_after_in_a_row_pauses_as_a_whole_by_default(site: TestSite) -> None:
     throttled = [f"/t{n}.html" for n in range(6)]
     site.add_page("/", page(*throttled))
     for path in throttled:
-        site.add_sequence(path, [Response(b"", 429, {"Retry-After": "1"}), Response(page().encode())])
+        site.add_sequence(path, [Response(b"", 429), Response(page().encode())])
 
     status = run_job({"seeds": [site.url("/")], "politeness": FAST})
 
     assert status["state"] == "completed" and status["pages_stored"] == 7 and status["retries"] == 6
-    arrivals = [seen.at for seen in site.seen if seen.path in throttled]
-    # Two 429s make only their URLs wait; the third in a row is the host throttling us: it pauses.
-    assert arrivals[3] - arrivals[2] >= 1.0
-    assert arrivals[2] - arrivals[0] < 0.5
+    paths = [seen.path for seen in site.seen if seen.path in throttled]
+    # Two 429s make only their URLs wait, behind the host's other URLs; the third in a row is the host
+    # throttling us: it pauses as a whole, and that URL goes first again when the pause ends.
+    assert paths[:4] == [*throttled[:3], throttled[2]], paths
 
 
 def test_polite_gaps_never_fall_below_the_interval(site: TestSite) -> None:

@@ -15,7 +15,7 @@ import pytest
 from engine.fetch_step.host_trouble import SLOW_HOST_BUDGET
 from tests.integration.conftest import AlertSinks, run_job
 from tests.integration.test_job_alerts import alerts_about
-from tests.site import Response, TestSite
+from tests.site import Response, TestSite, header_trickle
 from vcrawl.jobs import PolitenessSpec
 from vcrawl.settings import Settings
 
@@ -83,6 +83,35 @@ def test_a_tarpit_at_the_shipped_defaults(site: TestSite) -> None:
     # Its retries wait behind all 20 ordinary pages, which do not wait for them: a host held behind
     # the tarpit's retries would fetch them only after the third try.
     assert ordinary_at[-1] < tries[1].at
+
+
+def test_a_trickled_head_at_the_shipped_defaults_fails_at_once_and_the_job_ends(site: TestSite) -> None:
+    """A URL answered with a status line, then a header line every 2 s, forever, among 20 ordinary
+    pages, at vcrawl's shipped limits and politeness: it is given up a floor window (5 s) after its
+    first byte, not retried (a tarpit trickles again), and the job ends by itself."""
+    shipped, politeness = Settings(), PolitenessSpec()
+    limits = {
+        name: getattr(shipped, name)
+        for name in ("connect_timeout_s", "read_timeout_s", "total_timeout_s", "min_rate_bytes_s", "slow_window_s")
+    } | {"retries": shipped.fetch_retries}
+    site.add_page("/", page("/tarpit.html", *ORDINARY))
+    site.add_response("/tarpit.html", header_trickle(2.0))
+    for path in ORDINARY:
+        site.add_page(path, page())
+
+    status = run_job(
+        {"seeds": [site.url("/")], "politeness": dataclasses.asdict(politeness), "limits": limits}, timeout_s=90
+    )
+
+    assert status["state"] == "completed", status
+    assert status["failed"] == {"slow_head": 1} and status["pages_stored"] == 21, status
+    assert status["retries"] == 0, status
+    (tried,) = site.requests_to("/tarpit.html")
+    ordinary_at = sorted(seen.at for path in ORDINARY for seen in site.requests_to(path))
+    assert len(ordinary_at) == 20
+    # The host's next request follows the give-up (a window after the tarpit's first byte, plus the
+    # pause), not total_timeout_s (60 s) later; a loaded machine gets some slack.
+    assert tried.at + shipped.slow_window_s <= ordinary_at[0] < tried.at + 12.0
 
 
 def test_a_host_that_keeps_timing_out_is_paused_and_reported(site: TestSite, alert_sinks: AlertSinks) -> None:

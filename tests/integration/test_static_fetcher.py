@@ -10,9 +10,11 @@ from dataclasses import replace
 import pytest
 
 from fetchers import DnsCache, DnsCacheStats, FetchLimits, FetchRequest, StaticFetcher, check_status, make_session
+from fetchers.limits import cluster_limits, fetch_limits
 from tests.conftest import LOOPBACK_POLICY
-from tests.site import Response, TestSite
+from tests.site import Response, TestSite, header_trickle
 from vcrawl.errors import DownloadFailed, FetchFailed
+from vcrawl.settings import Settings
 
 LIMITS = FetchLimits(connect_timeout_s=2, read_timeout_s=1.0, total_timeout_s=3.0, max_body_bytes=64 * 1024)
 
@@ -82,6 +84,37 @@ def test_slow_drip_of_headers_hits_the_total_deadline(site: TestSite, fetcher: S
         _get(fetcher, site.url("/drip-headers"))
     assert failed.value.reason == "total_timeout"
     assert time.monotonic() - started < LIMITS.total_timeout_s + 1.0
+
+
+def test_a_trickled_head_is_given_up_a_floor_window_after_its_first_byte_at_the_shipped_defaults(
+    site: TestSite,
+) -> None:
+    shipped = fetch_limits(cluster_limits(Settings()))  # 1 KiB/s over 5 s; read 15 s, total 60 s
+    fetcher = StaticFetcher(make_session(), shipped, policy=LOOPBACK_POLICY)
+    site.add_response("/trickle", header_trickle(2.0))
+    started = time.monotonic()
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/trickle"))
+    took = time.monotonic() - started
+    assert failed.value.reason == "slow_head"
+    # Its first byte came at once: a window later (plus the watchdog's 0.1 s tick), not total_timeout_s.
+    assert shipped.slow_window_s <= took < shipped.slow_window_s + 1.5, took
+    assert len(site.requests_to("/trickle")) == 1
+
+
+def test_a_head_is_held_to_the_floor_from_its_first_byte_not_from_the_request(site: TestSite) -> None:
+    # A server that thinks longer than the floor's window, then answers at once, is a slow page, not a
+    # tarpit: it keeps the read timeout to begin. Its head, begun, is held to the floor like a body.
+    limits = replace(LIMITS, read_timeout_s=3.0, total_timeout_s=6.0, min_rate_bytes_s=1024, slow_window_s=0.5)
+    fetcher = StaticFetcher(make_session(), limits, policy=LOOPBACK_POLICY)
+    site.add_response("/thinks", Response(b"thought", delay_s=1.0))
+    site.add_response("/trickle", header_trickle(0.2))
+
+    assert _get(fetcher, site.url("/thinks")).body == b"thought"
+    started = time.monotonic()
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/trickle"))
+    assert failed.value.reason == "slow_head" and time.monotonic() - started < 1.5
 
 
 def test_silent_server_is_a_timeout(site: TestSite, fetcher: StaticFetcher) -> None:

@@ -635,7 +635,7 @@ def test_open_links_over_many_text_events_cost_one_read_each() -> None:
 )
 def test_a_links_query_is_written_in_its_pages_encoding_as_browsers_do(charset: str, query: str) -> None:
     # The path is UTF-8 whatever the page's encoding; the query is in the page's (what it cannot write, &#N;).
-    html = '<meta charset="{}"><a href="/Привет?q=Привет#Привет">x</a>'.format(charset)
+    html = f'<meta charset="{charset}"><a href="/Привет?q=Привет#Привет">x</a>'
     page = Page("http://h.test/", html.encode(charset, "xmlcharrefreplace"))
     path = "/%D0%9F%D1%80%D0%B8%D0%B2%D0%B5%D1%82"
     fragment = "#%D0%9F%D1%80%D0%B8%D0%B2%D0%B5%D1%82"

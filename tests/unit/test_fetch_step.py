@@ -197,7 +197,7 @@ def test_a_503_that_makes_a_throttling_streak_pauses_the_jobs_host(tmp_path: Pat
     assert isinstance(outcome, Retry) and outcome.scope == "host" and outcome.entry.not_before_s == 0.0
 
 
-@pytest.mark.parametrize(("retry_after", "host_wait_s"), [("auto", 0.0), ("url", 0.0), ("host", 30.0)])
+@pytest.mark.parametrize(("retry_after", "host_wait_s"), [("auto", 30.0), ("url", 0.0), ("host", 30.0)])
 def test_a_url_out_of_retries_fails_and_its_host_keeps_the_wait_it_asked_for_when_the_job_says_so(
     tmp_path: Path, retry_after: str, host_wait_s: float
 ) -> None:
@@ -207,7 +207,31 @@ def test_a_url_out_of_retries_fails_and_its_host_keeps_the_wait_it_asked_for_whe
 
     assert isinstance(outcome, Failed) and outcome.gave_up
     assert (outcome.reason, outcome.host_wait_s) == ("http_503", host_wait_s)
+    assert outcome.visit.host_wait_s == host_wait_s  # the origin's hold, announced to every worker
     assert outcome.visit.counts["failed:http_503"] == 1
+
+
+@pytest.mark.parametrize("status", [429, 503])
+@pytest.mark.parametrize(("retry_after", "scope", "hold_s"), [("auto", "host", 3.0), ("host", "host", 3.0),
+                                                               ("url", "url", 0.0)])  # fmt: skip
+def test_a_retry_after_holds_the_whole_origin_unless_the_job_says_url(
+    tmp_path: Path, status: int, retry_after: str, scope: str, hold_s: float
+) -> None:
+    throttled = answer(status, b"slow down", {"retry-after": "3"})
+    policy = FetchPolicy(follow_redirects=False, retry_after=retry_after)
+    outcome = fetch_one(context(tmp_path, Canned(throttled), policy=policy, job=job_hooks()), item())
+
+    assert isinstance(outcome, Retry) and (outcome.scope, outcome.delay_s) == (scope, 3.0)
+    assert outcome.visit.host_wait_s == hold_s  # what the batch holds every worker's requests to the host for
+    assert outcome.entry.not_before_s == (NOW + 3.0 if scope == "url" else 0.0)  # the URL itself goes after it
+
+
+def test_a_retry_after_past_the_cap_fails_the_url_and_holds_its_origin_for_the_cap(tmp_path: Path) -> None:
+    busy = answer(429, b"come back tomorrow", {"retry-after": "86400"})
+    policy = FetchPolicy(follow_redirects=False, retry=RetryPolicy(max_retry_after_s=600.0))
+    outcome = fetch_one(context(tmp_path, Canned(busy), policy=policy, job=job_hooks()), item())
+
+    assert isinstance(outcome, Failed) and outcome.gave_up and outcome.visit.host_wait_s == 600.0
 
 
 def test_a_host_over_its_timeout_budget_pauses_and_an_operator_is_told(tmp_path: Path) -> None:
@@ -218,6 +242,20 @@ def test_a_host_over_its_timeout_budget_pauses_and_an_operator_is_told(tmp_path:
     assert isinstance(outcome, Retry) and (outcome.reason, outcome.scope) == ("timeout", "host")
     assert outcome.visit.counts["slow"] == 1
     assert [cause for cause, _ in alerts] == ["j1:slow:a.test"]
+
+
+@pytest.mark.parametrize(("reason", "retried"), [("slow_head", False), ("too_slow", True), ("timeout", True)])
+def test_a_trickled_head_fails_at_its_first_attempt_and_counts_against_its_host(
+    tmp_path: Path, reason: str, retried: bool
+) -> None:
+    # A server trickling its head does so on purpose: a retry would be held as long again.
+    ctx = context(tmp_path, Canned(FetchFailed(URL, reason)), policy=JOB_POLICY, job=job_hooks())
+    outcome = fetch_one(ctx, item())
+
+    assert isinstance(outcome, Retry if retried else Failed), outcome
+    assert outcome.visit.counts["slow"] == 1  # the host's failure budget counts it either way
+    if not retried:
+        assert isinstance(outcome, Failed) and outcome.gave_up and outcome.visit.counts[f"failed:{reason}"] == 1
 
 
 def test_robots_txt_read_now_takes_the_hosts_slot_then_refuses_a_disallowed_url(tmp_path: Path) -> None:
