@@ -15,10 +15,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-import ada_url
-
 from analyzers.encoding import percent_encode_query
 from analyzers.page import NON_NAVIGABLE_SCHEMES, TREE_DEPTH_LIMIT, Page, resolve_base
+from vcrawl import whatwg_urls
 from vcrawl.payloads import FieldRule
 
 __all__ = ["FOLLOWED_TAGS", "LINK_ATTRIBUTES", "TEXT_LIMIT", "TRUNCATED", "analyze", "followed_links"]
@@ -351,7 +350,7 @@ def _absolute(base: str, value: str, encoding: str = "UTF-8") -> tuple[str | Non
     page's ``encoding``. An empty ``value`` is the base itself, as a browser's link to its own page is."""
     value = _in_query(value, encoding)
     try:
-        url = ada_url.join_url(base, value)
+        url = whatwg_urls.resolve(base, value)
     except ValueError:
         return None, f"malformed: {value[:100]!r}"
     scheme = url[: url.index(":")]  # the serialiser lowercased it

@@ -28,6 +28,8 @@ from urllib.parse import unquote, urlsplit
 
 import ada_url
 
+from vcrawl import whatwg_urls
+
 __all__ = ["DEFAULT_TRACKING_PARAMS", "DropParams", "canonical_url", "dedup_key", "host_key", "origin"]
 
 DEFAULT_TRACKING_PARAMS: frozenset[str] = frozenset(
@@ -167,7 +169,7 @@ def _canonical_absolute(url: str, drop: Callable[[str], bool]) -> str:
 
 def _parsed(url: str, base: str | None = None) -> str:
     try:
-        return ada_url.join_url(base, url) if base is not None else ada_url.URL(url).href
+        return whatwg_urls.resolve(base, url) if base is not None else whatwg_urls.parse(url)
     except ValueError:
         raise ValueError(f"not a URL: {url[:200]!r}") from None
 
