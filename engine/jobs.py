@@ -342,14 +342,13 @@ def admit_links(
         except ValueError:
             counters["filtered:malformed"] += 1
             continue
+        if (key := dedup_key(canonical)) in local or (recent is not None and key in recent):
+            counters["duplicates"] += 1  # before the filters: most links are to pages admitted already
+            continue
         context = AdmissionContext(runtime.job_id, depth, sitemap_scope if sitemap else scope, source, seeds,
                                    bool(sitemap))  # fmt: skip
-        reason = chain.reject_reason(canonical, context)
-        if reason is not None:
+        if (reason := chain.reject_reason(canonical, context)) is not None:
             counters[f"filtered:{reason}"] += 1
-            continue
-        if (key := dedup_key(canonical)) in local or (recent is not None and key in recent):
-            counters["duplicates"] += 1
             continue
         local.add(key)
         entry = Entry(canonical, depth, 0, redirects_left, sitemap=sitemap)

@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 __all__ = [
     "DEFAULT_SKIP_SUFFIXES",
@@ -172,7 +171,7 @@ def _scope_check(url: str, context: AdmissionContext) -> str | None:
     if context.depth > scope.max_depth:
         return "depth"
     if scope.hosts or scope.domains:
-        host = urlsplit(url).hostname or ""
+        host = _host(url)
         if host not in scope.hosts and host not in scope.domains and not host.endswith(scope._domain_suffixes):
             return "host"
     return None
@@ -189,11 +188,54 @@ def _allow_check(url: str, context: AdmissionContext) -> str | None:
 
 
 def _suffix_check(url: str, context: AdmissionContext) -> str | None:
-    return "suffix" if urlsplit(url).path.lower().endswith(context.scope._suffixes) else None
+    return "suffix" if _path(url).lower().endswith(context.scope._suffixes) else None
 
 
 def _trap_check(url: str, context: AdmissionContext) -> str | None:
-    return "trap" if _is_trap(urlsplit(url).path, context.scope.max_segment_repeats) else None
+    return "trap" if _is_trap(_path(url), context.scope.max_segment_repeats) else None
+
+
+# A canonical http(s) URL is "scheme://host[:port]/path[?query]" (frontier.urls): its host and path
+# are found by string, at a fifth of urlsplit's cost, three times for each of a page's links.
+def _host(url: str) -> str:
+    """The host of the canonical ``url``, as ``urlsplit(url).hostname`` gives it.
+
+    >>> _host("http://h.test:8800/a"), _host("https://[::1]:8080/"), _host("http://h.test?q")
+    ('h.test', '::1', 'h.test')
+    """
+    start = _authority_start(url)
+    end = _authority_end(url, start)
+    if url.startswith("[", start):
+        return url[start + 1 : url.index("]", start)]
+    return url[start:end].partition(":")[0]
+
+
+def _path(url: str) -> str:
+    """The path of the canonical ``url``, as ``urlsplit(url).path`` gives it.
+
+    >>> _path("http://h.test/a/b.PNG?x=/c"), _path("http://h.test")
+    ('/a/b.PNG', '')
+    """
+    start = _authority_end(url, _authority_start(url))
+    end = len(url)
+    for mark in "?#":
+        found = url.find(mark, start, end)
+        if found != -1:
+            end = found
+    return url[start:end]
+
+
+def _authority_start(url: str) -> int:
+    return url.find("://") + 3 if "://" in url else 0
+
+
+def _authority_end(url: str, start: int) -> int:
+    end = len(url)
+    for mark in "/?#":
+        found = url.find(mark, start, end)
+        if found != -1:
+            end = found
+    return end
 
 
 @dataclass(frozen=True)

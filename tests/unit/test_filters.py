@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import random
 import re
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, reject_reason
+from frontier import canonical_url
+from frontier.filters import DEFAULT_SKIP_SUFFIXES, REASONS, Scope, _host, _path, reject_reason
 
 
 def _scope(
@@ -153,3 +158,21 @@ def test_default_skip_suffixes_are_lowercase_with_a_dot() -> None:
 def test_scopes_compare_by_their_fields() -> None:
     assert _scope() == _scope()
     assert hash(_scope()) == hash(_scope())
+
+
+def test_a_canonical_urls_host_and_path_are_what_urlsplit_gives() -> None:
+    cases = json.loads((Path(__file__).parent.parent / "data" / "wpt-url" / "urltestdata.json").read_text("utf-8"))
+    urls = [case["href"] for case in cases if isinstance(case, dict) and case.get("href", "").startswith("http")]
+    rng = random.Random(5)
+    urls += [f"http://h{rng.randint(0, 9)}.test:{rng.choice(['', '81'])}/{rng.choice(['a', 'b/c.PNG', ''])}"
+             f"{rng.choice(['', '?q=/x', '?', '#f'])}" for _ in range(200)]  # fmt: skip
+    checked = 0
+    for url in urls:
+        try:
+            url = canonical_url(url)
+        except ValueError:
+            continue
+        checked += 1
+        parts = urlsplit(url)
+        assert (_host(url), _path(url)) == (parts.hostname or "", parts.path), url
+    assert checked > 250
