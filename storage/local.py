@@ -88,7 +88,8 @@ class LocalBackend:
             raise _refuse(location, "is a symlink; vcrawl never writes through or replaces symlinks")
         if stat.S_ISDIR(mode):
             raise _refuse(location, "is a directory, not a file")
-        if any(len(os.fsencode(part)) > _NAME_MAX for part in path.split(os.sep)):
+        encoded = os.fsencode(path)  # one encoding of the path, not one per component
+        if len(encoded) > _NAME_MAX and max(map(len, encoded.split(os.sep.encode()))) > _NAME_MAX:
             raise _refuse(location, f"has a path component longer than {_NAME_MAX} bytes")
         return path
 
