@@ -801,5 +801,6 @@ def test_idn_links_are_filtered_by_host_without_being_resolved(site: TestSite) -
 
     status = crawl_hostile(site, *links)
 
-    assert status["filtered"] == {"host": 3, "malformed": 1}
+    # bücher and BÜCHER are one URL as a browser resolves them (xn--bcher-kva.example): one link.
+    assert status["filtered"] == {"host": 2, "malformed": 1}
     assert paths_seen(site) == {"/", *NORMAL, "/wide.html"}
