@@ -569,7 +569,28 @@ def test_links_are_read_without_building_a_tree(monkeypatch: pytest.MonkeyPatch)
     page = Page(URL, b"<base href='/b/'><a href='x'>x <img alt='i'></a><area href='/m' alt='map'>")
     assert triples(links_analyzer.analyze(page)) == [("http://example.com/b/x", "x", "a"),
                                                      ("http://example.com/m", "map", "area")]  # fmt: skip
-    assert links_analyzer.followed_links(page) == (["http://example.com/b/x", "http://example.com/m"], {})
+    # A crawl's view of a page past TREE_MOST characters is streamed too (a small page's is its tree's).
+    big = Page(
+        URL, b"<base href='/b/'><a href='x'>x</a><!--" + b"." * links_analyzer.TREE_MOST + b"--><area href='/m'>"
+    )
+    assert links_analyzer.followed_links(big) == (["http://example.com/b/x", "http://example.com/m"], {})
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        FOLLOW_PAGE.encode(),
+        b"<a href='/in'>in</a></html><a href='/after'>after</a><base href='/b/'>",
+        b"<base><base href='/b/'><base href='/c/'><a href=x><frame src=f><iframe src='//h.test/i'><a>",
+        b"<a href='x'>" * 30 + b"<area href='y'>" * 30,
+        "<meta charset=windows-1251><base href='/s?q=Привет'><a href='?q=Привет'>".encode("windows-1251"),
+        b"",
+    ],
+)
+def test_a_crawls_view_read_from_the_tree_is_the_streamed_one(body: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    from_tree = links_analyzer.followed_links(Page(URL, body, max_links=40))
+    monkeypatch.setattr(links_analyzer, "TREE_MOST", -1)
+    assert links_analyzer.followed_links(Page(URL, body, max_links=40)) == from_tree
 
 
 @pytest.mark.parametrize("inner", [TREE_DEPTH_LIMIT - 4, TREE_DEPTH_LIMIT - 3], ids=["at-the-limit", "one-deeper"])
