@@ -15,6 +15,7 @@ import urllib3.exceptions
 
 from fetchers.base import FetchLimits, FetchRequest, FetchResult
 from fetchers.deadline import DeadlineWatch
+from fetchers.direct import send as send_direct
 from fetchers.netguard import PUBLIC_ONLY, BlockedAddress, GuardedAdapter, NetworkPolicy, Resolver, applying
 from fetchers.proxies import proxy_error_reason
 from fetchers.rate_floor import RateFloor
@@ -172,11 +173,14 @@ class StaticFetcher:
             # Straight to the session's adapter: the Session layer would only merge cookies it
             # refuses, settings it ignores (trust_env is off) and hooks nobody set, at a third
             # of a fetch's CPU.
-            prepared = requests.PreparedRequest()
-            prepared.prepare(method="GET", url=url, headers={**self._session.headers, **headers})
-            adapter = self._session.get_adapter(prepared.url or url)
+            sent = {**self._session.headers, **headers}
             timeout = (self._limits.connect_timeout_s, self._limits.read_timeout_s)
             with sending_as_written(url):  # the URL as the page meant it, not re-escaped (fetchers.targets)
+                if not proxies:  # straight to urllib3's pool, without requests' layers (fetchers.direct)
+                    return send_direct(self._session.get_adapter(url), url, sent, timeout)  # type: ignore[return-value]
+                prepared = requests.PreparedRequest()
+                prepared.prepare(method="GET", url=url, headers=sent)
+                adapter = self._session.get_adapter(prepared.url or url)
                 return adapter.send(prepared, stream=True, timeout=timeout, verify=True, cert=None, proxies=proxies)
         except BlockedAddress as exc:
             logger.info("refused %s (for %s): %s", url, request.url, exc)
