@@ -309,8 +309,11 @@ class FetchedPage:
         return _strict(cls, data, "fetched page")
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form."""
-        return {**asdict(self), "headers": dict(self.headers)}
+        """Return the JSON form (field by field: ``dataclasses.asdict`` deep-copies, once per fetched page)."""
+        return {**{name: getattr(self, name) for name in _FETCHED_PAGE_FIELDS}, "headers": dict(self.headers)}
+
+
+_FETCHED_PAGE_FIELDS = tuple(spec.name for spec in fields(FetchedPage))
 
 
 @dataclass(frozen=True)
