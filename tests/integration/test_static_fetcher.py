@@ -117,6 +117,17 @@ def test_a_head_is_held_to_the_floor_from_its_first_byte_not_from_the_request(si
     assert failed.value.reason == "slow_head" and time.monotonic() - started < 1.5
 
 
+def test_a_server_that_thinks_past_the_floors_window_is_waited_for_at_the_shipped_defaults(site: TestSite) -> None:
+    # The twin of the test above at the limits users run (a 5 s floor window, a 15 s read timeout):
+    # an answer that takes longer than the window to begin is a slow page, fetched, not a tarpit.
+    shipped = fetch_limits(cluster_limits(Settings()))
+    fetcher = StaticFetcher(make_session(), shipped, policy=LOOPBACK_POLICY)
+    thinking_s = shipped.slow_window_s + 1.0
+    assert thinking_s < shipped.read_timeout_s
+    site.add_response("/thinks", Response(b"thought", delay_s=thinking_s))
+    assert _get(fetcher, site.url("/thinks")).body == b"thought"
+
+
 def test_silent_server_is_a_timeout(site: TestSite, fetcher: StaticFetcher) -> None:
     site.add_response("/silent", Response(b"late", delay_s=2.0))
     with pytest.raises(FetchFailed) as failed:
