@@ -13,6 +13,12 @@ Cases (issues 9 and 16):
   c  polite: 50 hosts, 0.5 s per host, jitter off; vcrawl with 2 worker processes
   d  scale: vcrawl with 1 and with 2 worker processes on (a)
   e  Debian's python3.11-doc (526 pages reachable) served by Python's http.server, 16 per host
+  u  U20 clean (issue 36): 20 hosts x 6k pages, no latency, no trap URLs, no Crawl-delay host;
+     Scrapy C32/16, Crawlee C32 uvloop, the ceiling client C64, vcrawl's defaults (the check 09 run)
+  t  U20 with its trap URLs (universe (a)): the same runs; what the traps cost, no goal
+  l  latency (issue 36): 100 hosts x 6k pages, 100 +- 20 ms, no trap URLs, no Crawl-delay host;
+     Scrapy C64/16, Crawlee C64 uvloop, the ceiling client C64, vcrawl's defaults on a running
+     cluster (``vcrawl-cluster``: default workers and threads) and through ``vcrawl crawl --job``
   p  polite at scale (issue 35): 200 hosts x 4k pages, no trap URLs, no Crawl-delay, 0.25 s per
      host, one request at a time, jitter off (Scrapy DOWNLOAD_DELAY 0.25, one per domain)
 
@@ -55,6 +61,7 @@ import crawl_universe  # noqa: E402  (the universe start/stop helpers, shared wi
 import doc_site  # noqa: E402  (case (e): the documentation site)
 
 sys.path.insert(0, str(HERE.parent))  # the project itself: its local Redis and worker processes
+from cli.cluster import DEFAULT_THREADS, DEFAULT_WORKERS  # noqa: E402  (what `vcrawl crawl` starts)
 
 SHARED = crawl_universe.SHARED
 BENCH_PY = crawl_universe.BENCH_PY
@@ -69,6 +76,24 @@ UNIVERSES = {
     "a": {"hosts": 20, "pages": 6000, "latency_ms": 0.0, "jitter_ms": 0.0, "port": 18871, "no_crawl_delay": True},
     "b": {"hosts": 100, "pages": 6000, "latency_ms": 100.0, "jitter_ms": 20.0, "port": 18872},
     "c": {"hosts": 50, "pages": 3000, "latency_ms": 0.0, "jitter_ms": 0.0, "port": 18873},
+    "u": {
+        "hosts": 20,
+        "pages": 6000,
+        "latency_ms": 0.0,
+        "jitter_ms": 0.0,
+        "port": 18875,
+        "no_crawl_delay": True,
+        "no_traps": True,
+    },
+    "l": {
+        "hosts": 100,
+        "pages": 6000,
+        "latency_ms": 100.0,
+        "jitter_ms": 20.0,
+        "port": 18876,
+        "no_crawl_delay": True,
+        "no_traps": True,
+    },
     "p": {
         "hosts": 200,
         "pages": 4000,
@@ -79,25 +104,36 @@ UNIVERSES = {
         "no_traps": True,
     },
 }
-UNIVERSES_OF = {"a": "a", "d": "a", "b": "b", "c": "c", "e": "e", "p": "p"}
+UNIVERSES_OF = {"a": "a", "d": "a", "t": "a", "b": "b", "c": "c", "e": "e", "p": "p", "u": "u", "l": "l"}
+ISSUE_36_CASES = ["u", "t", "l"]  # ``make compare``'s default: the fetch engine's three sites
 POLITE_AT_SCALE_S = 0.25
 
 
 def main() -> int:
     """Run the cases, print every run's JSON line, then the comparison table."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", nargs="+", default=["a", "d", "b", "c", "e", "p"], choices=sorted(UNIVERSES_OF))
+    parser.add_argument(
+        "--cases",
+        nargs="+",
+        default=ISSUE_36_CASES,
+        choices=sorted(UNIVERSES_OF),
+        help="cases to run (default: u t l; the earlier issues' cases a d b c e p on request)",
+    )
+    parser.add_argument("--tools", nargs="+", help="only these tools' runs (e.g. ceiling vcrawl-cluster)")
+    parser.add_argument("--rounds", type=int, default=1, help="run every case this many times, interleaved")
     parser.add_argument("--out", default="/tmp/vcrawl-compare.jsonl", help="JSON lines of every run")
     parser.add_argument("--timeout", type=float, default=400.0, help="hard stop of one run, seconds")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the `finally`s stop what was started
     rows: list[dict[str, Any]] = []
     with open(args.out, "w") as out:
-        for universe in ("a", "b", "c", "e", "p"):
+        rounds = [(n, u) for n in range(1, args.rounds + 1) for u in ("u", "a", "l", "b", "c", "e", "p")]
+        for round_no, universe in rounds:
             wanted = [case for case in args.cases if UNIVERSES_OF[case] == universe]
             if wanted:
                 started = time.monotonic()
-                for row in run_universe(universe, wanted, args.timeout):
+                for row in run_universe(universe, wanted, args.timeout, args.tools):
+                    row["round"] = round_no
                     print(json.dumps(row), flush=True)
                     out.write(json.dumps(row) + "\n")
                     rows.append(row)
@@ -114,18 +150,21 @@ class Vcrawl:
     ``defaults``: the acceptance check's run, ``vcrawl crawl --job`` with ``acceptance_job`` (only
     politeness set, plus ``retry_after`` when not None) and no tuning flags. Otherwise the tuned
     ``job_for`` with explicit workers and threads, on a running cluster or ``embedded``.
+    ``defaults`` and ``running``: the acceptance check's job on a running cluster of default workers
+    and threads (``vcrawl submit --wait``), as a deployment runs it.
     """
 
     per_host: int
-    workers: int = 2
-    threads: int = 16
+    workers: int = DEFAULT_WORKERS
+    threads: int = DEFAULT_THREADS
     delay_s: float = 0.0
     retry_after: str | None = "url"
     embedded: bool = False
     defaults: bool = False
+    running: bool = False
 
 
-def run_universe(name: str, cases: list[str], timeout_s: float) -> list[dict[str, Any]]:
+def run_universe(name: str, cases: list[str], timeout_s: float, tools: list[str] | None = None) -> list[dict[str, Any]]:
     """Start one universe (or the doc site) and run the cases that use it."""
     if name == "e" and (why := doc_site.unavailable()) is not None:
         return [{"case": "e", "tool": "doc-site", "skipped": why}]
@@ -146,6 +185,8 @@ def run_universe(name: str, cases: list[str], timeout_s: float) -> list[dict[str
     try:
         rows.append(doc_site.site_row(state) if name == "e" else crawl_universe.universe_row(name, state))
         for case, tool, command in planned_runs(cases):
+            if tools and tool not in tools:
+                continue
             print(f">>> ({case}) {tool}", file=sys.stderr, flush=True)
             if isinstance(command, str):  # a baseline that cannot run here
                 rows.append({"case": case, "tool": tool, "skipped": command})
@@ -172,6 +213,22 @@ def planned_runs(cases: list[str]) -> list[tuple[str, str, list[str] | Vcrawl | 
             ("a", "vcrawl", Vcrawl(per_host=16)),
             ("a", "vcrawl-host", Vcrawl(per_host=16, retry_after="host")),
             ("a", "vcrawl-embedded", Vcrawl(per_host=16, embedded=True)),
+        ]
+    for case in ("u", "t"):  # U20 clean, and with its trap URLs: the fetch engine against the peers
+        if case in cases:
+            runs += [
+                (case, "scrapy", scrapy(["--concurrency", "32", "--per-host", "16", "--delay", "0"])),
+                (case, "crawlee", crawlee(["--concurrency", "32", "--uvloop", "--delay", "0"])),
+                (case, "ceiling", [BENCH_PY, str(SHARED / "ceiling.py"), "--concurrency", "64"]),
+                (case, "vcrawl-defaults", Vcrawl(per_host=16, retry_after=None, defaults=True)),
+            ]
+    if "l" in cases:  # at 100 ms the peers get 64 at once, as the ceiling client has
+        runs += [
+            ("l", "scrapy", scrapy(["--concurrency", "64", "--per-host", "16", "--delay", "0"])),
+            ("l", "crawlee", crawlee(["--concurrency", "64", "--uvloop", "--delay", "0"])),
+            ("l", "ceiling", [BENCH_PY, str(SHARED / "ceiling.py"), "--concurrency", "64"]),
+            ("l", "vcrawl-cluster", Vcrawl(per_host=16, retry_after=None, defaults=True, running=True)),
+            ("l", "vcrawl-defaults", Vcrawl(per_host=16, retry_after=None, defaults=True)),
         ]
     if "d" in cases:
         runs += [
@@ -329,12 +386,15 @@ def vcrawl_command(
     """The measured vcrawl command of ``run`` (``env`` gains what it needs) and the cluster it runs on."""
     manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
     job_file = work.with_name(f"job-{work.name}.json")
-    if run.defaults:  # byte for byte the acceptance check's command and environment
+    if run.defaults and not run.running:  # byte for byte the acceptance check's command and environment
         job = acceptance_job(manifest, run.retry_after, run.per_host, run.delay_s)
         job_file.write_text(json.dumps(job, indent=1))
         env["VCRAWL_ALLOWED_NETWORKS"] = LOOPBACK
         return [*measure, "--", str(VCRAWL), "crawl", "--job", str(job_file), "--data", str(pages), "--json"], None
-    job_file.write_text(json.dumps(job_for(manifest, run.per_host, run.delay_s, run.retry_after or "host")))
+    if run.defaults:
+        job_file.write_text(json.dumps(acceptance_job(manifest, run.retry_after, run.per_host, run.delay_s)))
+    else:
+        job_file.write_text(json.dumps(job_for(manifest, run.per_host, run.delay_s, run.retry_after or "host")))
     if run.embedded:
         return [
             *measure, "--", str(VCRAWL), "crawl", "--job", str(job_file), "--data", str(pages), "--json",

@@ -19,6 +19,12 @@ __all__ = ["LocalWorkers"]
 logger = logging.getLogger(__name__)
 
 
+DEFAULT_WORKERS = os.cpu_count() or 1
+"""Worker processes a local run starts: one per core."""
+DEFAULT_THREADS = 16
+"""Threads per worker process of a local run."""
+
+
 class LocalWorkers:
     """Start N ``celery -A tasks worker`` processes (thread pool, both queues); stop them on exit.
 

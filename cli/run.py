@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from cli.cluster import DEFAULT_THREADS, DEFAULT_WORKERS
 from cli.progress import follow, redis_cost, report, summary_of
 from cli.saved_state import RedisHome
 from vcrawl import names
@@ -61,8 +62,9 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     """The options of a local run (``crawl``, ``demo``, ``resume``)."""
     parser.add_argument("--data", help="storage root (default: $VCRAWL_DATA or ./crawl-data)")
     parser.add_argument("--json", action="store_true", help="print a JSON summary as the last stdout line")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (one per core)")
-    parser.add_argument("--threads", type=int, default=16, help="threads per worker process (default 16)")
+    parser.add_argument("--workers", type=int, default=DEFAULT_WORKERS, help="worker processes (one per core)")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS,
+                        help=f"threads per worker process (default {DEFAULT_THREADS})")  # fmt: skip
     parser.add_argument("--timeout", type=float, help="cancel the job after S seconds (default: no limit)")
     parser.add_argument("--grace", type=float, default=_DEFAULT_GRACE_S, metavar="S",
                         help=f"on Ctrl-C, seconds left to work in flight (default {_DEFAULT_GRACE_S:g})")  # fmt: skip
