@@ -251,12 +251,18 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
 
 
 def dispatch_batches(job_id: str, batches: list[Batch], producer: Any = None) -> None:
-    """Send a pump call's leased batches: paced hosts' batches for the shared download queue together,
-    as one bundle; every other batch alone (``dispatch_batch``)."""
+    """Send a pump call's leased batches: paced hosts' batches of a job paced at an interval, for the
+    shared download queue, together as one bundle; every other batch alone (``dispatch_batch``).
+
+    A job without an interval paces only a host whose robots.txt is not read yet or that has a
+    Crawl-delay, one URL per batch: such batches go alone, side by side on the workers' threads (a
+    bundle fetches one request at a time, so a crawl's first robots.txt reads would queue up in it).
+    """
     bundle = []
+    interval_paced = bool(batches) and deps.runtimes().get(job_id, batches[0].cycle).spec.politeness.min_interval_s > 0
     for batch in batches:
         queue = _queue_for(job_id, batch)
-        if batch.paced and queue == DOWNLOAD_QUEUE:
+        if batch.paced and interval_paced and queue == DOWNLOAD_QUEUE:
             bundle.append(batch)
         else:
             dispatch_batch(job_id, batch, producer, queue)

@@ -8,16 +8,19 @@ Real processes: a private redis-server, a `celery -A tasks worker` subprocess, t
 from __future__ import annotations
 
 import itertools
+import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from cli.local_redis import LocalRedis
+from engine.fetch_batch import UNPACED_SPAN_S
 from engine.jobs import paced_batch_size
 from tests.cluster import cluster_env, start_job, start_worker, stop_worker
-from tests.faults.test_faults import serve_pages
+from tests.faults.test_faults import page, serve_pages
 from tests.integration.test_frontier_redis import wait_job
-from tests.site import NOT_PAGES, TestSite
+from tests.site import NOT_PAGES, Response, TestSite
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.slow
@@ -61,3 +64,66 @@ def test_a_polite_job_fetches_its_hosts_side_by_side_each_at_its_pace(tmp_path: 
     assert gathered > 0, "no analyses of batches released together"  # engine.fetch_bundle.AnalysisGatherer
     # Several URLs per host and batch, several hosts per bundle: far fewer fetch tasks than pages.
     assert bundles + singles <= pages / 4, (bundles, singles, pages, paced_batch_size(INTERVAL_S, 32))
+
+
+def test_an_impolite_job_reads_its_hosts_robots_txt_side_by_side_not_in_a_bundle(tmp_path: Path) -> None:
+    # Before robots.txt is read a host is paced (one URL per batch); without a job interval such
+    # batches go alone: in a bundle, one request at a time, 100 hosts' first reads queued up for
+    # seconds at 100 ms (bench/compare.py case l).
+    slow_s = 0.6
+    with LocalRedis(tmp_path / "redis") as server:
+        sites = [TestSite(host).__enter__() for host in HOSTS]
+        try:
+            expected = {site.base: serve_pages(site, 3) for site in sites}
+            for site in sites:
+                site.add_response("/robots.txt", Response(b"User-agent: *\nDisallow: /private\n", delay_s=slow_s))
+            env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+            log = tmp_path / "worker.log"
+            worker = start_worker(env, "w1", log, concurrency=len(HOSTS))
+            try:
+                politeness = {"min_interval_s": 0, "jitter": 0, "per_host": 2}
+                job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": politeness})
+                status = wait_job(env, job_id, 60)
+            finally:
+                stop_worker(worker)
+        finally:
+            for site in sites:
+                site.__exit__(None, None, None)
+    assert status["state"] == "completed" and status["pages_stored"] == sum(map(len, expected.values())), status
+    robots_reads = sorted(seen.at for site in sites for seen in site.seen if seen.path == "/robots.txt")
+    assert len(robots_reads) == len(HOSTS), robots_reads
+    assert robots_reads[-1] - robots_reads[0] < slow_s / 2, robots_reads  # side by side, not one after another
+    lines = log.read_text(errors="replace").splitlines()
+    assert not any("Task vcrawl.fetch_bundle[" in line for line in lines)
+
+
+def test_a_slow_hosts_batch_starts_no_request_after_its_span_and_hands_the_rest_back(tmp_path: Path) -> None:
+    # One slot for the host: its queue goes out as one batch; at 0.6 s a page, the batch starts
+    # its third request at 1.2 s and hands the rest back after the span (1.5 s, shipped): they come
+    # in a batch of their own, which free slots share out (a crawl's tail is not one long batch).
+    site = TestSite(HOSTS[0]).__enter__()
+    with LocalRedis(tmp_path / "redis") as server:
+        try:
+            paths = serve_pages(site, 6)
+            for path in paths[1:]:
+                site.add_response(path, Response(page("/").encode(), delay_s=0.6))
+            site.add_page("/robots.txt", "User-agent: *\nDisallow: /private\n")
+            env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+            log = tmp_path / "worker.log"
+            worker = start_worker(env, "w1", log, concurrency=2)
+            try:
+                politeness = {"min_interval_s": 0, "jitter": 0, "per_host": 1}
+                status = wait_job(env, start_job(env, {"seeds": [site.url("/")], "politeness": politeness}), 60)
+            finally:
+                stop_worker(worker)
+        finally:
+            site.__exit__(None, None, None)
+    assert status["state"] == "completed" and status["pages_stored"] == len(paths), status
+    assert sorted(seen.path for seen in site.seen if seen.path not in NOT_PAGES) == sorted(paths)  # each once
+    # A batch's URLs are released together: one release time (``at``) in the job's fetch log.
+    files = (tmp_path / "data").rglob("*.jsonl")
+    logged = [json.loads(line) for file in files for line in file.read_text().splitlines()]
+    per_release = Counter(line["at"] for line in logged if line.get("url", "").rstrip("/") != site.base)
+    assert sum(per_release.values()) == len(paths) - 1, logged
+    assert UNPACED_SPAN_S == 1.5
+    assert max(per_release.values()) == 3, per_release  # started at 0, 0.6 and 1.2 s; the rest went back
