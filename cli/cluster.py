@@ -21,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_WORKERS = os.cpu_count() or 1
 """Worker processes a local run starts: one per core."""
-DEFAULT_THREADS = 16
+DEFAULT_THREADS = 64
 """Threads per worker process of a local run."""
 
 

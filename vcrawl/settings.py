@@ -137,7 +137,7 @@ class Settings:
     node_weight: int | None = None
     node_timeout_s: float = 30.0  # a node silent this long is out; its hosts and batches move
     frontier_batch: int = 32  # URLs per fetch task at most (politeness off); a short queue is shared out
-    frontier_inflight: int = 64
+    frontier_inflight: int = 128
     robots_ttl_s: float = 86400.0
     robots_error_ttl_s: float = 600.0
     visibility_timeout_s: float = 3600.0
