@@ -1,4 +1,4 @@
-"""The side-by-side table and the goals of bench/compare.py (issues 9 and 16), from its JSON rows."""
+"""The side-by-side table and the goals of bench/compare.py (issues 9, 16, 35 and 36), from its JSON rows."""
 
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ def _speed(by: dict[tuple[str, str], Row], case: str, tool: str, other: str) -> 
 def print_goals(by: dict[tuple[str, str], Row]) -> None:
     """The goals table: goal, measured, met; reference ratios have no goal."""
     print("\n| goal | measured | met |\n|---|---|---|")
+    print_fetch_engine_goals(by)
     scrapy = by.get(("a", "scrapy"))
     for tool, name in (("vcrawl-defaults", "defaults, `vcrawl crawl --job`"), ("vcrawl", "tuned, running cluster")):
         a = by.get(("a", tool))
@@ -100,3 +101,30 @@ def print_goals(by: dict[tuple[str, str], Row]) -> None:
     if ("e", "scrapy") in by:
         print(f"| (e) doc site, Scrapy recall (reference) | {by[('e', 'scrapy')]['recall']:.2f} | - |")
     _reference("(e) doc site, tuned cluster pages/s vs Scrapy", _speed(by, "e", "vcrawl", "scrapy"))
+
+
+def _cpu(by: dict[tuple[str, str], Row], case: str, tool: str, other: str) -> float | None:
+    """CPU per page of ``tool`` over ``other``'s in ``case`` (None when either did not run)."""
+    if (case, tool) not in by or (case, other) not in by:
+        return None
+    return by[(case, tool)]["cpu_ms_per_fetched"] / by[(case, other)]["cpu_ms_per_fetched"]
+
+
+def print_fetch_engine_goals(by: dict[tuple[str, str], Row]) -> None:
+    """Issue 36's goals: U20 clean against Crawlee, 100 ms against the ceiling client; the trap case as reference."""
+    if ("u", "vcrawl-defaults") in by:
+        _goal("(u) U20 clean, defaults: pages/s vs Crawlee", _speed(by, "u", "vcrawl-defaults", "crawlee"), 1.5)
+        _goal("(u) U20 clean, defaults: CPU/page vs Crawlee", _cpu(by, "u", "vcrawl-defaults", "crawlee"), 0.8, False)
+        u = by[("u", "vcrawl-defaults")]
+        _goal("(u) U20 clean, defaults: recall", u["recall"], 1.0, unit="")
+        _goal("(u) U20 clean, defaults: duplicate fetches", u["duplicate_page_fetches"], 0, at_least=False, unit="")
+    _reference("(u) U20 clean, defaults pages/s vs the ceiling client", _speed(by, "u", "vcrawl-defaults", "ceiling"))
+    _reference("(u) U20 clean, defaults pages/s vs Scrapy", _speed(by, "u", "vcrawl-defaults", "scrapy"))
+    _reference("(t) U20 with traps, defaults pages/s vs Crawlee", _speed(by, "t", "vcrawl-defaults", "crawlee"))
+    _reference("(t) U20 with traps, defaults CPU/page vs Crawlee", _cpu(by, "t", "vcrawl-defaults", "crawlee"))
+    _reference("(t) U20 with traps, defaults pages/s vs the ceiling", _speed(by, "t", "vcrawl-defaults", "ceiling"))
+    if ("l", "vcrawl-cluster") in by:
+        _goal("(l) 100 ms, running cluster: pages/s vs the ceiling", _speed(by, "l", "vcrawl-cluster", "ceiling"), 0.8)
+    _reference("(l) 100 ms, `vcrawl crawl --job` (start-up included) vs the ceiling client",
+               _speed(by, "l", "vcrawl-defaults", "ceiling"))  # fmt: skip
+    _reference("(l) 100 ms, running cluster pages/s vs Crawlee", _speed(by, "l", "vcrawl-cluster", "crawlee"))
