@@ -4,9 +4,11 @@ by the page type's fetcher, its outcome counted for the proxy it went through.""
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from engine.answer_times import ANSWER_TIMES
 from engine.api_pages import api_headers
 from engine.fetch_step.context import FetchContext, FetchItem, PageTypeFetchers
 from fetchers import BUILTIN_FETCHERS, Fetcher, FetchRequest, FetchResult, fetch_through, proxy_counter
@@ -48,7 +50,11 @@ def send(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Count
         assert services.fetchers is not None, "a fetch context for other page types has a fetcher registry"
         fetcher = _RegistryFetcher(services.fetchers, page_type)
     if request.proxy is None:
-        return fetcher.fetch(request)
+        started = time.monotonic()
+        try:
+            return fetcher.fetch(request)
+        finally:  # a timeout too: the process's threads waited that long
+            ANSWER_TIMES.add(time.monotonic() - started)
     try:
         result = fetch_through(fetcher, request, services.proxies)
     except (FetchFailed, DownloadFailed) as exc:

@@ -1,0 +1,50 @@
+"""How many batches of a job a pump keeps in flight: half the cap while this process's requests are
+answered at once, all of it once they wait (``engine.pump.inflight_cap``). A real Redis; the pump's
+dispatch only collects what it leased."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import redis
+
+import tasks
+from cli.local_redis import LocalRedis
+from engine.answer_times import AnswerTimes
+from engine.jobs import RuntimeCache, start
+from engine.pump import FrontierPump
+from frontier import Frontier
+from vcrawl.settings import Settings
+
+
+def _leased_in_flight(tmp_path: Path, settings: Settings, answer_times: AnswerTimes) -> int:
+    with LocalRedis(tmp_path / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        frontier = Frontier(client)
+        settings = replace(settings, redis_url=server.url)
+        runtimes = RuntimeCache(frontier, settings, tasks.deps.session(), client)
+        seeds = [f"http://h{n}.example/" for n in range(300)]  # one batch each: more hosts than any cap
+        job = tasks.JobSpec.from_dict({"seeds": seeds, "politeness": {"min_interval_s": 0}})
+        start(job, frontier, runtimes, tasks.deps.fetchers())
+        leased: list[Any] = []
+        pump = FrontierPump(frontier, runtimes, lambda _job, batches, _producer: leased.extend(batches), settings,
+                            answer_times=answer_times)  # fmt: skip
+        for _ in range(20):  # a call leases 32 batches at most; the cap stops it
+            pump.pump_once()
+        return len(leased)
+
+
+def test_a_pump_keeps_half_its_cap_in_flight_while_answers_come_at_once_and_all_of_it_when_they_wait(
+    tmp_path: Path, vcrawl_settings: Settings
+) -> None:
+    shipped = Settings()
+    assert shipped.frontier_inflight == 128
+    quick, slow = AnswerTimes(), AnswerTimes()
+    for _ in range(200):
+        quick.add(0.002)
+        slow.add(0.1)
+    settings = replace(vcrawl_settings, frontier_inflight=shipped.frontier_inflight)
+    assert _leased_in_flight(tmp_path / "quick", settings, quick) == 67  # 64 and a little for 2 ms
+    assert _leased_in_flight(tmp_path / "slow", settings, slow) == 128
