@@ -7,10 +7,16 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs \
+.PHONY: setup bytecode system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs \
 	ring-experiment scale-out bench-analysis bench-polite bench-memory
 
-setup: system-packages $(STAMP)
+setup: system-packages $(STAMP) bytecode
+
+# The project's own modules compiled once here, as pip compiles what it installs: every worker process
+# would otherwise compile them again at each start (this environment may forbid writing bytecode).
+PACKAGES := vcrawl telemetry tasks cluster views batch_analysis engine fetchers analyzers storage frontier api cli
+bytecode: $(STAMP)
+	@$(PY) -m compileall -q -j 0 $(PACKAGES) celeryconfig.py >/dev/null
 
 # Debian's python3 has no venv module without python3-venv; redis-server is a system package.
 system-packages:

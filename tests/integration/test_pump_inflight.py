@@ -1,4 +1,4 @@
-"""How many batches of a job a pump keeps in flight: half the cap while this process's requests are
+"""How many batches of a job a pump keeps in flight: a quarter of the cap while this process's requests are
 answered at once, all of it once they wait (``engine.pump.inflight_cap``). A real Redis; the pump's
 dispatch only collects what it leased."""
 
@@ -46,5 +46,5 @@ def test_a_pump_keeps_half_its_cap_in_flight_while_answers_come_at_once_and_all_
         quick.add(0.002)
         slow.add(0.1)
     settings = replace(vcrawl_settings, frontier_inflight=shipped.frontier_inflight)
-    assert _leased_in_flight(tmp_path / "quick", settings, quick) == 67  # 64 and a little for 2 ms
+    assert _leased_in_flight(tmp_path / "quick", settings, quick) == 36  # 32 and a little for 2 ms
     assert _leased_in_flight(tmp_path / "slow", settings, slow) == 128
