@@ -6,14 +6,16 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from storage.base import Backend, BackendFactory
 from storage.local import LocalBackend
 from vcrawl.errors import ConfigError, StorageRefused
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from vcrawl.settings import Settings
@@ -115,8 +117,7 @@ class Storage:
         Raises:
             StorageRefused: the location is refused.
         """
-        backend, resolved = self._route(location)
-        return backend.write_bytes(resolved, data)
+        return self._checked_by_backend(location, lambda backend, candidate: backend.write_bytes(candidate, data))
 
     def read_bytes(self, location: str, offset: int = 0, length: int | None = None) -> bytes:
         """Return the content stored at `location` (or ``length`` bytes of it from ``offset``).
@@ -126,8 +127,7 @@ class Storage:
             StorageRefused: the location is refused.
             StorageFailed: a transient failure of the store.
         """
-        backend, resolved = self._route(location)
-        return backend.read_bytes(resolved, offset, length)
+        return self._checked_by_backend(location, lambda backend, where: backend.read_bytes(where, offset, length))
 
     def exists(self, location: str) -> bool:
         """Return True if something is stored at `location`.
@@ -135,8 +135,7 @@ class Storage:
         Raises:
             StorageRefused: the location is refused.
         """
-        backend, resolved = self._route(location)
-        return backend.exists(resolved)
+        return self._checked_by_backend(location, lambda backend, candidate: backend.exists(candidate))
 
     def list_files(self, location: str) -> list[str]:
         """Return the files directly in the directory `location`, sorted (none if it is missing).
@@ -146,6 +145,17 @@ class Storage:
         """
         # A directory is not a file location: the backend checks it itself.
         return self._root_backend().list_files(self._candidate(location))
+
+    def _checked_by_backend(self, location: str, call: Callable[[Backend, str], _T]) -> _T:
+        """``call(backend, candidate)``: a backend checks every location it is given (``storage.base``),
+        so the location is not resolved here first too (a local resolve is five system calls, and
+        every page is written once and read once)."""
+        try:
+            return call(self._root_backend(), self._candidate(location))
+        except StorageRefused as e:
+            if e.location == location:
+                raise
+            raise StorageRefused(location, e.problem) from e  # what the caller gave, as ``_route`` says
 
     def _route(self, location: str) -> tuple[Backend, str]:
         candidate = self._candidate(location)
