@@ -5,8 +5,9 @@ worker of many threads each call may wait for the GIL to come back, so a page's 
 admission went at a third of the speed. Most URLs a crawl meets are plain (a lowercase host, a path
 of characters the Standard leaves alone), and the Standard writes them as they stand:
 ``serialized`` tells those apart with one regular expression, and ``resolve`` joins a plain
-relative link to a serialised base as strings. Anything else goes to ada-url. The tests hold both
-to ada-url on random URLs.
+relative link to a serialised base as strings (its "." and ".." segments too), and takes an
+absolute or scheme-relative link that is serialised already as it stands. Anything else goes to
+ada-url. The tests hold both to ada-url on random URLs.
 """
 
 from __future__ import annotations
@@ -65,11 +66,24 @@ def resolve(base: str, href: str) -> str:
 
     >>> resolve("http://h.test/a/b?x#y", "c/d.html#e"), resolve("http://h.test/a/b", "?q")
     ('http://h.test/a/c/d.html#e', 'http://h.test/a/b?q')
+    >>> resolve("http://h.test/a/b/c", "../../d"), resolve("https://h.test/a", "//o.test/x")
+    ('http://h.test/d', 'https://o.test/x')
     """
-    if _PLAIN_HREF.fullmatch(href) and serialized(base):
-        joined = _joined(base, href)
-        if serialized(joined):
-            return joined
+    if serialized(base):
+        if serialized(href):  # an absolute link written as the Standard writes it: the base plays no part
+            return href
+        if href[:2] == "//":  # scheme-relative: the base's scheme, then a URL of its own
+            absolute = base[: base.index(":") + 1] + href
+            if serialized(absolute):
+                return absolute
+        elif _PLAIN_HREF.fullmatch(href):
+            joined = _joined(base, href)
+            if serialized(joined):
+                return joined
+            if "%2" not in href:  # "%2e" segments are dot segments too: the parser's
+                joined = _without_dot_segments(joined)
+                if serialized(joined):
+                    return joined
     return ada_url.join_url(base, href)
 
 
@@ -85,3 +99,22 @@ def _joined(base: str, href: str) -> str:
     if href[0] == "?":
         return base[:path_start] + path + href
     return base[:path_start] + path[: path.rfind("/") + 1] + href
+
+
+def _without_dot_segments(url: str) -> str:
+    # The path state's "." and ".." segments of a special URL: ".." drops the segment before it (never
+    # the root), "." goes, and either one last leaves the path ending in "/".
+    path_start = url.index("/", url.index("://") + 3)
+    path_end = min((at for at in (url.find("?", path_start), url.find("#", path_start)) if at >= 0), default=len(url))
+    segments = url[path_start + 1 : path_end].split("/")
+    kept: list[str] = []
+    for index, segment in enumerate(segments):
+        if segment == "..":
+            if kept:
+                kept.pop()
+        elif segment != ".":
+            kept.append(segment)
+            continue
+        if index == len(segments) - 1:
+            kept.append("")
+    return url[:path_start] + "/" + "/".join(kept) + url[path_end:]

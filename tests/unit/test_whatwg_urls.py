@@ -113,8 +113,15 @@ def test_a_link_resolved_without_the_parser_is_resolved_as_the_standard_resolves
         "http://h.test/%7e/x",
         "http://h.test//a",
     ]
-    for _ in range(30_000):
+    for _ in range(60_000):
         base, href = rng.choice(bases), _text(rng, 6)
+        form = rng.randrange(4)  # relative; absolute; scheme-relative; relative after dot segments
+        if form == 1:
+            href = f"{rng.choice(['http', 'https', 'HTTP'])}://{rng.choice(_HOSTS)}/{href}"
+        elif form == 2:
+            href = f"//{rng.choice(_HOSTS)}/{href}"
+        elif form == 3:
+            href = rng.choice(["../", "./", "..", ".", "a/../", "../../", "/..", "/./", "a/./"]) + href
         assert _ours(resolve, base, href) == _ada(ada_url.join_url, base, href), (base, href)
 
 
@@ -126,8 +133,12 @@ def test_a_link_resolved_without_the_parser_is_resolved_as_the_standard_resolves
         ("http://h.test/a/b?x#y", "", "http://h.test/a/b?x"),
         ("http://h.test/a/b?x#y", "#z", "http://h.test/a/b?x#z"),
         ("http://h.test/a/b?x", "?", "http://h.test/a/b?"),
-        ("http://h.test/a/b", "./c/../d", "http://h.test/a/d"),  # dot segments: the parser
-        ("http://h.test/a/b", "//other.test/x", "http://other.test/x"),  # an authority: the parser
+        ("http://h.test/a/b", "./c/../d", "http://h.test/a/d"),
+        ("http://h.test/a/b/c", "../../../..", "http://h.test/"),
+        ("http://h.test/a/b", "./c/%2e%2e/d", "http://h.test/a/d"),  # "%2e" segments: the parser
+        ("http://h.test/a/b", "//other.test/x", "http://other.test/x"),
+        ("http://h.test/a/b", "//Other.test/x", "http://other.test/x"),  # to lowercase: the parser
+        ("http://h.test/a/b", "https://o.test:443/x", "https://o.test/x"),  # a default port: the parser
     ],
 )
 def test_links(base: str, href: str, expected: str) -> None:
