@@ -67,8 +67,9 @@ def analyze(page: Page, rules: Mapping[str, FieldRule] | None = None) -> dict[st
     seen: set[tuple[str, str, str]] = set()
     skipped = 0
     skipped_by: dict[str, dict[str, int]] = {}
+    resolver = whatwg_urls.Resolver(base)
     for tag, attr, value, text, rel in candidates:
-        url, reason = _absolute(base, value, page.encoding)
+        url, reason = _absolute(resolver, value, page.encoding)
         if url is None:
             logger.debug("%s: skip <%s %s=%.200r>: %s", page.url, tag, attr, value, reason)
             skipped += 1
@@ -105,8 +106,9 @@ def followed_links(page: Page) -> tuple[list[str], dict[str, int]]:
         times[value] = times.get(value, 0) + 1
     urls: dict[str, None] = {}
     skipped: dict[str, int] = {}
+    resolver = whatwg_urls.Resolver(base)
     for value, count in times.items():
-        url, reason = _absolute(base, value, page.encoding)
+        url, reason = _absolute(resolver, value, page.encoding)
         if url is None:
             kind = _skip_kind(reason)
             skipped[kind] = skipped.get(kind, 0) + count
@@ -369,13 +371,14 @@ def _skip_kind(reason: str) -> str:
     return "malformed" if reason.startswith("malformed") else "scheme"
 
 
-def _absolute(base: str, value: str, encoding: str = "UTF-8") -> tuple[str | None, str]:
-    """Return (absolute URL, "") or (None, why it is skipped): ``value`` resolved against ``base``
-    by the WHATWG URL Standard, as a browser resolves it (``ada-url``), its query written in the
-    page's ``encoding``. An empty ``value`` is the base itself, as a browser's link to its own page is."""
+def _absolute(base: str | whatwg_urls.Resolver, value: str, encoding: str = "UTF-8") -> tuple[str | None, str]:
+    """Return (absolute URL, "") or (None, why it is skipped): ``value`` resolved against ``base`` (or
+    by a page's ``Resolver``) by the WHATWG URL Standard, as a browser resolves it, its query written
+    in the page's ``encoding``. An empty ``value`` is the base itself, as a browser's link to its own page is."""
     value = _in_query(value, encoding)
+    resolver = whatwg_urls.Resolver(base) if isinstance(base, str) else base
     try:
-        url = whatwg_urls.resolve(base, value)
+        url = resolver(value)
     except ValueError:
         return None, f"malformed: {value[:100]!r}"
     scheme = url[: url.index(":")]  # the serialiser lowercased it

@@ -16,7 +16,7 @@ import re
 
 import ada_url
 
-__all__ = ["parse", "resolve", "serialized"]
+__all__ = ["Resolver", "parse", "resolve", "serialized"]
 
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 # A host the host parser gives back as it stands: a dotted quad with no leading zeros, or lowercase
@@ -69,36 +69,58 @@ def resolve(base: str, href: str) -> str:
     >>> resolve("http://h.test/a/b/c", "../../d"), resolve("https://h.test/a", "//o.test/x")
     ('http://h.test/d', 'https://o.test/x')
     """
-    if serialized(base):
-        if serialized(href):  # an absolute link written as the Standard writes it: the base plays no part
-            return href
-        if href[:2] == "//":  # scheme-relative: the base's scheme, then a URL of its own
-            absolute = base[: base.index(":") + 1] + href
-            if serialized(absolute):
-                return absolute
-        elif _PLAIN_HREF.fullmatch(href):
-            joined = _joined(base, href)
-            if serialized(joined):
-                return joined
-            if "%2" not in href:  # "%2e" segments are dot segments too: the parser's
-                joined = _without_dot_segments(joined)
+    return Resolver(base)(href)
+
+
+class Resolver:
+    """``resolve`` against one base: what the links of a page share (is the base serialised, where
+    its path starts and its directory ends) is worked out once, not once per link."""
+
+    __slots__ = ("_base", "_dir", "_origin", "_path", "_plain", "_scheme", "_unfragmented")
+
+    def __init__(self, base: str) -> None:
+        self._base = base
+        self._plain = serialized(base)
+        if self._plain:
+            self._scheme = base[: base.index(":") + 1]
+            self._unfragmented = base.partition("#")[0]
+            path_start = base.index("/", len(self._scheme) + 2)
+            self._origin = base[:path_start]
+            self._path = self._unfragmented[path_start:].partition("?")[0]
+            self._dir = self._origin + self._path[: self._path.rfind("/") + 1]
+
+    def __call__(self, href: str) -> str:
+        """``href`` resolved; see ``resolve``.
+
+        Raises:
+            ValueError: the Standard refuses it.
+        """
+        if self._plain:
+            if serialized(href):  # an absolute link written as the Standard writes it: the base plays no part
+                return href
+            if href[:2] == "//":  # scheme-relative: the base's scheme, then a URL of its own
+                absolute = self._scheme + href
+                if serialized(absolute):
+                    return absolute
+            elif _PLAIN_HREF.fullmatch(href):
+                joined = self._joined(href)
                 if serialized(joined):
                     return joined
-    return ada_url.join_url(base, href)
+                if "%2" not in href:  # "%2e" segments are dot segments too: the parser's
+                    joined = _without_dot_segments(joined)
+                    if serialized(joined):
+                        return joined
+        return ada_url.join_url(self._base, href)
 
-
-def _joined(base: str, href: str) -> str:
-    # The Standard's relative resolution for a link with no scheme and no authority, as strings.
-    base = base.partition("#")[0]
-    if not href or href[0] == "#":
-        return base + href
-    path_start = base.index("/", base.index("://") + 3)
-    if href[0] == "/":
-        return base[:path_start] + href
-    path = base[path_start:].partition("?")[0]
-    if href[0] == "?":
-        return base[:path_start] + path + href
-    return base[:path_start] + path[: path.rfind("/") + 1] + href
+    def _joined(self, href: str) -> str:
+        # The Standard's relative resolution for a link with no scheme and no authority, as strings.
+        if not href or href[0] == "#":
+            return self._unfragmented + href
+        if href[0] == "/":
+            return self._origin + href
+        if href[0] == "?":
+            return self._origin + self._path + href
+        return self._dir + href
 
 
 def _without_dot_segments(url: str) -> str:
