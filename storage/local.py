@@ -202,11 +202,16 @@ class LocalBackend:
 
     def _check_unchanged(self, location: str, parent: str, name: str, dir_fd: int) -> None:
         # resolve() saw real directories; a symlink planted since then must not redirect the write.
-        try:
-            same_directory = os.path.samestat(os.stat(parent), os.fstat(dir_fd))
-        except FileNotFoundError:
-            same_directory = False
-        if not same_directory or (_fd_path(dir_fd) or os.path.realpath(parent)) != parent:
+        # The kernel's own path of the open directory says where the write goes (one call); without
+        # /proc, the directory at the checked path must be the one open, and that path still real.
+        if fd_path := _fd_path(dir_fd):
+            unchanged = fd_path == parent
+        else:
+            try:
+                unchanged = os.path.samestat(os.stat(parent), os.fstat(dir_fd)) and os.path.realpath(parent) == parent
+            except FileNotFoundError:
+                unchanged = False
+        if not unchanged:
             raise _refuse(location, "its parent directory was replaced while writing")
         try:
             is_link = stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)

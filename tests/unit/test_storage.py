@@ -16,6 +16,7 @@ from typing import BinaryIO
 
 import pytest
 
+import storage.local
 import storage.naming
 from storage import BACKENDS, Backend, LocalBackend, Storage, WebHdfsBackend, page_location, result_location
 from vcrawl.errors import ConfigError, MissingPage, StorageRefused
@@ -223,6 +224,23 @@ def test_parent_swapped_for_a_symlink_during_the_write_is_refused(store: Storage
             (root / "swap").symlink_to(outside, target_is_directory=True)
     assert sorted(os.listdir(outside)) == ["secret.txt"]
     assert _leftovers(root / "moved") == []
+
+
+def test_without_proc_a_parent_swapped_during_the_write_is_refused_too(
+    store: Storage, root: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No /proc (the kernel's path of the open directory): the directory at the checked path must
+    # be the one open, and the path still real.
+    monkeypatch.setattr(storage.local, "_fd_path", lambda _fd: "")
+    with store.open_write("plain/page.html") as stream:  # nothing swapped: written
+        stream.write(b"fine")
+    assert (root / "plain" / "page.html").read_bytes() == b"fine"
+    with pytest.raises(StorageRefused, match="parent directory was replaced"):
+        with store.open_write("swap/page.html") as stream:
+            stream.write(b"owned")
+            (root / "swap").rename(root / "moved")
+            (root / "swap").symlink_to(outside, target_is_directory=True)
+    assert sorted(os.listdir(outside)) == ["secret.txt"]
 
 
 # --- relative to the root: where a location really is ---------------------------------------------
