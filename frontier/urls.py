@@ -222,7 +222,8 @@ def canonical_url(url: str, base: str | None = None, drop_params: DropParams = D
     url = url.strip(_C0_OR_SPACE)
     if base is not None:
         url = _parsed(url, base.strip(_C0_OR_SPACE))
-    if len(url) <= _MEMO_MAX_LENGTH and isinstance(drop_params, Hashable):
+    # The default first: an isinstance check against an ABC costs more than the memo's lookup.
+    if len(url) <= _MEMO_MAX_LENGTH and (drop_params is DEFAULT_TRACKING_PARAMS or isinstance(drop_params, Hashable)):
         return _canonical_memo(url, drop_params)
     return _canonical_absolute(url, _drop_rule(drop_params))
 

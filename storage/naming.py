@@ -14,6 +14,7 @@ when equivalent spellings should share a location.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import unicodedata
@@ -178,7 +179,13 @@ def _stem(url: str) -> str:
     segments = [slug for slug in (_slug(unquote(raw)) for raw in directories) if slug][:_MAX_DIRS]
     name = _slug(_PAGE_SUFFIX.sub("", unquote(last))) or "index"
     digest = hashlib.sha256(url.encode("utf-8", "surrogatepass")).hexdigest()[:_HASH_CHARS]
-    return "/".join([_host(parts), *segments, f"{name}__{digest}"])
+    return "/".join([_netloc_host(parts.scheme, parts.netloc), *segments, f"{name}__{digest}"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _netloc_host(scheme: str, netloc: str) -> str:
+    # A crawl stores thousands of pages per host: its IDNA encoding and slug are worked out once.
+    return _host(urlsplit(f"{scheme}://{netloc}/"))
 
 
 def _host(parts: SplitResult) -> str:
@@ -202,6 +209,7 @@ def _host(parts: SplitResult) -> str:
     return host
 
 
+@functools.lru_cache(maxsize=8192)  # a site's directory names repeat on every page under them
 def _slug(text: str) -> str:
     """Return `text` as lowercase ``[a-z0-9._-]``, at most 60 characters, never ``.`` or ``..``.
 
