@@ -1,13 +1,14 @@
 """vcrawl against Scrapy, Crawlee and the ceiling client on the same local sites, side by side.
 
-Run: ``.venv/bin/python bench/compare.py [--cases a b c d e] [--out FILE]`` (``make compare``
-runs all of them; about 15 minutes). Each case starts the universe of ../shared/bench (or, for
+Run: ``.venv/bin/python bench/compare.py [--cases u t l a d b c e p] [--rounds N] [--out FILE]``
+(``make compare`` runs issue 36's cases u, t and l, two rounds interleaved, about 15 minutes;
+``bench/run.sh`` runs every case once). Each case starts the universe of ../shared/bench (or, for
 (e), a real documentation site: bench/doc_site.py), runs the kit's Scrapy baseline (and, for (a),
 its Crawlee baseline; for (b), its ceiling client) with the kit's own runners, then vcrawl through
 the kit's ``measure.py`` with the same politeness settings, and scores every run from the
 server's access log against the manifest. Pages go to tmpfs for every crawler.
 
-Cases (issues 9 and 16):
+Cases (issues 9, 16, 35 and 36):
   a  20 hosts x 6k pages, no latency, --crawl-delay-frac 0, politeness off (Scrapy C32, 16 per host)
   b  100 hosts, 100 +- 20 ms latency, concurrency 64; ceiling client too
   c  polite: 50 hosts, 0.5 s per host, jitter off; vcrawl with 2 worker processes
@@ -120,7 +121,7 @@ def main() -> int:
         help="cases to run (default: u t l; the earlier issues' cases a d b c e p on request)",
     )
     parser.add_argument("--tools", nargs="+", help="only these tools' runs (e.g. ceiling vcrawl-cluster)")
-    parser.add_argument("--rounds", type=int, default=1, help="run every case this many times, interleaved")
+    parser.add_argument("--rounds", type=int, default=2, help="run every case this many times, interleaved")
     parser.add_argument("--out", default="/tmp/vcrawl-compare.jsonl", help="JSON lines of every run")
     parser.add_argument("--timeout", type=float, default=400.0, help="hard stop of one run, seconds")
     args = parser.parse_args()

@@ -80,7 +80,7 @@ fi
 
 : > "$OUT"
 echo ">>> vcrawl vs Scrapy, Crawlee and the ceiling client: cases (a) (d) (b) (c) (e), side by side" >&2
-.venv/bin/python bench/compare.py --out /tmp/vcrawl-compare.jsonl
+.venv/bin/python bench/compare.py --cases u t l a d b c e p --rounds 1 --out /tmp/vcrawl-compare.jsonl
 echo ">>> dynamic: one browser on the universe's lazy-loading pages" >&2
 .venv/bin/python bench/dynamic.py --pages 100 | tee -a "$OUT"
 echo ">>> storage: pages to tmpfs, disk, the WebHDFS test server, and WARC" >&2
