@@ -26,7 +26,7 @@ DEFAULT_THREADS = 64
 
 
 class LocalWorkers:
-    """Start N ``celery -A tasks worker`` processes (thread pool, both queues); stop them on exit.
+    """Start N worker processes (``tasks.celery_worker``: thread pool, both queues); stop them on exit.
 
     Each worker process also runs a frontier pump, so a job is dispatched as long as any runs.
     """
@@ -57,11 +57,10 @@ class LocalWorkers:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         for name in self.names:
             log = self._log_dir / f"{name.split('@')[0]}.log"
-            command = [
-                sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", "download,download.dynamic,analysis",
-                "-P", "threads", "-c", str(self._threads), "-n", name, "--without-mingle", "--without-gossip",
-                "-l", "WARNING",
-            ]  # fmt: skip
+            # `celery -A tasks worker -P threads -c N -Q ... -n NAME -l WARNING --without-mingle
+            # --without-gossip`, less the command line's own start-up (tasks.celery_worker).
+            command = [sys.executable, "-m", "tasks.celery_worker", name, str(self._threads),
+                       "download,download.dynamic,analysis", "WARNING"]  # fmt: skip
             with open(log, "ab") as out:
                 # A session of its own: a terminal's Ctrl-C reaches the vcrawl process only, which
                 # pauses the job first and then stops the workers itself (warm, then by force).
