@@ -23,6 +23,9 @@ _SUMMARY_KEYS = (
 )  # fmt: skip
 
 
+_FOLLOW_S = 0.1  # how often a run looks at its job: its end is seen this much late at most
+
+
 def follow(
     job_id: str, timeout_s: float | None, interrupted: Callable[[], bool] = lambda: False
 ) -> dict[str, Any] | None:
@@ -55,7 +58,7 @@ def follow(
             tasks.cancel_job(job_id)
             print(f"\ntimeout: job {job_id} cancelled after {timeout_s}s", file=sys.stderr)
             deadline = float("inf")
-        time.sleep(0.25)
+        time.sleep(_FOLLOW_S)
     return None
 
 

@@ -15,6 +15,7 @@ the configuration when imported, and the command line reports a broken one itsel
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import logging
 import os
@@ -53,6 +54,7 @@ logger = logging.getLogger("vcrawl")
 EXIT_INTERRUPTED = 130
 _DEFAULT_GRACE_S = 4.0  # in-flight work may finish; then workers are stopped, by force if need be
 _MIN_STOP_S = 2.0  # a warm shutdown of idle workers still takes a moment
+_START_PING_S = 0.1  # a round of the start's pings; a worker that is up answers in milliseconds
 _WORKER_STOP_S = 10.0  # at the end of a run: workers ship their records and WARC files
 _REDIS_STOP_S = 60.0  # a clean Redis shutdown writes the AOF; never cut it short lightly
 _REDIS_START_S = 300.0  # a big saved state takes a while to load (Redis answers LOADING meanwhile)
@@ -297,7 +299,9 @@ class _LocalRun:
             log_dir = Path(tempfile.mkdtemp(prefix="vcrawl-logs-"))
         else:
             log_dir = Path(self.data_dir) / "logs"
-        self._workers = LocalWorkers(self.args.workers, self.args.threads, env, log_dir, tasks.ping_workers)
+        # A worker misses a ping sent before it listens: short pings, asked again, see it up sooner.
+        ping = functools.partial(tasks.ping_workers, timeout_s=_START_PING_S)
+        self._workers = LocalWorkers(self.args.workers, self.args.threads, env, log_dir, ping)
         self.stack.callback(self._workers.stop, grace_s=_WORKER_STOP_S, hurry=lambda: self.signals.count > 1)
         self._workers.start()
         print(f"started {self.args.workers} worker processes (pids {self._workers.pids})", file=sys.stderr)

@@ -158,6 +158,10 @@ class OutputShipper:
             self._thread.start()
         return self
 
+    def stop_soon(self) -> None:
+        """Tell the thread to stop, without waiting for it (``stop`` waits)."""
+        self._stop.set()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread (the worker's shutdown ships what is left itself)."""
         self._stop.set()

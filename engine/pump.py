@@ -87,6 +87,10 @@ class FrontierPump:
         self._thread.start()
         return self
 
+    def stop_soon(self) -> None:
+        """Tell the pump to stop after its current round, without waiting for it (``stop`` waits)."""
+        self._stop.set()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop after the current round."""
         self._stop.set()

@@ -304,9 +304,9 @@ def redis_info() -> dict[str, Any]:
     return deps.redis_client().info()
 
 
-def ping_workers(names: list[str]) -> set[str]:
-    """Names of the workers among ``names`` that answer a ping within half a second (at once when all do)."""
-    replies = app.control.ping(destination=names, timeout=0.5, limit=len(names))
+def ping_workers(names: list[str], timeout_s: float = 0.5) -> set[str]:
+    """Names of the workers among ``names`` that answer a ping within ``timeout_s`` (at once when all do)."""
+    replies = app.control.ping(destination=names, timeout=timeout_s, limit=len(names))
     return {name for reply in replies for name in reply}
 
 

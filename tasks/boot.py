@@ -120,8 +120,29 @@ def _spare_the_collector(**_: Any) -> None:
     gc.set_threshold(10_000, 10, 10)
 
 
+@worker_ready.connect
+def _notice_a_shutdown_soon(sender: Any = None, **_: Any) -> None:
+    # Celery's event loop looks for a warm shutdown between polls, and a poll waits up to a second
+    # when no timer is due sooner: a local run's workers took 1.2 s to stop after its job ended.
+    # A timer every 0.1 s bounds the wait (ten empty wake-ups a second).
+    hub = getattr(sender, "hub", None)
+    if hub is not None:
+        hub.call_repeatedly(_SHUTDOWN_NOTICED_S, _nothing)
+
+
+_SHUTDOWN_NOTICED_S = 0.1
+
+
+def _nothing() -> None:
+    pass
+
+
 @worker_shutdown.connect
 def _stop_pump(**_: Any) -> None:
+    # The threads that wait on Redis are told first, then joined: their waits end side by side.
+    if deps.settings().pump:
+        deps.pump(dispatch_batches).stop_soon()
+    deps.output_shipper().stop_soon()
     if deps.settings().pump:
         deps.pump(dispatch_batches).stop()
     if (keeper := _keeper.pop("keeper", None)) is not None:
