@@ -23,7 +23,8 @@ _SUMMARY_KEYS = (
 )  # fmt: skip
 
 
-_FOLLOW_S = 0.1  # how often a run looks at its job: its end is seen this much late at most
+_FOLLOW_S = 0.1  # how often a run looks at its job's state: its end is seen this much late at most
+_PROGRESS_S = (0.25, 2.0)  # how often the whole status is read for the progress line: on a terminal, else
 
 
 def follow(
@@ -35,25 +36,28 @@ def follow(
     deadline = time.monotonic() + timeout_s if timeout_s is not None else float("inf")
     tty = sys.stderr.isatty()
     last_print, last = 0.0, ""
+    next_status = 0.0  # the state alone in between: one Redis read, not the counters of every host
     while not interrupted():
-        status = tasks.job_status(job_id, with_outputs=False) or {}  # no store listing four times a second
-        if status.get("state") != names.STATE_RUNNING:
-            if tty:
-                print(file=sys.stderr)
-            return status
-        elapsed = max(status["elapsed_s"], 0.001)
-        line = (
-            f"pages {status['pages_stored']} ({status['pages_stored'] / elapsed:.1f}/s), "
-            f"queued {status['queued']}, in flight {status['in_flight_batches']}, "
-            f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}, "
-            f"hosts {status['hosts']}"
-        )
         now = time.monotonic()
-        if tty:
-            print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
-        elif line != last and now - last_print >= 2.0:
-            print(line, file=sys.stderr)
-            last_print, last = now, line
+        if now >= next_status or tasks.job_state(job_id) != names.STATE_RUNNING:
+            status = tasks.job_status(job_id, with_outputs=False) or {}  # no store listing on every look
+            if status.get("state") != names.STATE_RUNNING:
+                if tty:
+                    print(file=sys.stderr)
+                return status
+            next_status = now + _PROGRESS_S[0 if tty else 1]
+            elapsed = max(status["elapsed_s"], 0.001)
+            line = (
+                f"pages {status['pages_stored']} ({status['pages_stored'] / elapsed:.1f}/s), "
+                f"queued {status['queued']}, in flight {status['in_flight_batches']}, "
+                f"failed {sum(status['failed'].values())}, robots-blocked {status['robots_blocked']}, "
+                f"hosts {status['hosts']}"
+            )
+            if tty:
+                print(f"\r{line}   ", end="", file=sys.stderr, flush=True)
+            elif line != last and now - last_print >= 2.0:
+                print(line, file=sys.stderr)
+                last_print, last = now, line
         if now > deadline:
             tasks.cancel_job(job_id)
             print(f"\ntimeout: job {job_id} cancelled after {timeout_s}s", file=sys.stderr)
