@@ -11,6 +11,7 @@ import itertools
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,25 +30,32 @@ HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 INTERVAL_S = 0.2
 
 
-def test_a_polite_job_fetches_its_hosts_side_by_side_each_at_its_pace(tmp_path: Path) -> None:
+def _crawl(tmp_path: Path, sites: list[TestSite], politeness: dict[str, Any], concurrency: int,
+           timeout_s: float) -> tuple[dict[str, Any], list[str]]:  # fmt: skip
+    """A job seeded with the sites' homes, on a private Redis and one worker: (its status, the worker's log)."""
     with LocalRedis(tmp_path / "redis") as server:
-        sites = [TestSite(host).__enter__() for host in HOSTS]
+        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
+        log = tmp_path / "worker.log"
+        worker = start_worker(env, "w1", log, concurrency=concurrency)
         try:
-            expected = {site.base: serve_pages(site, 16) for site in sites}
-            for site in sites:
-                site.add_page("/robots.txt", "User-agent: *\nDisallow: /private\n")
-            env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
-            log = tmp_path / "worker.log"
-            worker = start_worker(env, "w1", log, concurrency=1)  # one slot: only bundles keep 4 hosts busy
-            try:
-                politeness = {"min_interval_s": INTERVAL_S, "jitter": 0, "per_host": 1}
-                job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": politeness})
-                status = wait_job(env, job_id, 120)
-            finally:
-                stop_worker(worker)
+            job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": politeness})
+            status = wait_job(env, job_id, timeout_s)
         finally:
-            for site in sites:
-                site.__exit__(None, None, None)
+            stop_worker(worker)
+    return status, log.read_text(errors="replace").splitlines()
+
+
+def test_a_polite_job_fetches_its_hosts_side_by_side_each_at_its_pace(tmp_path: Path) -> None:
+    sites = [TestSite(host).__enter__() for host in HOSTS]
+    try:
+        expected = {site.base: serve_pages(site, 16) for site in sites}
+        for site in sites:
+            site.add_page("/robots.txt", "User-agent: *\nDisallow: /private\n")
+        politeness = {"min_interval_s": INTERVAL_S, "jitter": 0, "per_host": 1}
+        status, lines = _crawl(tmp_path, sites, politeness, 1, 120)  # one slot: only bundles keep 4 hosts busy
+    finally:
+        for site in sites:
+            site.__exit__(None, None, None)
     assert status["state"] == "completed" and status["pages_stored"] == sum(map(len, expected.values())), status
     for site in sites:
         paths = [seen.path for seen in site.seen if seen.path not in NOT_PAGES]
@@ -55,7 +63,6 @@ def test_a_polite_job_fetches_its_hosts_side_by_side_each_at_its_pace(tmp_path: 
         arrivals = sorted(seen.at for seen in site.seen)  # robots.txt and sitemap too
         gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
         assert min(gaps) >= INTERVAL_S * 0.99, (site.base, sorted(gaps)[:3])
-    lines = log.read_text(errors="replace").splitlines()
     bundles = sum(1 for line in lines if "Task vcrawl.fetch_bundle[" in line and line.endswith("received"))
     singles = sum(1 for line in lines if "Task vcrawl.fetch_batch[" in line and line.endswith("received"))
     pages = sum(map(len, expected.values()))
@@ -71,29 +78,19 @@ def test_an_impolite_job_reads_its_hosts_robots_txt_side_by_side_not_in_a_bundle
     # batches go alone: in a bundle, one request at a time, 100 hosts' first reads queued up for
     # seconds at 100 ms (bench/compare.py case l).
     slow_s = 0.6
-    with LocalRedis(tmp_path / "redis") as server:
-        sites = [TestSite(host).__enter__() for host in HOSTS]
-        try:
-            expected = {site.base: serve_pages(site, 3) for site in sites}
-            for site in sites:
-                site.add_response("/robots.txt", Response(b"User-agent: *\nDisallow: /private\n", delay_s=slow_s))
-            env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
-            log = tmp_path / "worker.log"
-            worker = start_worker(env, "w1", log, concurrency=len(HOSTS))
-            try:
-                politeness = {"min_interval_s": 0, "jitter": 0, "per_host": 2}
-                job_id = start_job(env, {"seeds": [site.url("/") for site in sites], "politeness": politeness})
-                status = wait_job(env, job_id, 60)
-            finally:
-                stop_worker(worker)
-        finally:
-            for site in sites:
-                site.__exit__(None, None, None)
+    sites = [TestSite(host).__enter__() for host in HOSTS]
+    try:
+        expected = {site.base: serve_pages(site, 3) for site in sites}
+        for site in sites:
+            site.add_response("/robots.txt", Response(b"User-agent: *\nDisallow: /private\n", delay_s=slow_s))
+        status, lines = _crawl(tmp_path, sites, {"min_interval_s": 0, "jitter": 0, "per_host": 2}, len(HOSTS), 60)
+    finally:
+        for site in sites:
+            site.__exit__(None, None, None)
     assert status["state"] == "completed" and status["pages_stored"] == sum(map(len, expected.values())), status
     robots_reads = sorted(seen.at for site in sites for seen in site.seen if seen.path == "/robots.txt")
     assert len(robots_reads) == len(HOSTS), robots_reads
     assert robots_reads[-1] - robots_reads[0] < slow_s / 2, robots_reads  # side by side, not one after another
-    lines = log.read_text(errors="replace").splitlines()
     assert not any("Task vcrawl.fetch_bundle[" in line for line in lines)
 
 
@@ -102,22 +99,14 @@ def test_a_slow_hosts_batch_starts_no_request_after_its_span_and_hands_the_rest_
     # its third request at 1.2 s and hands the rest back after the span (1.5 s, shipped): they come
     # in a batch of their own, which free slots share out (a crawl's tail is not one long batch).
     site = TestSite(HOSTS[0]).__enter__()
-    with LocalRedis(tmp_path / "redis") as server:
-        try:
-            paths = serve_pages(site, 6)
-            for path in paths[1:]:
-                site.add_response(path, Response(page("/").encode(), delay_s=0.6))
-            site.add_page("/robots.txt", "User-agent: *\nDisallow: /private\n")
-            env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data")))
-            log = tmp_path / "worker.log"
-            worker = start_worker(env, "w1", log, concurrency=2)
-            try:
-                politeness = {"min_interval_s": 0, "jitter": 0, "per_host": 1}
-                status = wait_job(env, start_job(env, {"seeds": [site.url("/")], "politeness": politeness}), 60)
-            finally:
-                stop_worker(worker)
-        finally:
-            site.__exit__(None, None, None)
+    try:
+        paths = serve_pages(site, 6)
+        for path in paths[1:]:
+            site.add_response(path, Response(page("/").encode(), delay_s=0.6))
+        site.add_page("/robots.txt", "User-agent: *\nDisallow: /private\n")
+        status, _ = _crawl(tmp_path, [site], {"min_interval_s": 0, "jitter": 0, "per_host": 1}, 2, 60)
+    finally:
+        site.__exit__(None, None, None)
     assert status["state"] == "completed" and status["pages_stored"] == len(paths), status
     assert sorted(seen.path for seen in site.seen if seen.path not in NOT_PAGES) == sorted(paths)  # each once
     # A batch's URLs are released together: one release time (``at``) in the job's fetch log.
