@@ -8,7 +8,7 @@ Row = dict[str, Any]
 
 
 def print_table(rows: list[Row]) -> None:
-    """Print the markdown table of every run, then the goals table."""
+    """Print the markdown table of every run, then the goals table of each round."""
     print("\n| case | crawler | pages/s (server) | wall s | CPU ms/page | recall | 200s (server) "
           "| robots viol. | dup. fetches | Crawl-delay viol. | gaps < delay | peak RSS MB | Redis req./page "
           "| Redis CPU ms/page |")  # fmt: skip
@@ -28,7 +28,11 @@ def print_table(rows: list[Row]) -> None:
         "\nCPU ms/page: CPU of the crawler's process tree (and, for `vcrawl` cluster rows, its Redis and "
         "workers) over the reachable pages the server answered with 200."
     )
-    print_goals({(r["case"], r["tool"]): r for r in rows if "fetched_per_s" in r})
+    rounds = sorted({int(r.get("round", 1)) for r in rows if "fetched_per_s" in r})
+    for round_no in rounds:  # each round's verdict on its own: a goal holds when every round says so
+        if len(rounds) > 1:
+            print(f"\nRound {round_no}:")
+        print_goals({(r["case"], r["tool"]): r for r in rows if "fetched_per_s" in r and r.get("round", 1) == round_no})
 
 
 def _goal(name: str, value: float | None, target: float, at_least: bool = True, unit: str = "x") -> None:
