@@ -1,4 +1,4 @@
-"""A local cluster for the embedded default: `celery worker` processes we start and stop by PID."""
+"""A local cluster for the embedded default: Celery workers (`tasks.celery_worker`) we start and stop by PID."""
 
 from __future__ import annotations
 
