@@ -371,12 +371,11 @@ def _skip_kind(reason: str) -> str:
     return "malformed" if reason.startswith("malformed") else "scheme"
 
 
-def _absolute(base: str | whatwg_urls.Resolver, value: str, encoding: str = "UTF-8") -> tuple[str | None, str]:
-    """Return (absolute URL, "") or (None, why it is skipped): ``value`` resolved against ``base`` (or
-    by a page's ``Resolver``) by the WHATWG URL Standard, as a browser resolves it, its query written
-    in the page's ``encoding``. An empty ``value`` is the base itself, as a browser's link to its own page is."""
+def _absolute(resolver: whatwg_urls.Resolver, value: str, encoding: str = "UTF-8") -> tuple[str | None, str]:
+    """Return (absolute URL, "") or (None, why it is skipped): ``value`` resolved by the page's ``resolver``
+    as the WHATWG URL Standard resolves it (as a browser does), its query written in the page's
+    ``encoding``. An empty ``value`` is the base itself, as a browser's link to its own page is."""
     value = _in_query(value, encoding)
-    resolver = whatwg_urls.Resolver(base) if isinstance(base, str) else base
     try:
         url = resolver(value)
     except ValueError:

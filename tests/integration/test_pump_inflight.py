@@ -4,7 +4,6 @@ dispatch only collects what it leased."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,11 @@ from frontier import Frontier
 from vcrawl.settings import Settings
 
 
-def _leased_in_flight(tmp_path: Path, settings: Settings, answer_times: AnswerTimes) -> int:
+def _leased_in_flight(tmp_path: Path, answer_times: AnswerTimes) -> int:
     with LocalRedis(tmp_path / "redis") as server:
         client = redis.Redis.from_url(server.url)
         frontier = Frontier(client)
-        settings = replace(settings, redis_url=server.url)
+        settings = Settings(redis_url=server.url, data=str(tmp_path / "data"))  # the shipped limits and cap
         runtimes = RuntimeCache(frontier, settings, tasks.deps.session(), client)
         seeds = [f"http://h{n}.example/" for n in range(300)]  # one batch each: more hosts than any cap
         job = tasks.JobSpec.from_dict({"seeds": seeds, "politeness": {"min_interval_s": 0}})
@@ -36,15 +35,13 @@ def _leased_in_flight(tmp_path: Path, settings: Settings, answer_times: AnswerTi
         return len(leased)
 
 
-def test_a_pump_keeps_half_its_cap_in_flight_while_answers_come_at_once_and_all_of_it_when_they_wait(
-    tmp_path: Path, vcrawl_settings: Settings
+def test_a_pump_keeps_a_quarter_of_its_cap_in_flight_while_answers_come_at_once_and_all_of_it_when_they_wait(
+    tmp_path: Path,
 ) -> None:
-    shipped = Settings()
-    assert shipped.frontier_inflight == 128
+    assert Settings().frontier_inflight == 128  # shipped: what _leased_in_flight's pump runs with
     quick, slow = AnswerTimes(), AnswerTimes()
     for _ in range(200):
         quick.add(0.002)
         slow.add(0.1)
-    settings = replace(vcrawl_settings, frontier_inflight=shipped.frontier_inflight)
-    assert _leased_in_flight(tmp_path / "quick", settings, quick) == 36  # 32 and a little for 2 ms
-    assert _leased_in_flight(tmp_path / "slow", settings, slow) == 128
+    assert _leased_in_flight(tmp_path / "quick", quick) == 36  # 32 and a little for 2 ms
+    assert _leased_in_flight(tmp_path / "slow", slow) == 128

@@ -135,6 +135,34 @@ def test_silent_server_is_a_timeout(site: TestSite, fetcher: StaticFetcher) -> N
     assert failed.value.reason == "timeout"
 
 
+def test_a_silent_server_is_a_timeout_at_the_shipped_read_timeout(site: TestSite) -> None:
+    # The twin of the test above at the limits users run: silence past the read timeout (15 s) ends
+    # the request then, as a timeout (retried), not at the total deadline.
+    shipped = fetch_limits(cluster_limits(Settings()))
+    fetcher = StaticFetcher(make_session(), shipped, policy=LOOPBACK_POLICY)
+    site.add_response("/silent", Response(b"late", delay_s=shipped.read_timeout_s + 3.0))
+    started = time.monotonic()
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/silent"))
+    assert failed.value.reason == "timeout"
+    assert shipped.read_timeout_s <= time.monotonic() - started < shipped.read_timeout_s + 2.0
+
+
+def test_a_body_shorter_than_declared_and_held_open_ends_at_the_shipped_read_timeout(site: TestSite) -> None:
+    # The shipped-limits twin of test_hostile_sites' lying Content-Length held open: a body that
+    # stops short and goes silent ends at the read timeout (15 s), as a timeout (retried), not at the
+    # total deadline (60 s). (The rate floor counts bytes as they come: silence is the timeout's.)
+    shipped = fetch_limits(cluster_limits(Settings()))
+    fetcher = StaticFetcher(make_session(), shipped, policy=LOOPBACK_POLICY)
+    site.add_response("/short", Response(chunks=[b"only this", b""], chunk_pause_s=shipped.read_timeout_s + 3.0,
+                                         headers={"Content-Length": "5000"}))  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(FetchFailed) as failed:
+        _get(fetcher, site.url("/short"))
+    assert failed.value.reason == "timeout"
+    assert shipped.read_timeout_s <= time.monotonic() - started < shipped.read_timeout_s + 2.0
+
+
 def test_connection_refused_is_retryable(fetcher: StaticFetcher) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))

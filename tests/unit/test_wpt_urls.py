@@ -18,6 +18,7 @@ import pytest
 from analyzers import Page
 from analyzers import links as link_analyzer
 from frontier import canonical_url
+from vcrawl.whatwg_urls import Resolver
 
 _DATA = Path(__file__).parent.parent / "data" / "wpt-url" / "urltestdata.json"
 _WEB = ("http", "https")
@@ -56,7 +57,7 @@ def test_the_data_holds_what_the_issue_names() -> None:
 
 @pytest.mark.parametrize("case", RESOLVED, ids=_id)
 def test_a_link_resolves_to_the_standards_href(case: dict[str, Any]) -> None:
-    assert link_analyzer._absolute(case["base"], case["input"]) == (case["href"], "")
+    assert link_analyzer._absolute(Resolver(case["base"]), case["input"]) == (case["href"], "")
 
 
 @pytest.mark.parametrize("case", RESOLVED, ids=_id)
@@ -71,7 +72,7 @@ def test_the_crawl_requests_the_browsers_url(case: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", REFUSED, ids=_id)
 def test_a_link_the_standard_refuses_is_skipped(case: dict[str, Any]) -> None:
-    url, reason = link_analyzer._absolute(case["base"], case["input"])
+    url, reason = link_analyzer._absolute(Resolver(case["base"]), case["input"])
     assert url is None and reason.startswith("malformed")
 
 
