@@ -57,6 +57,7 @@ __all__ = [
     "current_policy",
     "embedded_ipv4",
     "is_public",
+    "note_connection_opened",
     "parse_networks",
 ]
 
@@ -354,6 +355,11 @@ class _Count:
 
 
 _OPENED = _Count()
+
+
+def note_connection_opened() -> None:
+    """Count a connection opened outside urllib3's pools (``fetchers.wire``)."""
+    _OPENED.add()
 
 
 def connections_opened() -> int:

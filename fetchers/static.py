@@ -7,6 +7,8 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
+from functools import partial
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -15,11 +17,11 @@ import urllib3.exceptions
 
 from fetchers.base import FetchLimits, FetchRequest, FetchResult
 from fetchers.deadline import DeadlineWatch
-from fetchers.direct import send as send_direct
 from fetchers.netguard import PUBLIC_ONLY, BlockedAddress, GuardedAdapter, NetworkPolicy, Resolver, applying
 from fetchers.proxies import proxy_error_reason
 from fetchers.rate_floor import RateFloor
 from fetchers.targets import sending_as_written
+from fetchers.wire import ACCEPT_ENCODING, Budget, Connections, WireError, WireResponse
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["DEADLINES", "StaticFetcher", "make_session"]
@@ -47,8 +49,12 @@ def make_session(pool_size: int = 32, resolver: Resolver = socket.getaddrinfo) -
     and the shared Session is safe to use from a worker's threads. Its connections obey the
     network policy of the fetch using them (``fetchers.netguard``) and resolve with ``resolver``.
     ``pool_size``: connections kept per host, for ``HOSTS_KEPT`` hosts at most.
+    Requests without a proxy go on the session's own connections (``session.wire``,
+    ``fetchers.wire``); proxied ones through its adapter.
     """
     session = _NoRedirectSession()
+    session.headers["Accept-Encoding"] = ACCEPT_ENCODING  # what both paths decode
+    session.wire = Connections(resolver, per_host=pool_size, hosts=max(pool_size, HOSTS_KEPT))  # type: ignore[attr-defined]
     session.trust_env = False  # proxies come from VCRAWL_PROXIES only, never *_PROXY or .netrc
     session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
     adapter = GuardedAdapter(DEADLINES, resolver=resolver, pool_connections=max(pool_size, HOSTS_KEPT),
@@ -89,6 +95,7 @@ class StaticFetcher:
         self._clock = clock
         self._deadlines = deadlines
         self._policy = policy
+        self._wire: Connections | None = getattr(session, "wire", None)
 
     def fetch(self, request: FetchRequest) -> FetchResult:
         """Download ``request.url``, following at most ``max_redirects`` redirects.
@@ -104,7 +111,9 @@ class StaticFetcher:
         limits = self._limits
         # The head's floor is the body's: a server trickling its status line and headers is given
         # up a window after their first byte, not at the total timeout (fetchers.deadline).
-        watch = self._deadlines.limit(limits.total_timeout_s, limits.min_rate_bytes_s, limits.slow_window_s)
+        # (The session's own connections keep these bounds themselves: ``fetchers.wire``.)
+        watch = (self._deadlines.limit(limits.total_timeout_s, limits.min_rate_bytes_s, limits.slow_window_s)
+                 if request.proxy is not None or self._wire is None else nullcontext())  # fmt: skip
         with applying(policy), watch:
             try:
                 return self._fetch(request)
@@ -120,7 +129,7 @@ class StaticFetcher:
         deadline = started + self._limits.total_timeout_s
         url, seen = request.url, {request.url}
         for hop in range(self._limits.max_redirects + 1):
-            response = self._send(request, url)
+            response = self._send(request, url, deadline)
             ip = _peer_address(response) if request.proxy is None else ""  # through a proxy: the proxy's
             try:
                 is_redirect = response.status_code in _REDIRECTS and "location" in response.headers
@@ -160,7 +169,7 @@ class StaticFetcher:
                 response.close()
         raise DownloadFailed(request.url, "too_many_redirects")
 
-    def _send(self, request: FetchRequest, url: str) -> requests.Response:
+    def _send(self, request: FetchRequest, url: str, deadline: float) -> requests.Response | WireResponse:
         headers = {"User-Agent": request.user_agent, "Accept": _ACCEPT, "Accept-Language": "en;q=0.9,*;q=0.5"}
         if request.referer is not None:
             headers["Referer"] = request.referer
@@ -175,9 +184,13 @@ class StaticFetcher:
             # of a fetch's CPU.
             sent = {**self._session.headers, **headers}
             timeout = (self._limits.connect_timeout_s, self._limits.read_timeout_s)
+            if not proxies and self._wire is not None:  # the session's own connections (fetchers.wire)
+                limits = self._limits
+                budget = Budget(limits.connect_timeout_s, limits.read_timeout_s,
+                                time.monotonic() + max(0.0, deadline - self._clock()),
+                                limits.min_rate_bytes_s, limits.slow_window_s)  # fmt: skip
+                return self._wire.get(url, sent, budget)
             with sending_as_written(url):  # the URL as the page meant it, not re-escaped (fetchers.targets)
-                if not proxies:  # straight to urllib3's pool, without requests' layers (fetchers.direct)
-                    return send_direct(self._session.get_adapter(url), url, sent, timeout)  # type: ignore[return-value]
                 prepared = requests.PreparedRequest()
                 prepared.prepare(method="GET", url=url, headers=sent)
                 adapter = self._session.get_adapter(prepared.url or url)
@@ -185,6 +198,8 @@ class StaticFetcher:
         except BlockedAddress as exc:
             logger.info("refused %s (for %s): %s", url, request.url, exc)
             raise DownloadFailed(request.url, "blocked_address") from exc
+        except WireError as exc:
+            raise _failure(request.url, exc.reason, None) from exc
         except requests.exceptions.ProxyError as exc:
             reason, status = proxy_error_reason(exc)  # refused, timed out, 407, tunnel refused
             raise FetchFailed(request.url, reason, status) from exc
@@ -205,7 +220,8 @@ class StaticFetcher:
         except requests.exceptions.RequestException as exc:
             raise FetchFailed(request.url, "request_error") from exc
 
-    def _read_body(self, task_url: str, response: requests.Response, deadline: float) -> tuple[bytes, bool]:
+    def _read_body(self, task_url: str, response: requests.Response | WireResponse,
+                   deadline: float) -> tuple[bytes, bool]:  # fmt: skip
         """Read the (decompressed) body in chunks, enforcing the size cap and the total time."""
         cap = self._limits.max_body_bytes
         truncate = self._limits.truncate_body
@@ -215,6 +231,8 @@ class StaticFetcher:
         chunks: list[bytes] = []
         size = 0
         rate = RateFloor(self._limits.min_rate_bytes_s, self._limits.slow_window_s, self._clock())
+        wire = isinstance(response, WireResponse)
+        read1 = response.read1 if wire else partial(response.raw.read1, decode_content=True)
         try:
             while True:
                 now = self._clock()
@@ -224,7 +242,7 @@ class StaticFetcher:
                     raise FetchFailed(task_url, "too_slow", response.status_code)
                 # read1 returns what has arrived, so a slow drip still reaches the deadline
                 # check; its max length bounds decompression too.
-                chunk = response.raw.read1(_CHUNK, decode_content=True)
+                chunk = read1(_CHUNK)
                 if not chunk:
                     break
                 size += len(chunk)
@@ -234,6 +252,8 @@ class StaticFetcher:
                         return b"".join(chunks), True
                     raise DownloadFailed(task_url, "too_large", response.status_code)
                 chunks.append(chunk)
+        except WireError as exc:
+            raise _failure(task_url, exc.reason, response.status_code) from exc
         except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
             raise FetchFailed(task_url, "timeout", response.status_code) from exc
         except urllib3.exceptions.DecodeError as exc:
@@ -243,11 +263,23 @@ class StaticFetcher:
         return b"".join(chunks), False
 
 
-def _peer_address(response: requests.Response) -> str:
+_DOWNLOAD_FAILED = frozenset({"tls_error", "bad_response", "bad_request", "bad_encoding"})
+
+
+def _failure(task_url: str, reason: str, status: int | None) -> FetchFailed | DownloadFailed:
+    """A request's failure as the fetcher reports it: worth a retry (``FetchFailed``) or not."""
+    if reason in _DOWNLOAD_FAILED:
+        return DownloadFailed(task_url, reason, status)
+    return FetchFailed(task_url, reason, status)
+
+
+def _peer_address(response: requests.Response | WireResponse) -> str:
     """The address the response's connection was pinned to (``fetchers.netguard``), "" if unknown.
 
     Read before the body: once it is read, urllib3 hands the connection back to its pool.
     """
+    if isinstance(response, WireResponse):
+        return response.ip
     connection = getattr(response.raw, "connection", None)  # urllib3 2's public HTTPResponse.connection
     return getattr(connection, "pinned_address", None) or ""
 
