@@ -1,25 +1,19 @@
 """GET requests on kept-alive connections, their responses read by llhttp (``httptools``): the static
-fetcher's direct requests, without urllib3's and http.client's layers.
+fetcher's direct requests, without urllib3's and http.client's layers (http.client reads a head line
+by line and parses it with the ``email`` package; urllib3 wraps that in its own response). In one
+process against the bench universe's nginx (a 31 KB page): 281 µs of CPU a fetch through urllib3's
+pool, 123 on these connections.
 
-Measured in one process against the bench universe's nginx (a 31 KB page, CPU per request):
-``StaticFetcher`` through urllib3's pool 281 µs, ``http.client`` alone 114, a socket read by
-httptools' C parser 49. http.client reads a head line by line through a buffered reader and parses
-it with the ``email`` package; urllib3 wraps that in its own response, headers and retries. In a
-crawl they were the biggest part of a worker's CPU.
+What the layers gave is kept:
 
-What a request keeps from the layers it leaves:
-
-- **The network policy.** A connection goes only to an address the policy of the fetch permits
-  (``fetchers.netguard.connect_pinned``); a kept-alive one is checked again for the request reusing it.
-- **Time.** Each read waits no longer than the earliest of: the read timeout since the last byte,
-  the request's total deadline, and the next check of the head's rate floor. So a server that is
-  silent, drip-feeds its head or outlasts the total is given up on time, without a watchdog thread.
-- **Size.** A head is read up to ``MAX_HEAD_BYTES`` and ``MAX_HEADERS`` fields; a body is decoded
-  (gzip, deflate) at most ``n`` bytes per ``read1(n)``, so the fetcher's cap bounds a compression bomb.
-- **TLS** verified against certifi's bundle, as requests verifies; SNI and the host name checked.
-- **The target as written** (``fetchers.targets``): the URL's own path and query on the request line.
-- A kept-alive connection the server closed meanwhile costs a second attempt on a new one, never a
-  failed fetch (GET is safe to repeat).
+- **The network policy**: a connection goes only to an address the fetch's policy permits
+  (``fetchers.netguard.connect_pinned``); a kept-alive one is checked again for each request.
+- **Time**: each read waits no longer than the earliest of the read timeout since the last byte,
+  the total deadline and the next check of the head's rate floor; no watchdog thread.
+- **Size**: a head up to ``MAX_HEAD_BYTES`` and ``MAX_HEADERS`` fields; a body decoded (one gzip or
+  deflate coding) at most ``n`` bytes per ``read1(n)``, so the fetcher's cap bounds a bomb.
+- **TLS** verified against certifi's bundle as requests verifies it; **the target as written**
+  (``fetchers.targets``); a kept-alive connection its server closed costs a retry on a new one.
 
 Proxied requests keep requests' adapter (``fetchers.static``).
 """
@@ -44,6 +38,7 @@ import certifi
 import httptools
 from urllib3.util.ssl_ import create_urllib3_context
 
+from fetchers.codings import decoders_for
 from fetchers.netguard import Resolver, connect_pinned, current_policy, note_connection_opened
 from fetchers.rate_floor import RateFloor
 
@@ -73,6 +68,10 @@ class WireError(Exception):
 
 class _Stale(Exception):
     """A kept-alive connection was closed by its server before this request's response began."""
+
+
+class _AfterResponse(Exception):
+    """Bytes after the response: llhttp would parse them as the next one; they end the connection."""
 
 
 @dataclass(slots=True)
@@ -170,6 +169,14 @@ class Connections:
                 return conn
             conn.close()  # closed by its server, or not for this request's policy: a new one
 
+    def close(self) -> None:
+        """Close the kept-alive connections (a request after this opens new ones)."""
+        with self._lock:
+            idle, self._idle = self._idle, OrderedDict()
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+
     def checkin(self, conn: _Connection) -> None:
         """Keep ``conn`` for the next request to its origin (the least recently used origin's go)."""
         evicted: list[_Connection] = []
@@ -249,6 +256,10 @@ class WireResponse:
         self._parser.set_dangerous_leniencies(lenient_optional_cr_before_lf=True)
 
     # -- llhttp's callbacks
+    def on_message_begin(self) -> None:
+        if self._complete:
+            raise _AfterResponse()
+
     def on_status(self, status: bytes) -> None:
         self.reason = status.decode("latin-1")
 
@@ -269,7 +280,7 @@ class WireResponse:
         headers = self.headers
         self._eof_ends = (status not in _NO_BODY and "content-length" not in headers
                           and "chunked" not in headers.get("transfer-encoding", "").lower())  # fmt: skip
-        self._decoders = _decoders(headers.get("content-encoding", ""))
+        self._decoders = decoders_for(headers.get("content-encoding", ""))  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         self._chunks.append(body)
@@ -299,6 +310,8 @@ class WireResponse:
             self._feed(data, "bad_response")
             if floor is not None and not self._head_done and floor.too_slow(budget.clock(), self._head_bytes):
                 raise WireError("slow_head", f"{self._head_bytes} bytes of head")
+        if self._decoders is None:
+            raise WireError("bad_encoding", f"stacked content codings: {self.headers['content-encoding'][:100]}")
         if self._complete:
             self._release()
 
@@ -372,6 +385,9 @@ class WireResponse:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _AfterResponse):
+                self._keep_alive = False
+                return
             if isinstance(exc.__context__, WireError):  # a callback's own refusal (too many fields)
                 raise exc.__context__ from None
             raise
@@ -382,19 +398,13 @@ class WireResponse:
 
     def _decode(self, data: bytes, n: int) -> bytes:
         try:
-            out = data
-            for decoder in self._decoders:
-                out = decoder.decompress(out, n) if decoder is self._decoders[0] else decoder.decompress(out)
-            return out
+            return self._decoders[0].decompress(data, n)
         except zlib.error as exc:
             raise WireError("bad_encoding", str(exc)) from exc
 
     def _flush(self) -> bytes:
         try:
-            out = b""
-            for decoder in self._decoders:
-                out = (decoder.decompress(out) if out else b"") + decoder.flush()
-            return out
+            return self._decoders[0].flush() if self._decoders else b""
         except zlib.error as exc:
             raise WireError("bad_encoding", str(exc)) from exc
         finally:
@@ -412,43 +422,6 @@ class WireResponse:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-
-def _decoders(encoding: str) -> list[Any]:
-    """zlib decoders for a Content-Encoding, outermost first; unknown codings are left as they came."""
-    decoders = []
-    for coding in reversed([part.strip().lower() for part in encoding.split(",") if part.strip()]):
-        if coding in ("gzip", "x-gzip"):
-            decoders.append(zlib.decompressobj(16 + zlib.MAX_WBITS))
-        elif coding == "deflate":
-            decoders.append(_Deflate())
-        elif coding != "identity":
-            return []  # as urllib3 does: a coding it cannot decode leaves the body as it came
-    return decoders
-
-
-class _Deflate:
-    """``deflate`` as servers send it: zlib-wrapped as RFC 9110 says, or raw as some do."""
-
-    def __init__(self) -> None:
-        self._inner = zlib.decompressobj()
-        self._first = True
-
-    @property
-    def unconsumed_tail(self) -> bytes:
-        return self._inner.unconsumed_tail
-
-    def decompress(self, data: bytes, n: int = 0) -> bytes:
-        if self._first and data:
-            self._first = False
-            try:
-                return self._inner.decompress(data, n)
-            except zlib.error:
-                self._inner = zlib.decompressobj(-zlib.MAX_WBITS)
-        return self._inner.decompress(data, n)
-
-    def flush(self) -> bytes:
-        return self._inner.flush()
 
 
 def _parts(url: str) -> tuple[tuple[str, str, int], str, str]:
