@@ -102,7 +102,9 @@ class _Connection:
     def dropped(self) -> bool:
         """True if the idle connection is readable: its server closed it (or sent what nobody asked)."""
         try:
-            return bool(select.select([self.sock], [], [], 0)[0])
+            poller = select.poll()  # not select(): a worker may hold more than 1,024 descriptors
+            poller.register(self.sock, select.POLLIN)
+            return bool(poller.poll(0))
         except (OSError, ValueError):
             return True
 
@@ -129,7 +131,8 @@ class Connections:
         key, host_header, target = _parts(url)
         request = _request_bytes(target, host_header, headers)
         for attempt in range(2):
-            conn = self._checkout(key) or self._connect(key, budget)
+            # A retry goes on a new connection: another kept one may have been closed too.
+            conn = (None if attempt else self._checkout(key)) or self._connect(key, budget)
             try:
                 return self._exchange(conn, url, request, headers, budget)
             except _Stale:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import socket
+import os
+import resource
 import ssl
-import threading
 import time
 import tracemalloc
 import zlib
@@ -17,132 +17,13 @@ import pytest
 
 from fetchers.netguard import BlockedAddress, NetworkPolicy, applying, connections_opened, parse_networks
 from fetchers.wire import MAX_HEAD_BYTES, MAX_HEADERS, Budget, Connections, WireError, WireResponse
+from tests.scripted_server import Peer, Script, ScriptedServer, answering, echoing_target
+from tests.scripted_server import http_response as _response
 from tests.tls_files import make_tls_files
 from tests.waiting import wait_until
 
 LOOPBACK = NetworkPolicy(allowed=parse_networks(["127.0.0.0/8"]))  # the default policy refuses loopback
-SERVER_LIFE_S = 30.0  # no server thread outlives this, even if a test forgets it
-Script = Callable[["Peer"], None]
-Serve = Callable[..., "ScriptedServer"]
-
-
-class Peer:
-    """One accepted connection as the server sees it: read a request's head, send bytes, pause."""
-
-    def __init__(self, sock: socket.socket, server: ScriptedServer) -> None:
-        self.sock, self.server, self._buffer = sock, server, b""
-
-    def request(self) -> bytes | None:
-        """The next request's head (recorded by the server); None once the client closed or the test ended."""
-        ends = time.monotonic() + 10
-        while b"\r\n\r\n" not in self._buffer:
-            if self.server.stopped.is_set() or time.monotonic() > ends:
-                return None
-            try:
-                data = self.sock.recv(65536)
-            except TimeoutError:
-                continue
-            except OSError:
-                data = b""
-            if not data:
-                return None
-            self._buffer += data
-            self.server.received += data
-        head, _, self._buffer = self._buffer.partition(b"\r\n\r\n")
-        self.server.requests.append(head)
-        return head
-
-    def send(self, data: bytes) -> bool:
-        """Send ``data``; False if the client has gone."""
-        try:
-            self.sock.sendall(data)
-            return True
-        except OSError:
-            return False
-
-    def pause(self, seconds: float) -> bool:
-        """Wait ``seconds``; False if the test ended meanwhile."""
-        return not self.server.stopped.wait(seconds)
-
-
-class ScriptedServer:
-    """A loopback server: its n-th connection runs ``scripts[n]`` (the last one for any beyond)."""
-
-    def __init__(self, scripts: tuple[Script, ...], tls: ssl.SSLContext | None = None) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.listener.settimeout(0.05)
-        self.port = self.listener.getsockname()[1]
-        self.scheme = "https" if tls else "http"
-        self.accepts, self.finished = 0, 0
-        self.requests: list[bytes] = []
-        self.received = b""
-        self.stopped = threading.Event()
-        self._scripts, self._tls, self._socks = scripts, tls, []
-        self._threads = [threading.Thread(target=self._accept_loop, daemon=True)]
-        self._threads[0].start()
-
-    def url(self, target: str = "/") -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}{target}"
-
-    def _accept_loop(self) -> None:
-        ends = time.monotonic() + SERVER_LIFE_S
-        while not self.stopped.is_set() and time.monotonic() < ends and self.accepts < 50:
-            try:
-                sock, _ = self.listener.accept()
-            except (TimeoutError, OSError):
-                continue
-            self._socks.append(sock)
-            script = self._scripts[min(self.accepts, len(self._scripts) - 1)]
-            self.accepts += 1
-            thread = threading.Thread(target=self._serve, args=(sock, script), daemon=True)
-            self._threads.append(thread)
-            thread.start()
-
-    def _serve(self, sock: socket.socket, script: Script) -> None:
-        try:
-            sock.settimeout(2)  # bounds a TLS handshake; then recv polls the stop event
-            if self._tls is not None:
-                sock = self._tls.wrap_socket(sock, server_side=True)
-                self._socks.append(sock)
-            sock.settimeout(0.05)
-            script(Peer(sock, self))
-        except OSError:  # ssl.SSLError too: a client that refused our certificate
-            pass
-        finally:
-            sock.close()
-            self.finished += 1
-
-    def close(self) -> None:
-        self.stopped.set()
-        self.listener.close()
-        for sock in self._socks:
-            sock.close()
-        for thread in self._threads:
-            thread.join(timeout=2)
-        assert not any(thread.is_alive() for thread in self._threads), "a server thread did not end"
-
-
-def _response(body: bytes = b"", *fields: str, status: str = "200 OK", length: bool = True) -> bytes:
-    head = [f"HTTP/1.1 {status}", *fields] + ([f"Content-Length: {len(body)}"] if length else [])
-    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
-
-
-def answering(*responses: bytes, then_close: bool = False) -> Script:
-    """A script that answers each request with the next of ``responses`` (the last one for any beyond)."""
-
-    def script(peer: Peer) -> None:
-        for n in range(20):
-            if peer.request() is None or not peer.send(responses[min(n, len(responses) - 1)]) or then_close:
-                return
-
-    return script
-
-
-def echoing_target(peer: Peer) -> None:
-    """Answers each request with its own target as the body."""
-    for _ in range(20):
-        if (head := peer.request()) is None or not peer.send(_response(head.split(b" ")[1])):
-            return
+Serve = Callable[..., ScriptedServer]
 
 
 @pytest.fixture
@@ -162,14 +43,7 @@ def serve() -> Iterator[Serve]:
 def pool() -> Iterator[Connections]:
     connections = Connections()
     yield connections
-    _close_idle(connections)
-
-
-def _close_idle(connections: Connections) -> None:
-    """Connections has no close(): a test closes the client sockets it left idle itself."""
-    for idle in connections._idle.values():
-        for conn in idle:
-            conn.close()
+    connections.close()
 
 
 def _budget(total_s: float = 60, **changes: float) -> Budget:
@@ -212,6 +86,29 @@ def test_two_gets_to_one_origin_share_one_connection_and_send_the_target_as_writ
     line, *fields = server.requests[0].decode("latin-1").split("\r\n")
     assert line == "GET /a%2zb[c]? HTTP/1.1"
     assert f"Host: 127.0.0.1:{server.port}" in fields and "Accept: */*" in fields
+
+
+def test_a_connection_is_reused_by_a_process_holding_over_a_thousand_descriptors(
+    serve: Serve, pool: Connections
+) -> None:
+    # select() refuses descriptors past 1,024: a busy worker's idle connections would all look dropped.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if max(soft, hard) < 1200:
+        pytest.skip(f"the descriptor limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    spare = []
+    try:
+        with open("/dev/null") as null:
+            spare = [os.dup(null.fileno()) for _ in range(1100)]
+        server = serve(echoing_target)
+        opened = connections_opened()
+        bodies = [_read_all(_get(pool, server.url(f"/{n}"))) for n in range(3)]
+    finally:
+        for fd in spare:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert bodies == [b"/0", b"/1", b"/2"]
+    assert connections_opened() - opened == 1 and server.accepts == 1
 
 
 @pytest.mark.parametrize("closed_on_request", [False, True], ids=["closed_after_its_response", "closed_on_request"])
@@ -491,7 +388,7 @@ def test_https_is_verified_against_the_given_ca_and_kept_alive(tls_server: tuple
     try:
         bodies = [_read_all(_get(pool, server.url(f"/tls{n}"))) for n in range(2)]
     finally:
-        _close_idle(pool)
+        pool.close()
     assert bodies == [b"/tls0", b"/tls1"] and server.accepts == 1
 
 
