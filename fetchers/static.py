@@ -1,4 +1,5 @@
-"""The ``static`` fetcher: plain HTTP with requests, bounded in time, size and redirects."""
+"""The ``static`` fetcher: plain HTTP on its own kept-alive connections (``fetchers.wire``; requests' adapter
+through a proxy), bounded in time, size and redirects."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ class _NoRedirectSession(requests.Session):
 
 
 class StaticFetcher:
-    """Fetches with requests; follows redirects itself so every hop is bounded.
+    """Fetches on the session's connections (``session.wire``; through a proxy, or on a session without
+    them, with requests); follows redirects itself so every hop is bounded.
 
     Every connection, redirect hops included, obeys ``policy`` (default: public addresses
     only) narrowed by the request's ``networks``.
