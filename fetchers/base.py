@@ -92,6 +92,10 @@ class FetchResult:
     # The address of the server that sent this response (WARC-IP-Address); "" when unknown: through
     # a proxy (it was the proxy's), or a browser fetch (Chromium does not say).
     ip: str = ""
+    # Seconds from the last request's sending to its answer's first byte, as the kernel timed its
+    # arrival (``fetchers.wire``): unlike the wall time around a fetch, no wait for the GIL counts.
+    # None when unknown (TLS, a proxy, a browser).
+    answer_s: float | None = None
 
     @property
     def content_type(self) -> str | None:

@@ -145,6 +145,7 @@ class StaticFetcher:
                         reason=response.reason or "",
                         request_headers=dict(response.request.headers),
                         ip=ip,
+                        answer_s=getattr(response, "answer_s", None),
                     )
                 if is_redirect:
                     url = _redirect_target(request.url, url, _location(response.headers["location"]))
@@ -166,6 +167,7 @@ class StaticFetcher:
                     reason=response.reason or "",
                     request_headers=dict(response.request.headers),
                     ip=ip,
+                    answer_s=getattr(response, "answer_s", None),
                 )
             finally:
                 response.close()

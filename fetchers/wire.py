@@ -24,6 +24,8 @@ import re
 import select
 import socket
 import ssl
+import struct
+import sys
 import threading
 import time
 import zlib
@@ -54,6 +56,9 @@ _BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
 _NO_BODY = frozenset({204, 304})
+# The kernel stamps each packet's arrival (SO_TIMESTAMPNS, Linux; Python names no constant for it).
+_TIMESTAMPNS = 35 if sys.platform == "linux" else None
+_STAMP_SPACE = socket.CMSG_SPACE(16)  # one struct timespec
 
 
 class WireError(Exception):
@@ -88,10 +93,10 @@ class Budget:
 
 
 class _Connection:
-    __slots__ = ("address", "key", "reused", "sock")
+    __slots__ = ("address", "key", "reused", "sock", "stamped")
 
-    def __init__(self, sock: socket.socket, key: tuple[str, str, int], address: str) -> None:
-        self.sock, self.key, self.address, self.reused = sock, key, address, False
+    def __init__(self, sock: socket.socket, key: tuple[str, str, int], address: str, stamped: bool) -> None:
+        self.sock, self.key, self.address, self.reused, self.stamped = sock, key, address, False, stamped
 
     def close(self) -> None:
         try:
@@ -149,6 +154,8 @@ class Connections:
         try:
             conn.sock.settimeout(max(0.001, min(budget.read_s, budget.deadline - budget.clock())))
             conn.sock.sendall(request)
+            # Taken after the send: a thread switch before it would count a wait for the GIL as the server's.
+            sent_at = time.time()  # the kernel's stamps are wall-clock time
         except TimeoutError:
             raise WireError("timeout", "sending the request") from None
         except OSError as exc:
@@ -156,7 +163,7 @@ class Connections:
                 raise _Stale() from exc
             raise WireError("connection_error", str(exc)) from exc
         response = WireResponse(conn, self, url, headers, budget)
-        response.read_head()
+        response.read_head(sent_at)
         return response
 
     def _checkout(self, key: tuple[str, str, int]) -> _Connection | None:
@@ -212,6 +219,13 @@ class Connections:
             raise WireError("connection_error", f"{host}:{port}: {exc}") from exc
         address = sock.getpeername()[0]
         note_connection_opened()
+        stamped = False
+        if scheme == "http" and _TIMESTAMPNS is not None:  # an SSLSocket has no recvmsg
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _TIMESTAMPNS, 1)
+                stamped = True
+            except OSError:
+                pass
         if scheme == "https":
             try:
                 sock = self._tls_context().wrap_socket(sock, server_hostname=host.strip("[]"))
@@ -224,7 +238,7 @@ class Connections:
             except OSError as exc:
                 sock.close()
                 raise WireError("connection_error", f"TLS handshake with {host}:{port}: {exc}") from exc
-        return _Connection(sock, key, address)
+        return _Connection(sock, key, address, stamped)
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._tls is None:
@@ -241,14 +255,17 @@ class WireResponse:
     the whole response has arrived; ``close`` drops it if it has not."""
 
     __slots__ = (
-        "_budget", "_chunks", "_complete", "_conn", "_decoders", "_eof_ends", "_head_bytes", "_head_done",
-        "_interim", "_keep_alive", "_parser", "_pool", "headers", "ip", "reason", "request", "status_code", "url",
+        "_arrived_at", "_budget", "_chunks", "_complete", "_conn", "_decoders", "_eof_ends", "_head_bytes",
+        "_head_done", "_interim", "_keep_alive", "_parser", "_pool", "answer_s", "headers", "ip", "reason",
+        "request", "status_code", "url",
     )  # fmt: skip
 
     def __init__(self, conn: _Connection, pool: Connections, url: str, sent: Mapping[str, str], budget: Budget) -> None:
         self._conn: _Connection | None = conn
         self._pool, self._budget, self.url, self.ip = pool, budget, url, conn.address
         self.request = SimpleNamespace(headers=sent)
+        self.answer_s: float | None = None  # see read_head
+        self._arrived_at: float | None = None
         self.status_code, self.reason, self.headers = 0, "", {}
         self._chunks: list[bytes] = []
         self._head_bytes, self._head_done, self._interim, self._complete = 0, False, False, False
@@ -295,12 +312,16 @@ class WireResponse:
         self._complete = True
 
     # -- reading
-    def read_head(self) -> None:
-        """Read until the head is complete (some of the body may come with it)."""
+    def read_head(self, sent_at: float | None = None) -> None:
+        """Read until the head is complete (some of the body may come with it); ``answer_s``: from
+        ``sent_at`` (``time.time()``) to the arrival of the first byte, as the kernel stamped it."""
         floor: RateFloor | None = None
         budget = self._budget
         while not self._head_done:
-            data = self._recv(floor, "head")
+            stamp = sent_at is not None and self._head_bytes == 0 and self._conn is not None and self._conn.stamped
+            data = self._recv(floor, "head", stamp)
+            if stamp and self._arrived_at is not None:
+                self.answer_s = max(0.0, self._arrived_at - sent_at)
             if not data:
                 if self._head_bytes == 0 and self._conn is not None and self._conn.reused:
                     raise _Stale()
@@ -356,7 +377,7 @@ class WireResponse:
         else:
             self._close()
 
-    def _recv(self, floor: RateFloor | None, what: str) -> bytes:
+    def _recv(self, floor: RateFloor | None, what: str, stamp: bool = False) -> bytes:
         conn, budget = self._conn, self._budget
         assert conn is not None
         clock = budget.clock
@@ -373,7 +394,14 @@ class WireResponse:
                 raise WireError("timeout", f"reading the {what}")
             try:
                 conn.sock.settimeout(wait)
-                return conn.sock.recv(_RECV)
+                if not stamp:
+                    return conn.sock.recv(_RECV)
+                data, ancillary, _, _ = conn.sock.recvmsg(_RECV, _STAMP_SPACE)
+                for level, kind, value in ancillary:
+                    if level == socket.SOL_SOCKET and kind == _TIMESTAMPNS and len(value) >= 16:
+                        seconds, nanoseconds = struct.unpack("qq", value[:16])
+                        self._arrived_at = seconds + nanoseconds / 1e9
+                return data
             except TimeoutError:
                 if floor is not None and floor.too_slow(clock(), self._head_bytes):
                     raise WireError("slow_head", f"{self._head_bytes} bytes of head") from None

@@ -50,11 +50,13 @@ def send(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Count
         assert services.fetchers is not None, "a fetch context for other page types has a fetcher registry"
         fetcher = _RegistryFetcher(services.fetchers, page_type)
     if request.proxy is None:
-        started = time.monotonic()
+        started, answer_s = time.monotonic(), None
         try:
-            return fetcher.fetch(request)
+            result = fetcher.fetch(request)
+            answer_s = result.answer_s  # the server's time alone, when the fetcher could tell it
+            return result
         finally:  # a timeout too: the process's threads waited that long
-            ANSWER_TIMES.add(time.monotonic() - started)
+            ANSWER_TIMES.add(time.monotonic() - started if answer_s is None else answer_s)
     try:
         result = fetch_through(fetcher, request, services.proxies)
     except (FetchFailed, DownloadFailed) as exc:

@@ -111,6 +111,20 @@ def test_a_connection_is_reused_by_a_process_holding_over_a_thousand_descriptors
     assert connections_opened() - opened == 1 and server.accepts == 1
 
 
+def test_the_answer_time_is_the_servers_as_the_kernel_stamped_it(serve: Serve, pool: Connections) -> None:
+    def slow(peer: Peer) -> None:
+        for _ in range(5):
+            if peer.request() is None or not peer.pause(0.3) or not peer.send(_response(b"late")):
+                return
+
+    server = serve(slow)
+    response = _get(pool, server.url("/slow"))
+    _read_all(response)
+
+    # What engine.pump.inflight_cap reads: the server's 0.3 s, not the wall time around the fetch.
+    assert response.answer_s is not None and 0.25 <= response.answer_s <= 0.45, response.answer_s
+
+
 @pytest.mark.parametrize("closed_on_request", [False, True], ids=["closed_after_its_response", "closed_on_request"])
 def test_a_kept_alive_connection_the_server_closed_is_replaced_without_an_error(
     serve: Serve, pool: Connections, closed_on_request: bool
