@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -135,30 +136,31 @@ def test_silent_server_is_a_timeout(site: TestSite, fetcher: StaticFetcher) -> N
     assert failed.value.reason == "timeout"
 
 
-def test_a_silent_server_is_a_timeout_at_the_shipped_read_timeout(site: TestSite) -> None:
-    # The twin of the test above at the limits users run: silence past the read timeout (15 s) ends
-    # the request then, as a timeout (retried), not at the total deadline.
+@pytest.mark.parametrize(
+    "response",
+    [
+        # The twin of the test above: silence before the head.
+        pytest.param(lambda read_s: Response(b"late", delay_s=read_s + 3.0), id="silent-server"),
+        # The twin of test_hostile_sites' lying Content-Length held open: a body that stops short and
+        # goes silent. (The rate floor counts bytes as they come: silence is the timeout's.)
+        pytest.param(
+            lambda read_s: Response(chunks=[b"only this", b""], chunk_pause_s=read_s + 3.0,
+                                    headers={"Content-Length": "5000"}),
+            id="short-body",
+        ),
+    ],
+)
+def test_silence_is_a_timeout_at_the_shipped_read_timeout(
+    site: TestSite, response: Callable[[float], Response]
+) -> None:
+    # At the limits users run: silence past the read timeout (15 s) ends the request then, as a
+    # timeout (retried), not at the total deadline (60 s).
     shipped = fetch_limits(cluster_limits(Settings()))
     fetcher = StaticFetcher(make_session(), shipped, policy=LOOPBACK_POLICY)
-    site.add_response("/silent", Response(b"late", delay_s=shipped.read_timeout_s + 3.0))
+    site.add_response("/silence", response(shipped.read_timeout_s))
     started = time.monotonic()
     with pytest.raises(FetchFailed) as failed:
-        _get(fetcher, site.url("/silent"))
-    assert failed.value.reason == "timeout"
-    assert shipped.read_timeout_s <= time.monotonic() - started < shipped.read_timeout_s + 2.0
-
-
-def test_a_body_shorter_than_declared_and_held_open_ends_at_the_shipped_read_timeout(site: TestSite) -> None:
-    # The shipped-limits twin of test_hostile_sites' lying Content-Length held open: a body that
-    # stops short and goes silent ends at the read timeout (15 s), as a timeout (retried), not at the
-    # total deadline (60 s). (The rate floor counts bytes as they come: silence is the timeout's.)
-    shipped = fetch_limits(cluster_limits(Settings()))
-    fetcher = StaticFetcher(make_session(), shipped, policy=LOOPBACK_POLICY)
-    site.add_response("/short", Response(chunks=[b"only this", b""], chunk_pause_s=shipped.read_timeout_s + 3.0,
-                                         headers={"Content-Length": "5000"}))  # fmt: skip
-    started = time.monotonic()
-    with pytest.raises(FetchFailed) as failed:
-        _get(fetcher, site.url("/short"))
+        _get(fetcher, site.url("/silence"))
     assert failed.value.reason == "timeout"
     assert shipped.read_timeout_s <= time.monotonic() - started < shipped.read_timeout_s + 2.0
 
