@@ -23,6 +23,7 @@ from engine.api_pages import api_links, api_records, read_api_page
 from engine.crawl_env import CrawlEnv
 from engine.jobs import JobRuntime, Link, admit_links
 from frontier import Admission, UrlHistory
+from frontier.url_ids import url_id
 from telemetry.alerts import Alert
 from telemetry.log_context import log_context
 from vcrawl import names
@@ -283,6 +284,7 @@ def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counter
         env.records(runtime.job_id).append(
             {
                 "url": page.url,
+                "url_id": url_id(page.url),
                 "final_url": page.final_url,
                 "fetched_at": page.fetched_at,
                 "ip": page.ip,

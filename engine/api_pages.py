@@ -20,6 +20,7 @@ from analyzers import ApiAnswer, read_answer
 from engine.jobs import Link
 from engine.outcomes import FetchOutcome
 from fetchers import FetchResult
+from frontier.url_ids import url_id
 from storage import Storage
 from vcrawl.api_rules import ApiSpec, auth_variable
 from vcrawl.errors import ConfigError, InvalidTask
@@ -183,6 +184,7 @@ def api_records(answer: ApiAnswer, page: FetchedPage, job_id: str) -> list[dict[
     return [
         {
             "url": page.url,
+            "url_id": url_id(page.url),
             "final_url": page.final_url,
             "fetched_at": page.fetched_at,
             "ip": page.ip,
