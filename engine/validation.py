@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from analyzers import check_rules, get_analyzer
 from fetchers import FetcherRegistry
+from fetchers.page_scripts import page_script
+from vcrawl.browser_actions import BrowserAction
 from vcrawl.errors import InvalidTask, UnknownComponent
 from vcrawl.payloads import FieldRule, Rule
 
@@ -34,5 +36,21 @@ def check_rule(rule: Rule, fetchers: FetcherRegistry, where: str = "") -> None:
                 check_rules({"wait_for": FieldRule(css=rule.wait_for)})
             except InvalidTask as exc:
                 raise InvalidTask("wait_for", exc.problem) from None
+        for index, action in enumerate(rule.actions or ()):
+            _check_action(action, f"actions[{index}]")
     except InvalidTask as exc:
         raise InvalidTask(f"{prefix}{exc.field}", exc.problem) from None
+
+
+def _check_action(action: BrowserAction, where: str) -> None:
+    """A browser action's selector parses (as the browser reads CSS), its page script is installed."""
+    if action.verb == "script":
+        try:
+            page_script(action.target)
+        except UnknownComponent as exc:
+            raise InvalidTask(f"{where}.script", str(exc)) from None
+    elif action.verb != "scroll":
+        try:
+            check_rules({action.verb: FieldRule(css=action.target)})
+        except InvalidTask as exc:
+            raise InvalidTask(f"{where}.{action.verb}", exc.problem) from None

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from vcrawl.browser_actions import BrowserAction
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = [
@@ -64,6 +65,7 @@ class FetchRequest:
     proxy: str | None = None
     js_function: str | None = None
     wait_for: str | None = None  # dynamic pages without js_function: a CSS selector to wait for
+    actions: tuple[BrowserAction, ...] = ()  # dynamic pages: what the browser does, in order, before reading
     conditional: Mapping[str, str] = field(default_factory=dict)  # If-None-Match / If-Modified-Since (static)
     # A job's allowed_networks: narrows the fetcher's network policy (None: the cluster's policy as it is).
     networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] | None = None

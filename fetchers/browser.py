@@ -31,6 +31,7 @@ from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
 from fetchers.base import FetchRequest, FetchResult
+from fetchers.browser_actions import ActionRunner
 from fetchers.egress import EgressGuard
 from fetchers.netguard import PUBLIC_ONLY, NetworkPolicy, Resolver
 from vcrawl.errors import DownloadFailed, FetchFailed
@@ -65,6 +66,7 @@ class BrowserConfig:
     lazy_timeout_s: float = 10.0
     idle_s: float = 0.3
     max_pages: int = 50  # memory grows ~3-4 MB a page; a restart costs ~0.5 s
+    actions_timeout_s: float = 30.0  # a rule's browser actions, all of them (fetchers.browser_actions)
     max_body_bytes: int = 10 * 1024 * 1024
 
 
@@ -235,9 +237,10 @@ class BrowserFetcher:
                        self._config.lazy_timeout_s, request.url, "wait_for_timeout")  # fmt: skip
         else:
             self._wait_idle(driver, [], request.url)
-        sent = {"User-Agent": request.user_agent}
-        if request.referer is not None:
-            sent["Referer"] = request.referer
+        if request.actions:
+            config = self._config
+            ActionRunner(driver, request.url, lambda: _network_events(driver), config.actions_timeout_s,
+                         config.idle_s, config.lazy_timeout_s, self._clock).run(request.actions)  # fmt: skip
         html = driver.execute_script("return document.documentElement.outerHTML")
         body = html.encode("utf-8")
         if len(body) > self._config.max_body_bytes:

@@ -9,7 +9,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from vcrawl.api_rules import ApiSpec, check_auth_name
+from vcrawl.browser_actions import BrowserAction, parse_actions
 from vcrawl.errors import InvalidTask, checked_regex, kind_of
+from vcrawl.field_rules import FieldRule, field_rules
 
 __all__ = [
     "MAX_LINKS_PER_PAGE",
@@ -41,59 +43,6 @@ _CONTROL = re.compile(r"[\x00-\x20\x7f]")
 
 
 @dataclass(frozen=True)
-class FieldRule:
-    """How to pick one named field from a page: a CSS selector or an XPath expression.
-
-    ``attr`` takes an attribute instead of the text; ``all`` returns every match as a list
-    instead of the first one.
-    """
-
-    css: str | None = None
-    xpath: str | None = None
-    attr: str | None = None
-    all: bool = False
-
-    @classmethod
-    def from_value(cls, name: str, value: Any) -> FieldRule:
-        """Build from ``"h1"`` (CSS), ``"xpath://h1"``, ``"css:h1"`` or a dict of the fields.
-
-        Raises:
-            InvalidTask: the rule is malformed (``field`` is ``fields.<name>...``).
-        """
-        where = f"fields.{name}"
-        if isinstance(value, str):
-            if value.startswith("xpath:"):
-                return cls._checked(where, xpath=value[len("xpath:") :])
-            return cls._checked(where, css=value.removeprefix("css:"))
-        if not isinstance(value, Mapping):
-            raise InvalidTask(where, f"must be a selector string or an object, got {kind_of(value)}")
-        if unknown := set(value) - {f.name for f in fields(cls)}:
-            raise InvalidTask(where, f"unknown keys {sorted(unknown)}; known: css, xpath, attr, all")
-        for key in ("css", "xpath", "attr"):
-            if value.get(key) is not None and not isinstance(value[key], str):
-                raise InvalidTask(f"{where}.{key}", f"must be a string, got {kind_of(value[key])}")
-        if not isinstance(value.get("all", False), bool):
-            raise InvalidTask(f"{where}.all", f"must be true or false, got {kind_of(value['all'])}")
-        return cls._checked(where, **dict(value))
-
-    @classmethod
-    def _checked(cls, where: str, **values: Any) -> FieldRule:
-        rule = cls(**values)
-        if (rule.css is None) == (rule.xpath is None):
-            raise InvalidTask(where, "needs exactly one of css or xpath")
-        selector = rule.css if rule.css is not None else rule.xpath
-        if not selector or not selector.strip():
-            raise InvalidTask(where, "selector is empty")
-        if rule.attr is not None and not _NAME.match(rule.attr):
-            raise InvalidTask(f"{where}.attr", f"not an attribute name: {rule.attr!r}")
-        return rule
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return the JSON form, without unset keys."""
-        return {k: v for k, v in asdict(self).items() if v is not None and v is not False}
-
-
-@dataclass(frozen=True)
 class Rule:
     """How a page is fetched and analysed: its page type, JS function, wait-for selector, analyzer, fields.
 
@@ -110,6 +59,7 @@ class Rule:
     wait_for: str | None = None
     api: ApiSpec | None = None  # page_type api: records, paging and follow-ups (docs/api-mode.md)
     auth: str | None = None  # page_type api: the worker's VCRAWL_API_AUTH_<auth> is sent, never the secret itself
+    actions: tuple[BrowserAction, ...] | None = None  # dynamic pages: what the browser does first, in order
 
     def __post_init__(self) -> None:
         if not isinstance(self.page_type, str) or not _PAGE_TYPE.match(self.page_type):
@@ -126,6 +76,10 @@ class Rule:
                 raise InvalidTask("wait_for", "must be a non-empty CSS selector")
             if self.page_type != "dynamic":
                 raise InvalidTask("wait_for", "only dynamic pages wait in a browser (set page_type dynamic)")
+        if self.actions is not None and not all(isinstance(a, BrowserAction) for a in self.actions):
+            object.__setattr__(self, "actions", parse_actions(self.actions))  # built in code, from JSON
+        if self.actions is not None and self.page_type != "dynamic":
+            raise InvalidTask("actions", "only dynamic pages act in a browser (set page_type dynamic)")
         if self.analyzer is not None and not _NAME.match(self.analyzer):
             raise InvalidTask("analyzer", f"not an analyzer name: {self.analyzer!r}")
         if self.analyzer == "fields" and not self.fields:
@@ -174,6 +128,10 @@ class Rule:
         """The JSON form (``from_dict`` takes it back)."""
         data = asdict(self)
         data["fields"] = {n: r.to_dict() for n, r in self.fields.items()} if self.fields else None
+        if self.actions is None:  # a job's spec keeps its shape before browser actions: older workers read it
+            del data["actions"]
+        else:
+            data["actions"] = [action.to_dict() for action in self.actions]
         if self.page_type != "api":  # a job's spec keeps its shape before api mode: older workers read it
             del data["api"], data["auth"]
         else:
@@ -195,7 +153,9 @@ def _typed(data: Mapping[str, Any], required: tuple[str, ...], optional: tuple[s
         if values.get(name) is not None and not isinstance(values[name], str):
             raise InvalidTask(name, f"must be a string or null, got {kind_of(values[name])}")
     if values.get("fields") is not None:
-        values["fields"] = _field_rules(values["fields"])
+        values["fields"] = field_rules(values["fields"])
+    if values.get("actions") is not None:
+        values["actions"] = parse_actions(values["actions"])
     if values.get("api") is not None and not isinstance(values["api"], ApiSpec):
         values["api"] = ApiSpec.from_value(values["api"])
     return values
@@ -216,6 +176,7 @@ class DownloadTask:
     wait_for: str | None = None
     api: ApiSpec | None = None  # page_type api: how its answer is read (its next pages are not followed)
     auth: str | None = None  # page_type api: the worker's VCRAWL_API_AUTH_<auth> secret is sent
+    actions: tuple[BrowserAction, ...] | None = None  # page_type dynamic: browser actions (vcrawl.browser_actions)
 
     def __post_init__(self) -> None:
         if self.page_type == "api" and self.analyzer == "links":  # the default: an api page's analyzer is "api"
@@ -245,6 +206,7 @@ class DownloadTask:
             wait_for=self.wait_for,
             api=self.api,
             auth=self.auth,
+            actions=self.actions,
         )
 
     @classmethod
@@ -279,6 +241,10 @@ class DownloadTask:
             data["fields"] = {name: rule.to_dict() for name, rule in self.fields.items()}
         if self.api is not None:
             data["api"] = self.api.to_dict()
+        if self.actions is None:  # the wire shape before browser actions: older workers read it
+            del data["actions"]
+        else:
+            data["actions"] = [action.to_dict() for action in self.actions]
         return data
 
 
@@ -411,7 +377,7 @@ class AnalysisJob:
         """
         values = dict(data) if isinstance(data, Mapping) else data
         if isinstance(values, dict) and values.get("fields") is not None:
-            values["fields"] = _field_rules(values["fields"])
+            values["fields"] = field_rules(values["fields"])
         if isinstance(values, dict) and values.get("api") is not None:
             values["api"] = ApiSpec.from_value(values["api"])
         return _strict(cls, values, "analysis job")
@@ -460,26 +426,6 @@ _SCALARS: dict[str, tuple[type | tuple[type, ...], str]] = {
 def _key_name(key: Any) -> str:
     """An unknown key as a field name people can read ('' and non-strings shown quoted)."""
     return key if isinstance(key, str) and key else repr(key)
-
-
-def field_rules(value: Any) -> dict[str, FieldRule]:
-    """Parse a ``fields`` object (name -> rule, as in a job's rules).
-
-    Raises:
-        InvalidTask: ``fields`` or ``fields.<name>...`` naming the bad part.
-    """
-    return _field_rules(value)
-
-
-def _field_rules(value: Any) -> dict[str, FieldRule]:
-    if not isinstance(value, Mapping) or not value:
-        raise InvalidTask("fields", f"must be a non-empty object of name -> rule, got {kind_of(value)}")
-    rules = {}
-    for name, rule in value.items():
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise InvalidTask("fields", f"not a field name: {name!r}")
-        rules[name] = rule if isinstance(rule, FieldRule) else FieldRule.from_value(name, rule)
-    return rules
 
 
 def _check_url(url: str) -> None:

@@ -29,6 +29,7 @@ def page_request(ctx: FetchContext, item: FetchItem) -> FetchRequest:
         proxy=_draw_proxy(ctx),
         js_function=rule.js_function,
         wait_for=rule.wait_for,
+        actions=rule.actions or (),
         conditional=item.known.conditional_headers() if item.known is not None else {},
         networks=policy.networks or None,
         headers=api_headers(rule, services.api_auth) if rule.page_type == "api" else {},

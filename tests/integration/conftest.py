@@ -32,6 +32,7 @@ from pytest_celery import (
 
 import tasks
 from cli.local_redis import LocalRedis
+from fetchers import BrowserConfig
 from tasks.embedded import EmbeddedWorker
 from tests.celery_setup import LocalRedisProcess, LocalWorkerProcess, VcrawlTestSetup
 from tests.cluster import cluster_env
@@ -406,3 +407,13 @@ def spare_broker(redis_server: LocalRedis) -> Iterator[str]:
     client.flushdb()
     yield url
     client.flushdb()
+
+
+@pytest.fixture(scope="module")
+def browser_installed() -> None:
+    shipped = BrowserConfig()
+    missing = [p for p in (shipped.chromium_path, shipped.chromedriver_path) if not os.access(p, os.X_OK)]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"headless Chromium is required in CI; missing: {missing}")
+        pytest.skip(f"no browser here ({missing}); `apt-get install chromium chromium-driver`")

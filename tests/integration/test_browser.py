@@ -45,15 +45,6 @@ API = json.dumps({"html": '<p class="item">dyn-7f3a</p><a href="/more/m1.html">m
 
 
 @pytest.fixture(scope="module")
-def browser_installed() -> None:
-    missing = [p for p in (CONFIG.chromium_path, CONFIG.chromedriver_path) if not os.access(p, os.X_OK)]
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"headless Chromium is required in CI; missing: {missing}")
-        pytest.skip(f"no browser here ({missing}); `apt-get install chromium chromium-driver`")
-
-
-@pytest.fixture(scope="module")
 def browser(browser_installed: None) -> Iterator[BrowserFetcher]:
     fetcher = BrowserFetcher(CONFIG, policy=LOOPBACK_POLICY)
     yield fetcher

@@ -321,6 +321,16 @@ def test_a_finished_job_leaves_no_bloom_filter_and_a_paused_one_keeps_it(site: T
             "rules[0].wait_for",
         ),
         ({"seeds": ["http://x.test/"], "rules": [{"analyzer": "links"}]}, "rules[0].pattern"),
+        (
+            {"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "page_type": "dynamic",
+                                                     "actions": [{"scroll": "end"}, {"click": "a[["}]}]},
+            "rules[0].actions[1].click",
+        ),
+        (
+            {"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "page_type": "dynamic",
+                                                     "actions": [{"script": "not-installed"}]}]},
+            "rules[0].actions[0].script",
+        ),
         ({"seeds": ["http://x.test/"], "rules": [{"pattern": "x", "fields": {"a": "h1[["}}]}, "rules[0].fields.a.css"),
         ({"seeds": ["http://x.test/"], "allowed_networks": ["10.0.0.0/33"]}, "allowed_networks[0]"),
         ({"seeds": ["http://x.test/"], "proxies": ["socks://p:1"]}, "proxies[0]"),

@@ -146,3 +146,12 @@ def follows(context: Any) -> Any:
 def unbuildable(context: Any) -> Any:
     """A fetcher plug-in for ``page_type: unbuildable`` whose factory has a bug: it raises."""
     raise RuntimeError("fetcher factory bug")
+
+
+def reveal_hidden() -> str:
+    """A page script plug-in (``reveal-hidden``): shows the links a page keeps in hidden templates,
+    after a delay, as a Promise (the browser waits for it)."""
+    return """return new Promise(function (done) { setTimeout(function () {
+      document.querySelectorAll('template.hidden-links').forEach(function (t) {
+        document.body.appendChild(t.content.cloneNode(true)); });
+      done(true); }, 100); });"""
