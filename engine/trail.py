@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from frontier.url_ids import url_id
 from vcrawl import names, redis_keys
 from vcrawl.lua import script_text
 from vcrawl.payloads import DownloadTask, FetchedPage
@@ -42,6 +43,7 @@ class StatusTrail:
             trail_id,
             names.TASK_QUEUED,
             url=task.url,
+            url_id=url_id(task.url),
             page_type=task.page_type,
             analyzer=task.analyzer,
             job=task.job,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import redis
 
+from frontier.url_ids import url_id
 from vcrawl import names, redis_keys
 from vcrawl.redis_replies import text
 
@@ -127,6 +128,9 @@ class FrontierStats:
         parts = self._of(job_id)
         found = [json.loads(raw) for part in parts for raw in self._redis.lrange(redis_keys.job_failures(part), 0,
                                                                                  limit - 1)]  # fmt: skip
+        for failure in found:  # the URL's global id, derived: outputs of every job join on it
+            if isinstance(failure.get("url"), str):
+                failure["url_id"] = url_id(failure["url"])
         if len(parts) == 1:
             return found
         return sorted(found, key=lambda failure: -float(failure.get("at") or 0))[:limit]  # each partition's newest

@@ -15,7 +15,7 @@ One module per concern: ``capture`` (the records of a capture), ``index`` (the C
 
 from __future__ import annotations
 
-from storage.warc.capture import SERVER_NOT_MODIFIED
+from storage.warc.capture import SERVER_NOT_MODIFIED, URL_ID_HEADER
 from storage.warc.index import REVISIT_MIME, CdxEntry, lookup
 from storage.warc.reader import read_response
 from storage.warc.spool import recover_spools
@@ -25,6 +25,7 @@ from storage.warc.writer import WarcWriter
 __all__ = [
     "REVISIT_MIME",
     "SERVER_NOT_MODIFIED",
+    "URL_ID_HEADER",
     "CdxEntry",
     "WarcStage",
     "WarcWriter",

@@ -20,13 +20,17 @@ from urllib.parse import urlsplit
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.timeutils import datetime_to_iso_date, timestamp_to_iso_date
 
+from frontier.url_ids import url_id
 from storage.warc.index import REVISIT_MIME, TIMESTAMP, CdxEntry
 from storage.warc.spool import Spool
 
-__all__ = ["SERVER_NOT_MODIFIED"]  # Captures, RecordWrite and write_capture are package-internal
+__all__ = ["SERVER_NOT_MODIFIED", "URL_ID_HEADER"]  # Captures, RecordWrite and write_capture are package-internal
 
 # WARC/1.1 section 6.7: a revisit whose server answered 304 (the payload is that of the record referred to).
 SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+# The URL's global id on every capture (frontier.url_ids), so WARC joins records and database rows. WARC 1.1
+# allows fields of its own (section 5); the WARC- prefix is left to the standard's.
+URL_ID_HEADER = "Vcrawl-Url-Id"
 _WARC_DATE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$")
 _DIGEST = re.compile(r"^(?:sha1:)?([A-Z2-7]{32})$")
 _LINE_BREAKS = re.compile(r"[\r\n]+")
@@ -67,7 +71,7 @@ class Captures:
         """
         target, host = _request_target(url)
         warc_date, timestamp = _warc_date(fetched_at)
-        warc_headers = {"WARC-Date": warc_date}
+        warc_headers = {"WARC-Date": warc_date, URL_ID_HEADER: url_id(url)}
         if ip is not None:
             warc_headers["WARC-IP-Address"] = str(ipaddress.ip_address(ip))
         response_http = StatusAndHeaders(
@@ -121,7 +125,7 @@ class Captures:
                 refers_to_uri,
                 refers_to_date=refers_date,
                 http_headers=http,
-                warc_headers_dict={"WARC-Date": warc_date},
+                warc_headers_dict={"WARC-Date": warc_date, URL_ID_HEADER: url_id(url)},
             )
             if not_modified:
                 record.rec_headers.replace_header("WARC-Profile", SERVER_NOT_MODIFIED)

@@ -13,6 +13,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+from frontier.url_ids import url_id
 from storage.registry import Storage
 
 __all__ = ["REVISIT_MIME", "CdxEntry", "lookup"]  # TIMESTAMP and write_index are package-internal
@@ -66,10 +67,16 @@ class CdxEntry:
         """Return True if the record is a revisit (its payload is in the record it refers to)."""
         return self.mime == REVISIT_MIME
 
+    @property
+    def url_id(self) -> str:
+        """The URL's global id (``frontier.url_ids``), as the line and the WARC record carry it."""
+        return url_id(self.url)
+
     def to_line(self) -> str:
-        """Return the CDXJ line ``<key> <timestamp> {json}`` (no newline)."""
+        """Return the CDXJ line ``<key> <timestamp> {json}`` (no newline); the JSON holds ``url_id`` too."""
         fields = asdict(self)
         del fields["timestamp"]
+        fields["url_id"] = self.url_id
         return f"{self.key} {self.timestamp} {json.dumps(fields, separators=(',', ':'))}"
 
     @classmethod
@@ -82,6 +89,7 @@ class CdxEntry:
         try:
             _key, timestamp, data = line.rstrip("\r\n").split(" ", 2)
             fields = json.loads(data)
+            fields.pop("url_id", None)  # derived from the URL (indexes written before it lack it)
             return cls(timestamp=timestamp, **fields)
         except (ValueError, TypeError) as e:
             raise ValueError(f"not a CDXJ line of vcrawl: {line[:200]!r}: {e}") from e
