@@ -333,11 +333,11 @@ def _suffix_list(params: Mapping[str, Any], name: str) -> frozenset[str]:
     for index, suffix in enumerate(value):
         if not isinstance(suffix, str) or not _SUFFIX.fullmatch(suffix):
             raise InvalidTask(f"{name}[{index}]", f"must be a suffix with its dot, such as '.pdf' (2-32 characters, "
-                                                  f"no '/', '?', '#' or spaces), got {suffix!r}")  # fmt: skip
+                                                  f"ASCII, no '/', '?', '#' or spaces), got {suffix!r}")  # fmt: skip
     return frozenset(suffix.lower() for suffix in value)
 
 
-_SUFFIX = re.compile(r"\.[^/?#\s]{1,31}")
+_SUFFIX = re.compile(r"\.[A-Za-z0-9._~%!$&'()*+,;=:@-]{1,31}")  # RFC 3986 path characters: a canonical path's
 
 scope_filter = _BuiltinFilter("scope", _scope_check)
 """The ``scope`` filter: scheme, URL length, depth, then hosts and domains (reasons ``scheme``,

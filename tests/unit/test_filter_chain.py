@@ -76,6 +76,8 @@ REGISTRY_REFUSED: list[tuple[str, list[dict[str, Any]], str, str]] = [
      "with its dot"),
     ("a suffix with a slash", [{"name": "suffix", "params": {"keep": ["./x"]}}], "filter_chain[0].params.keep[0]",
      "no '/'"),
+    ("a non-ASCII suffix", [{"name": "suffix", "params": {"add": [".pdé"]}}], "filter_chain[0].params.add[0]",
+     "ASCII"),
     ("a suffix too long", [{"name": "suffix", "params": {"add": ["." + "x" * 32]}}], "filter_chain[0].params.add[0]",
      "2-32 characters"),
     ("too many suffixes", [{"name": "suffix", "params": {"add": [f".x{i}" for i in range(1001)]}}],
