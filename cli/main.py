@@ -211,7 +211,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
         print(json.dumps(record, sort_keys=True))
         return 0
     for name in sorted(record):
-        if name != "cycles":
+        if name == "filter_chain":  # one line: each filter's name, its params as JSON when it has any
+            shown = (f"{f['name']} {json.dumps(f['params'])}" if f["params"] else f["name"] for f in record[name])
+            print(f"{name:>20}  {', '.join(shown)}")
+        elif name != "cycles":
             print(f"{name:>20}  {record[name]}")
     if record.get("cycles"):
         columns = ("cycle", "state", "fetched", "not_modified", "unchanged", "changed", "new", "analysed", "not_due")

@@ -98,7 +98,7 @@ class JobRuntime:
     limits: LimitsSpec = field(default_factory=LimitsSpec)  # the job's limits, unset ones from the cluster
     recent: RecentUrls = field(default_factory=RecentUrls)  # URLs this process saw admitted or refused as seen
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets (VCRAWL_API_AUTH_*)
-    filters: FilterChain | None = None  # the built-in filters, then the job's own; None: the built-ins
+    filters: FilterChain | None = None  # the job's chain (frontier.filter_registry); None: the built-ins
     priorities: PriorityPatterns = ()  # a priority job's patterns, compiled once
 
     @property
@@ -117,9 +117,9 @@ def check_job(spec: JobSpec, fetchers: FetcherRegistry) -> None:
 
     Raises:
         InvalidTask: naming the rule's key, e.g. ``rules[0].analyzer``, or the filter's
-            (``filters[0].name``, ``filters[0].params.max``).
+            (``filters[0].name``, ``filter_chain[1].params.suffixes``).
     """
-    filter_chain(spec.filters)
+    filter_chain(spec.filters, spec.filter_chain)
     for index, rule in enumerate(spec.rules):
         check_rule(rule, fetchers, f"rules[{index}]")
     known = batch_analyzer_names()
@@ -189,7 +189,7 @@ def _worker_filters(spec: JobSpec) -> FilterChain:
         ConfigError: naming the job's filter this worker cannot make.
     """
     try:
-        return filter_chain(spec.filters)
+        return filter_chain(spec.filters, spec.filter_chain)
     except InvalidTask as exc:
         raise ConfigError(f"job {spec.id}: {exc} (install the filter's plug-in on every worker)") from None
 
@@ -312,8 +312,8 @@ def admit_links(
     """Canonicalize, filter, dedup and queue links (a plain ``(url, depth, redirects_left)`` is a
     page's link found nowhere in particular); finish ``done`` URLs.
 
-    Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call): the
-    built-in filters first, then the job's own (``frontier.filter_registry``).
+    Filter drops are counted as ``filtered:<reason>`` in ``counters`` (sent with the call), by the job's
+    chain: scope, then its ``filter_chain`` or the other built-ins and its ``filters`` (``frontier.filter_registry``).
     Seeds are not held to the ``allow`` patterns (they are where the crawl starts). The call
     that finishes the ``done`` URLs carries the token ``<token>:final``, whatever the number
     of chunks, so ``abandon_analysis`` can tell whether it already happened. In a scheduled

@@ -1,8 +1,9 @@
 """Admission filters by name: the ``vcrawl.filters`` entry-point group, built-ins and plug-ins alike.
 
-Every job runs the built-in filters first, in ``BUILTIN_FILTERS`` order (scope is mandatory; the
-job's ``scope`` configures them), then the filters its ``filters`` key names, with their params,
-in the order given. A link dropped by one is counted as ``filtered:<reason>``.
+Every job runs ``scope`` first (its boundary). A job with a ``filter_chain`` then runs the filters it
+lists there, built-ins and plug-ins, with their params, in the order given; a job without one runs
+the other built-ins in ``BUILTIN_FILTERS`` order (the job's ``scope`` configures them), then the
+filters its ``filters`` key names. A link dropped by one is counted as ``filtered:<reason>``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Protocol
 
 from frontier.filters import AdmissionContext, UrlFilter
 from vcrawl.errors import InvalidTask
-from vcrawl.job_filters import FilterSpec
+from vcrawl.job_filters import BUILTIN_FILTER_NAMES, SCOPE_FILTER, FilterSpec
 from vcrawl.plugins import load_group
 
 __all__ = [
@@ -37,15 +38,10 @@ logger = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "vcrawl.filters"
 
 BUILTIN_FILTERS: Mapping[str, str] = MappingProxyType(
-    {
-        "scope": "frontier.filters:scope_filter",
-        "deny": "frontier.filters:deny_filter",
-        "allow": "frontier.filters:allow_filter",
-        "suffix": "frontier.filters:suffix_filter",
-        "trap": "frontier.filters:trap_filter",
-    }
+    {name: f"frontier.filters:{name}_filter" for name in BUILTIN_FILTER_NAMES}
 )
-"""The filters every job runs, in this order, as vcrawl's pyproject.toml registers them."""
+"""The built-in filters, as vcrawl's pyproject.toml registers them, in the order a job without a
+``filter_chain`` runs them."""
 
 _REASON = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}\Z")
 
@@ -114,27 +110,41 @@ class FilterRegistry:
         """
         self._factories()
 
-    def chain(self, specs: Sequence[FilterSpec]) -> FilterChain:
-        """The built-in filters, then the ones ``specs`` name with their params.
+    def chain(self, specs: Sequence[FilterSpec], listed: Sequence[FilterSpec] | None = None) -> FilterChain:
+        """A job's chain: ``scope``, then ``listed`` (its ``filter_chain``) when given, else the other
+        built-ins, then the filters ``specs`` (its ``filters``) name; each with its params.
 
         Raises:
-            InvalidTask: ``filters[<i>].name`` (unknown, or a built-in, which always runs) or
-                ``filters[<i>].params[.<param>]`` (refused by the filter).
+            InvalidTask: ``filters[<i>].name`` (unknown, or a built-in, which always runs),
+                ``filter_chain[<i>].name`` (unknown, or ``scope``), or ``<key>[<i>].params[.<param>]``
+                (refused by the filter).
             ConfigError: as in ``names``.
         """
         factories = self._factories()
-        chain = [(name, factories[name]({})) for name in BUILTIN_FILTERS]
+        if listed is not None:
+            return FilterChain(((SCOPE_FILTER, factories[SCOPE_FILTER]({})), *self._made_all(listed, "filter_chain")))
         for index, spec in enumerate(specs):
-            where = f"filters[{index}]"
             if spec.name in BUILTIN_FILTERS:
-                raise InvalidTask(f"{where}.name", f"{spec.name!r} always runs; set it up under scope / max_depth")
-            factory = factories.get(spec.name)
-            if factory is None:
-                plugins = sorted(set(factories) - set(BUILTIN_FILTERS))
-                raise InvalidTask(f"{where}.name", f"no filter {spec.name!r}; plug-in filters: "
-                                                   f"{', '.join(plugins) or '(none installed)'}")  # fmt: skip
-            chain.append((spec.name, _made(factory, spec, where)))
-        return FilterChain(tuple(chain))
+                raise InvalidTask(f"filters[{index}].name", f"{spec.name!r} always runs; set it up under scope and "
+                                  "max_depth, or list the whole chain under filter_chain")  # fmt: skip
+        builtins = tuple((name, factories[name]({})) for name in BUILTIN_FILTERS)
+        return FilterChain((*builtins, *self._made_all(specs, "filters")))
+
+    def _made_all(self, specs: Sequence[FilterSpec], key: str) -> list[tuple[str, UrlFilter]]:
+        """Each of ``specs`` made by its factory: plug-ins only under ``filters``; any but scope in a chain."""
+        factories = self._factories()
+        listable = set(factories) - ({SCOPE_FILTER} if key == "filter_chain" else set(BUILTIN_FILTERS))
+        made = []
+        for index, spec in enumerate(specs):
+            where = f"{key}[{index}]"
+            if spec.name == SCOPE_FILTER:  # parse_filter_chain refuses it too; a spec built in Python is checked here
+                raise InvalidTask(f"{where}.name", "'scope' always runs first (it is the job's boundary): leave it out")
+            if spec.name not in listable:
+                kind = "filters" if key == "filter_chain" else "plug-in filters"
+                raise InvalidTask(f"{where}.name", f"no filter {spec.name!r}; {kind}: "
+                                                   f"{', '.join(sorted(listable)) or '(none installed)'}")  # fmt: skip
+            made.append((spec.name, _made(factories[spec.name], spec, where)))
+        return made
 
     def _factories(self) -> dict[str, FilterFactory]:
         if self._loaded is None:
@@ -162,14 +172,14 @@ def _made(factory: FilterFactory, spec: FilterSpec, where: str) -> UrlFilter:
 _default = FilterRegistry()
 
 
-def filter_chain(specs: Sequence[FilterSpec]) -> FilterChain:
-    """The installed filters' chain for a job's ``filters``.
+def filter_chain(specs: Sequence[FilterSpec], listed: Sequence[FilterSpec] | None = None) -> FilterChain:
+    """The installed filters' chain for a job's ``filters``, or its ``filter_chain`` (``listed``) when given.
 
     Raises:
-        InvalidTask: naming ``filters[<i>].name`` or ``filters[<i>].params...``.
+        InvalidTask: naming ``filters[<i>]...`` or ``filter_chain[<i>]...`` (``.name``, ``.params...``).
         ConfigError: the group cannot be loaded.
     """
-    return _default.chain(specs)
+    return _default.chain(specs, listed)
 
 
 def filter_names() -> list[str]:

@@ -3,7 +3,8 @@
 The built-in admission filters (``scope``, ``deny``, ``allow``, ``suffix``, ``trap``) are registered
 in the ``vcrawl.filters`` entry-point group like a plug-in's (``frontier.filter_registry``): each
 entry point names a factory ``(params) -> UrlFilter``, and a ``UrlFilter`` maps a canonical URL and
-its ``AdmissionContext`` to a reason to drop it, or None.
+its ``AdmissionContext`` to a reason to drop it, or None. ``suffix`` and ``trap`` take params when a
+job lists them in its ``filter_chain``; the others are configured by the job's scope alone.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from vcrawl.errors import InvalidTask, kind_of
+
 __all__ = [
     "DEFAULT_SKIP_SUFFIXES",
+    "MAX_SEGMENT_REPEATS",
+    "MAX_SKIP_SUFFIXES",
     "REASONS",
     "AdmissionContext",
     "Scope",
@@ -52,6 +57,11 @@ DEFAULT_SKIP_SUFFIXES: frozenset[str] = frozenset(
     }
 )
 """Path suffixes of non-page files (lowercase, with the dot); ``.json``/``.xml`` are kept (feeds, sitemaps)."""
+
+MAX_SKIP_SUFFIXES = 1000
+"""The most suffixes a ``suffix`` filter's params may list (each of ``suffixes``, ``add``, ``keep``)."""
+MAX_SEGMENT_REPEATS = 100
+"""The highest ``max_segment_repeats`` a ``trap`` filter's params may set."""
 
 _HOST = re.compile(r"[a-z0-9_-]+(?:\.[a-z0-9_-]+)*")
 
@@ -240,19 +250,94 @@ def _authority_end(url: str, start: int) -> int:
 
 @dataclass(frozen=True)
 class _BuiltinFilter:
-    """A built-in filter's factory: the job's ``scope``, ``max_depth`` and the defaults configure its
-    check, so it takes no params (raises ValueError for any)."""
+    """A built-in filter's factory taking no params (raises InvalidTask naming any): the job's ``scope``,
+    ``max_depth`` and the defaults configure its check."""
 
     name: str
     check: UrlFilter
 
     def __call__(self, params: Mapping[str, Any]) -> UrlFilter:
         if params:
-            raise ValueError(f"the {self.name!r} filter takes no params: the job's scope configures it")
+            first = str(next(iter(params)))
+            raise InvalidTask(first, f"the {self.name!r} filter takes no params: the job's scope configures it")
         return self.check
 
 
 _BUILTIN_CHECKS = (_scope_check, _deny_check, _allow_check, _suffix_check, _trap_check)
+
+
+def suffix_filter(params: Mapping[str, Any]) -> UrlFilter:
+    """The ``suffix`` filter: paths of non-page files (reason ``suffix``; sitemaps are exempt).
+
+    Params (all optional): ``suffixes`` replaces ``DEFAULT_SKIP_SUFFIXES``, ``add`` adds to the list,
+    ``keep`` takes out of it; each a list of suffixes with the dot, matched case-insensitively.
+
+    >>> check = suffix_filter({"add": [".json"], "keep": [".PDF"]})
+    >>> context = AdmissionContext("", 0, Scope(frozenset(), (), (), (), max_depth=1))
+    >>> check("http://a.test/x.json", context), check("http://a.test/x.pdf", context)
+    ('suffix', None)
+
+    Raises:
+        InvalidTask: naming the param (``suffixes``, ``add``, ``keep``, or an unknown one).
+    """
+    _known_params(params, ("suffixes", "add", "keep"))
+    if not params:
+        return _suffix_check
+    suffixes = _suffix_list(params, "suffixes") if "suffixes" in params else DEFAULT_SKIP_SUFFIXES
+    if "suffixes" in params and not suffixes:
+        raise InvalidTask("suffixes", "needs at least one suffix; leave suffix out of the chain to keep every one")
+    chosen = tuple(sorted((suffixes | _suffix_list(params, "add")) - _suffix_list(params, "keep")))
+
+    def check(url: str, context: AdmissionContext) -> str | None:
+        if context.sitemap:  # the way in, not a page: a sitemap may well be .xml.gz
+            return None
+        return "suffix" if chosen and _path(url).lower().endswith(chosen) else None
+
+    return check
+
+
+def trap_filter(params: Mapping[str, Any]) -> UrlFilter:
+    """The ``trap`` filter: repeated path segments (reason ``trap``).
+
+    Params (optional): ``max_segment_repeats``, how often a segment may occur (1..100, default 3).
+
+    Raises:
+        InvalidTask: naming the param.
+    """
+    _known_params(params, ("max_segment_repeats",))
+    if not params:
+        return _trap_check
+    repeats = params["max_segment_repeats"]
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_SEGMENT_REPEATS:
+        raise InvalidTask("max_segment_repeats", f"must be an integer from 1 to {MAX_SEGMENT_REPEATS}, got {repeats!r}")
+
+    def check(url: str, context: AdmissionContext) -> str | None:
+        return "trap" if _is_trap(_path(url), repeats) else None
+
+    return check
+
+
+def _known_params(params: Mapping[str, Any], known: tuple[str, ...]) -> None:
+    for name in params:
+        if name not in known:
+            raise InvalidTask(str(name), f"unknown param; known: {', '.join(known)}")
+
+
+def _suffix_list(params: Mapping[str, Any], name: str) -> frozenset[str]:
+    """A list param of path suffixes (``.pdf``), lowercased: bounded in count and length, no '/', '?' or '#'."""
+    value = params.get(name, [])
+    if not isinstance(value, list | tuple):
+        raise InvalidTask(name, f"must be a list of suffixes such as '.pdf', got {kind_of(value)}")
+    if len(value) > MAX_SKIP_SUFFIXES:
+        raise InvalidTask(name, f"may hold at most {MAX_SKIP_SUFFIXES} suffixes, got {len(value)}")
+    for index, suffix in enumerate(value):
+        if not isinstance(suffix, str) or not _SUFFIX.fullmatch(suffix):
+            raise InvalidTask(f"{name}[{index}]", f"must be a suffix with its dot, such as '.pdf' (2-32 characters, "
+                                                  f"ASCII, no '/', '?', '#' or spaces), got {suffix!r}")  # fmt: skip
+    return frozenset(suffix.lower() for suffix in value)
+
+
+_SUFFIX = re.compile(r"\.[A-Za-z0-9._~%!$&'()*+,;=:@-]{1,31}")  # RFC 3986 path characters: a canonical path's
 
 scope_filter = _BuiltinFilter("scope", _scope_check)
 """The ``scope`` filter: scheme, URL length, depth, then hosts and domains (reasons ``scheme``,
@@ -261,7 +346,3 @@ deny_filter = _BuiltinFilter("deny", _deny_check)
 """The ``deny`` filter: the job's ``scope.deny`` regexes (reason ``deny``)."""
 allow_filter = _BuiltinFilter("allow", _allow_check)
 """The ``allow`` filter: the job's ``scope.allow`` regexes (reason ``allow``)."""
-suffix_filter = _BuiltinFilter("suffix", _suffix_check)
-"""The ``suffix`` filter: paths of non-page files (reason ``suffix``)."""
-trap_filter = _BuiltinFilter("trap", _trap_check)
-"""The ``trap`` filter: repeated path segments (reason ``trap``)."""

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from vcrawl.documents import MAX_DOCUMENT_BYTES, parse_json, parse_yaml
 from vcrawl.errors import InvalidTask, checked_regex, kind_of
 from vcrawl.header_values import check_header_value
-from vcrawl.job_filters import FilterSpec, parse_filters
+from vcrawl.job_filters import FilterSpec, check_filter_keys, parse_filter_chain, parse_filters
 from vcrawl.names import STRATEGIES, STRATEGY_BREADTH_FIRST, STRATEGY_PRIORITY
 from vcrawl.payloads import MAX_LINKS_PER_PAGE, DownloadTask, Rule
 from vcrawl.priorities import PrioritySpec, compiled_priorities, parse_priorities, url_priority
@@ -152,6 +152,7 @@ class JobSpec:
     strategy: str = STRATEGY_BREADTH_FIRST
     priorities: tuple[PrioritySpec, ...] = ()
     filters: tuple[FilterSpec, ...] = ()  # run after the built-in scope filters, in this order
+    filter_chain: tuple[FilterSpec, ...] | None = None  # the whole chain after scope; None: built-ins + filters
     # The links of a page that are read (to follow, and the links analyzer's): the rest are counted
     # (links_truncated), never canonicalised nor admitted, so a page of 750,000 links costs what one of 10,000 does.
     max_links_per_page: int = MAX_LINKS_PER_PAGE
@@ -189,12 +190,14 @@ class JobSpec:
             strategy=_strategy(data.get("strategy", STRATEGY_BREADTH_FIRST)),
             priorities=parse_priorities(data.get("priorities")),
             filters=parse_filters(data.get("filters")),
+            filter_chain=parse_filter_chain(data.get("filter_chain")),
             max_links_per_page=_int(
                 data.get("max_links_per_page", MAX_LINKS_PER_PAGE), "max_links_per_page", 1, 10_000_000
             ),
         )
         if spec.priorities and spec.strategy != STRATEGY_PRIORITY:  # else silently unused
             raise InvalidTask("priorities", f"are used only with strategy: priority, got strategy {spec.strategy!r}")
+        check_filter_keys(spec.filters, spec.filter_chain, allow=bool(spec.scope.allow), deny=bool(spec.scope.deny))
         for index, proxy in enumerate(spec.proxies or ()):
             try:
                 parts = urlsplit(proxy)
@@ -235,6 +238,8 @@ class JobSpec:
             del data["max_links_per_page"]
         if not self.filters:
             del data["filters"]
+        if self.filter_chain is None:
+            del data["filter_chain"]
         if self.strategy == STRATEGY_BREADTH_FIRST:
             del data["strategy"]
         if not self.priorities:

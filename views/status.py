@@ -19,6 +19,7 @@ from frontier import Frontier
 from storage import Storage, job_fetch_log_location, job_records_location, job_warc_location
 from vcrawl import names
 from vcrawl.errors import VcrawlError
+from vcrawl.job_filters import effective_filters, parse_filter_chain, parse_filters
 
 logger = logging.getLogger(__name__)
 
@@ -118,12 +119,15 @@ class JobStatus:
     outputs: tuple[str, ...] = ()
     outputs_pending: int = 0
     strategy: str = "breadth-first"  # the order its URLs go in (docs/strategies.md)
+    # The admission filters it runs, in order, scope first: [{name, params}] (docs/jobs.md#the-filter-chain)
+    filter_chain: tuple[Mapping[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: a failed job adds ``error``, a scheduled job its cycle keys and counters."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _OPTIONAL}
         data["seeds"] = list(self.seeds)
         data["outputs"] = list(self.outputs)
+        data["filter_chain"] = [{"name": f["name"], "params": dict(f["params"])} for f in self.filter_chain]
         for name in ("failed", "filtered", "analysis_failed", "sitemap_problems", "statuses", "proxies"):
             data[name] = dict(data[name])
         if self.error is not None:
@@ -140,6 +144,7 @@ class JobStatus:
         values = {f.name: data[f.name] for f in fields(cls) if f.name in data and f.name not in _OPTIONAL}
         values["seeds"] = tuple(values.get("seeds", ()))
         values["outputs"] = tuple(values.get("outputs", ()))
+        values["filter_chain"] = tuple(values.get("filter_chain", ()))
         if data.get("cycle") is not None:
             values.update(cycle=int(data["cycle"]), started_at=data.get("started_at"),
                           skipped_firings=int(data.get("skipped_firings") or 0),
@@ -227,7 +232,14 @@ def load_status(
         outputs=job_outputs(store, job_id) if store is not None else (),
         outputs_pending=len(ledger.pending(job_id)) if ledger is not None else 0,
         strategy=spec.get("strategy", "breadth-first"),
+        filter_chain=_filter_chain(spec),
     )
+
+
+def _filter_chain(spec: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...]:
+    """The filters a stored spec (valid when stored) runs, as ``{name, params}``."""
+    chain = effective_filters(parse_filters(spec.get("filters")), parse_filter_chain(spec.get("filter_chain")))
+    return tuple({"name": f.name, "params": dict(f.params)} for f in chain)
 
 
 def job_status(

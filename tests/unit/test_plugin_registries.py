@@ -59,10 +59,13 @@ def test_the_builtin_chain_agrees_with_reject_reason(url: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_FILTERS))
-def test_each_builtin_filter_factory_takes_no_params_and_gives_its_own_reason(name: str) -> None:
+def test_each_builtin_filter_factory_refuses_unknown_params_and_gives_its_own_reason(name: str) -> None:
     factory = EntryPoint(name, BUILTIN_FILTERS[name], FILTERS_GROUP).load()
-    with pytest.raises(ValueError, match=f"the '{name}' filter takes no params"):
+    with pytest.raises(InvalidTask) as refused:
         factory({"any": 1})
+    assert refused.value.field == "any"
+    takes = {"suffix": "known: suffixes, add, keep", "trap": "known: max_segment_repeats"}
+    assert takes.get(name, f"the '{name}' filter takes no params") in refused.value.problem
     dropped = {"scope": "ftp://a.test/", "deny": "http://a.test/deny", "allow": "http://a.test/other",
                "suffix": "http://a.test/a.png", "trap": "http://a.test/a/a/"}  # fmt: skip
     scope = Scope(frozenset({"a.test"}), (), (re.compile("deny|png|a/a"),), (re.compile("deny"),), max_depth=3)
