@@ -35,7 +35,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cli.local_redis import LocalRedis
 from engine.cycles import start_cycle
-from engine.jobs import JobRuntime, Link, RuntimeCache, admit_links, lease_ms, start
+from engine.jobs import JobRuntime, Link, admit_links, lease_ms, start
+from engine.runtime_cache import RuntimeCache
 from fetchers import FetcherRegistry
 from frontier import Batch, BatchRelease, Frontier, History, UrlHistory, content_hash
 from vcrawl.jobs import JobSpec

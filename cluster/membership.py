@@ -37,7 +37,7 @@ from typing import Any
 from cluster.holdings import HeldMessage, Holdings, held_fetch_batches
 from cluster.members import Membership, NodeInfo, NodeRegistration, NodeRegistry, RingView
 from cluster.ring import HostRing
-from engine.jobs import RuntimeCache
+from engine.runtime_cache import RuntimeCache
 from frontier import Batch, Frontier
 from telemetry.alerts import Alert
 from vcrawl.errors import VcrawlError

@@ -7,10 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from engine.fetch_step import PageTypeFetchers, ProxyBench, RobotsRulesCache
-from engine.jobs import JobRuntime
+from engine.jobs import Runtimes
 from frontier import Frontier, History, OriginHolds
 from storage import Storage
 from storage.records import RecordWriter
@@ -18,18 +17,6 @@ from storage.warc import WarcWriter
 from telemetry.alerts import Alert, Alerter
 
 __all__ = ["CrawlEnv", "Runtimes"]
-
-
-class Runtimes(Protocol):
-    """(job id, cycle) -> the job's runtime in this process (``engine.jobs.RuntimeCache``)."""
-
-    def get(self, job_id: str, cycle: int = 0) -> JobRuntime:
-        """The runtime of ``job_id`` in ``cycle`` (0: a one-off job).
-
-        Raises:
-            InvalidTask: no such job.
-        """
-        ...
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ import logging
 from collections import Counter
 from typing import Any
 
-from engine.jobs import RuntimeCache, admit_links, check_job, job_bloom, seed_links
+from engine.jobs import admit_links, check_job, job_bloom, seed_links
+from engine.runtime_cache import RuntimeCache
 from fetchers import FetcherRegistry
 from frontier import CycleStart, Frontier, History
 from vcrawl.errors import InvalidTask

@@ -6,12 +6,11 @@ import ipaddress
 import json
 import logging
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from analyzers.batch_registry import batch_analyzer_names
@@ -52,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "JobRuntime",
-    "RuntimeCache",
+    "Runtimes",
     "admit_links",
     "check_job",
     "current_spec",
@@ -211,59 +210,6 @@ def robots_limits(limits: FetchLimits) -> FetchLimits:
     return replace(limits, max_body_bytes=MAX_ROBOTS_BYTES, truncate_body=True, max_redirects=0, follow_redirects=False)
 
 
-class RuntimeCache:
-    """(job id, cycle) -> JobRuntime for this process.
-
-    A spec changes when a new cycle starts, or when an operator reconfigures a running job
-    (``spec_rev``): a cached runtime is checked against the job's revision every ``recheck_s``,
-    so a change reaches every worker within that time.
-    """
-
-    def __init__(
-        self,
-        frontier: Frontier,
-        settings: Settings,
-        session: Any,
-        client: Any,
-        size: int = 64,
-        recheck_s: float = 2.0,
-        clock: Any = time.monotonic,
-    ) -> None:
-        self._frontier, self._settings, self._session, self._client = frontier, settings, session, client
-        self._size, self._recheck_s, self._clock = size, recheck_s, clock
-        self._cache: dict[tuple[str, int], tuple[JobRuntime, float]] = {}
-        self._lock = threading.Lock()
-
-    def get(self, job_id: str, cycle: int = 0) -> JobRuntime:
-        """The runtime of ``job_id`` in ``cycle`` (0: a one-off job).
-
-        Raises:
-            InvalidTask: no such job.
-        """
-        cached = self._cache.get((job_id, cycle))
-        if cached is not None:
-            runtime, checked = cached
-            if self._clock() - checked < self._recheck_s:
-                return runtime
-            if self._frontier.jobs.spec_rev(job_id) == runtime.spec_rev:
-                self._cache[(job_id, cycle)] = (runtime, self._clock())
-                return runtime
-        state = self._frontier.jobs.raw_state(job_id)
-        if not state.get("spec"):
-            raise InvalidTask("job", f"no job {job_id!r}")
-        spec = JobSpec.from_dict(json.loads(state["spec"]))
-        started_s = float(state.get("started_at") or 0) if cycle else 0.0
-        runtime = build_runtime(spec, self._settings, self._session, self._client, cycle, started_s)
-        runtime = replace(runtime, spec_rev=int(state.get("spec_rev") or 0))
-        if cycle and int(state.get("cycle") or 0) != cycle:
-            return runtime  # a late message of another cycle: its work is refused anyway; not cached
-        with self._lock:
-            if len(self._cache) >= self._size and (job_id, cycle) not in self._cache:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[(job_id, cycle)] = (runtime, self._clock())
-        return runtime
-
-
 PACED_SPAN_S = 2.0
 """How long a paced host's batch spans at most: its URLs go one pause apart (``engine.fetch_batch``)."""
 PACED_MOST_URLS = 8
@@ -389,7 +335,19 @@ def admit_links(
     return result
 
 
-def start(spec: JobSpec, frontier: Frontier, runtimes: RuntimeCache, fetchers: FetcherRegistry) -> str:
+class Runtimes(Protocol):
+    """(job id, cycle) -> the job's runtime in this process (``engine.runtime_cache.RuntimeCache``)."""
+
+    def get(self, job_id: str, cycle: int = 0) -> JobRuntime:
+        """The runtime of ``job_id`` in ``cycle`` (0: a one-off job).
+
+        Raises:
+            InvalidTask: no such job.
+        """
+        ...
+
+
+def start(spec: JobSpec, frontier: Frontier, runtimes: Runtimes, fetchers: FetcherRegistry) -> str:
     """Validate and record a job, then admit its seeds; return its id.
 
     Raises:

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from engine.answer_times import ANSWER_TIMES, AnswerTimes
-from engine.jobs import RuntimeCache, lease_ms
+from engine.jobs import lease_ms
+from engine.runtime_cache import RuntimeCache
 from frontier import Batch, Frontier
 from telemetry.alerts import Alert
 from vcrawl.errors import VcrawlError

@@ -3,7 +3,7 @@ robots.txt, URL history, identities, the proxy bench, the host gate, the status 
 
 from __future__ import annotations
 
-from engine.jobs import RuntimeCache
+from engine.runtime_cache import RuntimeCache
 from engine.trail import StatusTrail
 from fetchers import BrowserConfig, FetcherContext, FetcherRegistry, IdentityPool, NetworkPolicy, ProxyHealth
 from fetchers.limits import cluster_limits, fetch_limits
@@ -72,7 +72,8 @@ def origin_holds() -> OriginHolds:
 
 def runtimes() -> RuntimeCache:
     """Return the per-job runtime cache."""
-    return once("runtimes", lambda: RuntimeCache(frontier(), settings(), session(), frontier_client()))
+    # settings(), not its value: a live change of the cluster's settings rebuilds each job's runtime.
+    return once("runtimes", lambda: RuntimeCache(frontier(), settings, session(), frontier_client()))
 
 
 def politeness() -> PolitenessPolicy:

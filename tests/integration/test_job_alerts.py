@@ -13,8 +13,9 @@ import redis
 
 import tasks
 from cli.local_redis import LocalRedis
-from engine.jobs import RuntimeCache, lease_s, start
+from engine.jobs import lease_s, start
 from engine.pump import FrontierPump
+from engine.runtime_cache import RuntimeCache
 from frontier import Frontier
 from telemetry.alerts import Alert
 from tests.integration.conftest import AlertSinks

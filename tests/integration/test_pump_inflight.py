@@ -12,8 +12,9 @@ import redis
 import tasks
 from cli.local_redis import LocalRedis
 from engine.answer_times import AnswerTimes
-from engine.jobs import RuntimeCache, start
+from engine.jobs import start
 from engine.pump import FrontierPump
+from engine.runtime_cache import RuntimeCache
 from frontier import Frontier
 from vcrawl.settings import Settings
 

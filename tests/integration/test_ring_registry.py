@@ -16,7 +16,8 @@ import redis
 from cli.local_redis import LocalRedis
 from cluster.members import NodeRegistration, NodeRegistry, RingView
 from cluster.membership import NodeWatcher, RingKeeper, node_queue, nodes_listing, registration_for
-from engine.jobs import RuntimeCache, admit_links, build_runtime
+from engine.jobs import admit_links, build_runtime
+from engine.runtime_cache import RuntimeCache
 from frontier import Frontier
 from telemetry.alerts import Alert
 from vcrawl import redis_keys
