@@ -129,7 +129,7 @@ class SitemapSink:
         """A sitemap's response: read it and admit what it lists. None for an answer worth a retry
         (429, 5xx): the fetch step retries it like a page's."""
         if result.status == 200:
-            sitemap = parse_sitemap(result.body)
+            sitemap = parse_sitemap(result.body, base_url=result.final_url)
             links, over = listed_links(sitemap, entry.sitemap, entry.depth, entry.redirects_left)
             listed = None  # the listed URLs' priorities: only a priority job scores with them
             if self._runtime.spec.strategy == names.STRATEGY_PRIORITY:
