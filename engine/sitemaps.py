@@ -116,7 +116,7 @@ class SitemapSink:
 
     def discover(self, entry: Entry, rules: RobotsRules | None, requested: bool, counts: Counter[str]) -> SitemapRead:
         """A discovery entry: queue its origin's sitemaps (robots.txt's, else /sitemap.xml)."""
-        named = rules.sitemaps() if rules is not None else ()
+        named = rules.sitemaps(entry.url) if rules is not None else ()  # entry.url: the origin's robots.txt
         probe = self._runtime.spec.sitemaps is True  # the default ("robots") asks the site nothing more
         links = discovery_links(entry.url, named, entry.depth, entry.redirects_left, probe=probe)
         if links:
