@@ -22,7 +22,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -130,6 +130,8 @@ class SitemapSink:
         (429, 5xx): the fetch step retries it like a page's."""
         if result.status == 200:
             sitemap = parse_sitemap(result.body, base_url=result.final_url)
+            if result.truncated:  # its connection closed early on its last attempt: what came is read
+                sitemap = replace(sitemap, problem=sitemap.problem or "truncated")
             links, over = listed_links(sitemap, entry.sitemap, entry.depth, entry.redirects_left)
             listed = None  # the listed URLs' priorities: only a priority job scores with them
             if self._runtime.spec.strategy == names.STRATEGY_PRIORITY:

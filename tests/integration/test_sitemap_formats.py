@@ -108,3 +108,18 @@ def test_a_sitemap_cut_mid_document_keeps_its_complete_entries_and_counts_as_tru
     assert set(paths[:-1]) <= fetched(site) and paths[-1] not in fetched(site)
     assert (status["sitemap_urls"], status["sitemap_problems"]) == (39, {"truncated": 1})
 
+
+
+def test_a_sitemap_whose_connection_closes_early_is_retried_then_read_as_far_as_it_came(site: TestSite) -> None:
+    paths = orphan_pages(site, 40)
+    whole = urlset([site.url(p) for p in paths])
+    cut = whole[: whole.index(site.url(paths[-1]).encode()) + 10]
+    head = f"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {len(whole)}\r\n\r\n".encode()
+    site.add_response("/cut.xml", Response(raw_pieces=[head, cut]))  # then the server closes the connection
+
+    status = run_job({"seeds": [site.url("/")], "politeness": FAST, "sitemaps": [site.url("/cut.xml")]})
+
+    assert status["state"] == "completed", status
+    assert len(site.requests_to("/cut.xml")) > 1  # retried like a page; the last attempt keeps what came
+    assert set(paths[:-1]) <= fetched(site) and paths[-1] not in fetched(site)
+    assert (status["sitemap_urls"], status["sitemap_problems"], status["failed"]) == (39, {"truncated": 1}, {})
