@@ -50,8 +50,9 @@ def test_an_rss_or_atom_feed_given_as_a_sitemap_leads_to_its_items(site: TestSit
     assert not any("edit" in seen.path or "invalid" in seen.path for seen in site.seen)
 
 
-@pytest.mark.parametrize("lead", [BOM, b"\r\n\n  \t", BOM + b"\n\n", b"\n" + BOM], ids=["bom", "blank", "bom-blank",
-                                                                                       "blank-bom"])
+@pytest.mark.parametrize(
+    "lead", [BOM, b"\r\n\n  \t", BOM + b"\n\n", b"\n" + BOM], ids=["bom", "blank", "bom-blank", "blank-bom"]
+)
 def test_a_byte_order_mark_or_blank_lines_before_the_xml_declaration_are_skipped(site: TestSite, lead: bytes) -> None:
     paths = orphan_pages(site, 2)
     site.add_page("/robots.txt", f"User-agent: *\nSitemap: {site.url('/sm.xml.gz')}\n", Content_Type="text/plain")
@@ -107,7 +108,6 @@ def test_a_sitemap_cut_mid_document_keeps_its_complete_entries_and_counts_as_tru
     assert status["state"] == "completed", status
     assert set(paths[:-1]) <= fetched(site) and paths[-1] not in fetched(site)
     assert (status["sitemap_urls"], status["sitemap_problems"]) == (39, {"truncated": 1})
-
 
 
 def test_a_sitemap_whose_connection_closes_early_is_retried_then_read_as_far_as_it_came(site: TestSite) -> None:

@@ -99,7 +99,9 @@ URLSET = f'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="{NS}"><url><lo
 @pytest.mark.parametrize("gzipped", [False, True])
 def test_byte_order_marks_and_blank_lines_before_the_xml_declaration_are_skipped(lead: bytes, gzipped: bool) -> None:
     body = lead + URLSET.encode()
-    assert parse_sitemap(gzip.compress(body) if gzipped else body) == Sitemap("urlset", (SitemapUrl("http://a.test/1"),))
+    assert parse_sitemap(gzip.compress(body) if gzipped else body) == Sitemap(
+        "urlset", (SitemapUrl("http://a.test/1"),)
+    )
 
 
 def test_a_feed_with_a_byte_order_mark_and_an_encoding_declaration_is_read() -> None:
@@ -149,8 +151,10 @@ def test_feeds_keep_the_bounds_of_sitemaps() -> None:
     items = "".join(f"<item><link>http://a.test/{n}</link></item>" for n in range(12))
     many = parse_sitemap(f"<rss><channel>{items}</channel></rss>".encode(), max_urls=10)
     assert (len(many.urls), many.problem) == (10, "too_many_urls")
-    xxe = (b'<?xml version="1.0"?><!DOCTYPE f [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
-           b"<rss><channel><item><link>&x;</link></item><item><link>http://a.test/ok</link></item></channel></rss>")
+    xxe = (
+        b'<?xml version="1.0"?><!DOCTYPE f [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+        b"<rss><channel><item><link>&x;</link></item><item><link>http://a.test/ok</link></item></channel></rss>"
+    )
     assert parse_sitemap(xxe) == Sitemap("rss", (SitemapUrl("http://a.test/ok"),), None, 1)  # &x; never read
     in_attribute = parse_sitemap(b'<?xml version="1.0"?><!DOCTYPE f [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
                                  b'<feed><entry><link href="http://a.test/&x;"/></entry></feed>')  # fmt: skip
