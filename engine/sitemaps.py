@@ -22,7 +22,7 @@ import json
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -116,7 +116,7 @@ class SitemapSink:
 
     def discover(self, entry: Entry, rules: RobotsRules | None, requested: bool, counts: Counter[str]) -> SitemapRead:
         """A discovery entry: queue its origin's sitemaps (robots.txt's, else /sitemap.xml)."""
-        named = rules.sitemaps() if rules is not None else ()
+        named = rules.sitemaps(entry.url) if rules is not None else ()  # entry.url: the origin's robots.txt
         probe = self._runtime.spec.sitemaps is True  # the default ("robots") asks the site nothing more
         links = discovery_links(entry.url, named, entry.depth, entry.redirects_left, probe=probe)
         if links:
@@ -129,7 +129,9 @@ class SitemapSink:
         """A sitemap's response: read it and admit what it lists. None for an answer worth a retry
         (429, 5xx): the fetch step retries it like a page's."""
         if result.status == 200:
-            sitemap = parse_sitemap(result.body)
+            sitemap = parse_sitemap(result.body, base_url=result.final_url)
+            if result.truncated:  # its connection closed early on its last attempt: what came is read
+                sitemap = replace(sitemap, problem=sitemap.problem or "truncated")
             links, over = listed_links(sitemap, entry.sitemap, entry.depth, entry.redirects_left)
             listed = None  # the listed URLs' priorities: only a priority job scores with them
             if self._runtime.spec.strategy == names.STRATEGY_PRIORITY:

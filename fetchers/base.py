@@ -75,6 +75,10 @@ class FetchRequest:
     # False: a redirect comes back as the result, whatever the fetcher's limits say. A job's pages
     # are fetched so, every fetcher alike: each hop goes back through admission (scope, dedup, robots).
     follow_redirects: bool = True
+    # True: a body whose connection closes before its end comes back as far as it arrived, ``truncated``,
+    # instead of failing ``incomplete_body`` (a sitemap's last attempt: its complete entries are worth
+    # reading). Only the static fetcher honours it.
+    keep_cut_body: bool = False
 
 
 @dataclass(frozen=True)

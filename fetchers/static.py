@@ -154,7 +154,7 @@ class StaticFetcher:
                     seen.add(url)
                     logger.debug("redirect %s -> %s", response.url, url)
                     continue
-                body, truncated = self._read_body(request.url, response, deadline)
+                body, truncated = self._read_body(request.url, response, deadline, request.keep_cut_body)
                 return FetchResult(
                     url=request.url,
                     final_url=url,
@@ -225,8 +225,9 @@ class StaticFetcher:
             raise FetchFailed(request.url, "request_error") from exc
 
     def _read_body(self, task_url: str, response: requests.Response | WireResponse,
-                   deadline: float) -> tuple[bytes, bool]:  # fmt: skip
-        """Read the (decompressed) body in chunks, enforcing the size cap and the total time."""
+                   deadline: float, keep_cut: bool = False) -> tuple[bytes, bool]:  # fmt: skip
+        """Read the (decompressed) body in chunks, enforcing the size cap and the total time; ``keep_cut``:
+        a body its connection cut short is returned as far as it came, truncated."""
         cap = self._limits.max_body_bytes
         truncate = self._limits.truncate_body
         declared = _content_length(task_url, response)
@@ -257,12 +258,18 @@ class StaticFetcher:
                     raise DownloadFailed(task_url, "too_large", response.status_code)
                 chunks.append(chunk)
         except WireError as exc:
+            if keep_cut and exc.reason == "incomplete_body":
+                logger.debug("kept the %d bytes of %s before its connection closed", size, task_url)
+                return b"".join(chunks), True
             raise _failure(task_url, exc.reason, response.status_code) from exc
         except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
             raise FetchFailed(task_url, "timeout", response.status_code) from exc
         except urllib3.exceptions.DecodeError as exc:
             raise DownloadFailed(task_url, "bad_encoding", response.status_code) from exc
         except (urllib3.exceptions.ProtocolError, OSError) as exc:
+            if keep_cut:
+                logger.debug("kept the %d bytes of %s before its connection closed", size, task_url)
+                return b"".join(chunks), True
             raise FetchFailed(task_url, "incomplete_body", response.status_code) from exc
         return b"".join(chunks), False
 

@@ -20,7 +20,7 @@ from urllib.parse import urljoin, urlsplit
 import redis
 from protego import Protego
 
-from frontier.robots_groups import RobotsGroups
+from frontier.robots_groups import RobotsGroups, directives
 from frontier.urls import origin as url_origin
 from vcrawl import redis_keys
 from vcrawl.errors import DownloadFailed, FetchFailed
@@ -40,7 +40,6 @@ _TOO_MANY_REQUESTS = 429
 _MAX_ROBOTS_REDIRECTS = 5  # RFC 9309 section 2.3.1.2
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _BYTE_ORDER_MARK = b"\xef\xbb\xbf"
-_SITEMAP_LINE = re.compile(r"^[ \t]*sitemap[ \t]*:[ \t]*([^\s#]+)", re.IGNORECASE | re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -119,6 +118,18 @@ def _decode(body: bytes) -> str:
     return body.decode("utf-8", errors="replace")
 
 
+def _absolute_sitemap(robots_url: str, value: str) -> str | None:
+    if not value or any(ch.isspace() for ch in value):
+        return None
+    try:
+        parts = urlsplit(urljoin(robots_url, value))
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    return parts.geturl()  # urlsplit lower-cases the scheme
+
+
 def _protego_crawl_delay(values: Sequence[str]) -> float | None:
     # Protego reads the value (a finite number >= 0; the last good one wins) from the chosen
     # group's Crawl-delay lines, handed to it as the one group of a file.
@@ -194,12 +205,17 @@ class RobotsRules:
             self._delays[token] = _protego_crawl_delay(self._groups().choice(token).crawl_delays)
         return self._delays[token]
 
-    def sitemaps(self) -> tuple[str, ...]:
-        """The absolute URLs of its ``Sitemap:`` lines (outside any group, per sitemaps.org), in order."""
+    def sitemaps(self, robots_url: str) -> tuple[str, ...]:
+        """The URLs of its ``Sitemap:`` lines (outside any group, per sitemaps.org), in order, made absolute.
+
+        A relative value is resolved against ``robots_url`` (the URL this robots.txt was read from), as
+        crawler-commons' robots parser does; the scheme is lower-cased (``HTTP://`` is ``http://``);
+        values that are not then an http(s) URL with a host are left out.
+        """
         if self.kind != "parsed":
             return ()
-        found = (match.group(1) for match in _SITEMAP_LINE.finditer(self.text))
-        return tuple(dict.fromkeys(url for url in found if url.startswith(("http://", "https://"))))
+        found = (_absolute_sitemap(robots_url, item.value) for item in directives(self.text) if item.kind == "sitemap")
+        return tuple(dict.fromkeys(url for url in found if url is not None))
 
     def to_cache(self) -> str:
         """Return the compact JSON form stored in Redis."""

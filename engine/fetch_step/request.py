@@ -34,6 +34,8 @@ def page_request(ctx: FetchContext, item: FetchItem) -> FetchRequest:
         networks=policy.networks or None,
         headers=api_headers(rule, services.api_auth) if rule.page_type == "api" else {},
         follow_redirects=policy.follow_redirects,
+        # A sitemap cut short on its last attempt is read as far as it came (engine.sitemaps).
+        keep_cut_body=bool(item.entry.sitemap) and item.entry.attempt >= policy.retry.retries,
     )
 
 

@@ -130,7 +130,8 @@ def test_sitemap_urls_go_through_scope_robots_and_dedup(site: TestSite, other_si
 
 
 HOSTILE = {
-    "/malformed.xml": (b"<urlset><url><loc>%(page)s</loc></url><url><loc>", "malformed"),
+    "/truncated.xml": (b"<urlset><url><loc>%(page)s</loc></url><url><loc>", "truncated"),
+    "/malformed.xml": (b"<urlset><url><loc>%(page)s</loc></url><url><loc>http://h/</lo></url></urlset>", "malformed"),
     "/xxe.xml": (b'<?xml version="1.0"?><!DOCTYPE u [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
                  b"<urlset><url><loc>&x;</loc></url><url><loc>%(page)s</loc></url></urlset>", None),
     "/laughs.xml": (b'<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;'

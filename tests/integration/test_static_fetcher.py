@@ -194,6 +194,15 @@ def test_body_shorter_than_its_content_length_is_incomplete(site: TestSite, fetc
     assert failed.value.reason == "incomplete_body"
 
 
+def test_a_cut_body_asked_to_be_kept_comes_back_truncated(site: TestSite, fetcher: StaticFetcher) -> None:
+    site.add_response("/short", Response(chunks=[b"only this"], headers={"Content-Length": "5000"}))
+    result = fetcher.fetch(FetchRequest(url=site.url("/short"), user_agent="vcrawl-test", keep_cut_body=True))
+    assert (result.status, result.body, result.truncated) == (200, b"only this", True)
+    site.add_page("/whole", b"all of it")  # a body that is whole is not truncated
+    whole = fetcher.fetch(FetchRequest(url=site.url("/whole"), user_agent="vcrawl-test", keep_cut_body=True))
+    assert (whole.body, whole.truncated) == (b"all of it", False)
+
+
 def test_request_goes_through_the_proxy(fetcher: StaticFetcher) -> None:
     # A forward proxy receives the absolute URL as the request target.
     with TestSite() as proxy:

@@ -86,6 +86,32 @@ def test_a_byte_order_mark_does_not_hide_the_first_line(mark: bytes) -> None:
     assert rules.text.startswith("User-agent")
 
 
+def test_sitemap_lines_after_a_byte_order_mark_are_read() -> None:
+    body = b"\xef\xbb\xbfSitemap: http://example.com/s.xml\nUser-agent: *\nDisallow: /x\n"
+    rules = RobotsRules.from_response(200, body)
+    assert rules.sitemaps(SITE + "/robots.txt") == ("http://example.com/s.xml",)
+    assert not rules.can_fetch(SITE + "/x", TOKEN)
+
+
+@pytest.mark.parametrize(
+    ("line", "url"),
+    [
+        ("Sitemap: http://example.com/s.xml", "http://example.com/s.xml"),
+        ("Sitemap: /sitemap.xml", "http://example.com:8080/sitemap.xml"),  # crawler-commons: new URL(base, value)
+        ("sitemap:sitemaps/a.xml.gz # the products", "http://example.com:8080/sitemaps/a.xml.gz"),
+        ("SITEMAP: HTTP://CDN.example.net/s.xml", "http://CDN.example.net/s.xml"),  # the host is the frontier's to fold
+        ("Sitemap: //cdn.example.net/s.xml", "http://cdn.example.net/s.xml"),
+        ("Site-map: https://example.com/s.xml", "https://example.com/s.xml"),  # a spelling the reference accepts
+        ("Sitemap: ftp://example.com/s.xml", None),
+        ("Sitemap: mailto:me@example.com", None),
+        ("Sitemap:", None),
+    ],
+)  # fmt: skip
+def test_sitemap_lines_are_made_absolute_against_the_robots_txt_url(line: str, url: str | None) -> None:
+    rules = _rules(f"User-agent: *\r{line}\rDisallow: /x\r")  # CR alone ends a line too
+    assert rules.sitemaps("http://example.com:8080/robots.txt") == ((url,) if url else ())
+
+
 def test_only_the_first_500_kib_are_parsed() -> None:
     head = b"User-agent: *\nDisallow: /early\n"
     filler = b"# " + b"x" * 97 + b"\n"

@@ -68,7 +68,9 @@ def test_the_protocols_limits_cut_with_a_reason() -> None:
          b"<urlset><url><loc>&x;</loc></url><url><loc>http://a.test/ok</loc></url></urlset>", None, ["http://a.test/ok"]),
         (b'<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">]>'
          b"<urlset><url><loc>http://a.test/&b;</loc></url></urlset>", None, ["http://a.test/"]),
-        (b"<urlset><url><loc>http://a.test/1</loc></url><url><loc>http://a.", "malformed", ["http://a.test/1"]),
+        (b"<urlset><url><loc>http://a.test/1</loc></url><url><loc>http://a.", "truncated", ["http://a.test/1"]),
+        (b"<urlset><url><loc>http://a.test/1</loc></url><url><loc>http://a.</lo></url></urlset>", "malformed",
+         ["http://a.test/1"]),
         (b"<html><body><a href='http://a.test/'>x</a></body></html>", "not_a_sitemap", []),
         (b"\x1f\x8b\x08\x00garbage", "bad_gzip", []),
         (gzip.compress(urlset("<url><loc>http://a.test/1</loc></url>"))[:-12], "bad_gzip", []),
