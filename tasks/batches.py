@@ -18,6 +18,7 @@ from engine import jobs
 from engine.analyze_batch import AnalysisRetry, analysis_task_id
 from engine.fetch_batch import BUNDLE_SEPARATOR, fetch_task_id, run_fetch_batch
 from engine.fetch_bundle import REFILL_AHEAD_S, AnalysisGatherer, run_fetch_bundle
+from engine.fetch_failed import give_back_failed_fetch
 from frontier import Batch, BatchRelease
 from tasks import deps
 from tasks.app import app
@@ -31,6 +32,7 @@ __all__ = [
     "dispatch_batch",
     "dispatch_batches",
     "fetch_batch",
+    "fetch_batch_failed",
     "fetch_bundle",
     "ring_node_queue",
     "send_analysis",
@@ -69,6 +71,20 @@ def fetch_batch(self: Task, job_id: str, batch: dict) -> dict:
     if ring_node_queue(arrived_on):
         deps.node_registry().count_pages(self.request.hostname, len(result.get("pages") or ()))
     return result
+
+
+@app.task(name="vcrawl.fetch_batch_failed", ignore_result=True)
+def fetch_batch_failed(request: Any, exc: BaseException, traceback: str) -> None:
+    """Errback: a fetch batch that failed for good hands its lease back now (``engine.fetch_failed``)."""
+    job_id, batch = [*(request.args or ()), None, None][:2]
+    try:
+        parsed = Batch.from_dict(batch) if isinstance(batch, dict) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(job_id, str) or parsed is None:  # refused before any lease was taken: nothing to give back
+        logger.error("fetch batch task %s failed for good with no batch to give back: %r", request.id, exc)
+        return
+    give_back_failed_fetch(deps.crawl_env(), job_id, parsed, f"{type(exc).__name__}: {exc}")
 
 
 _REFILL_MOST_BATCHES = 32  # batches one refill of a bundle leases at most, when it leases ahead
@@ -246,8 +262,9 @@ def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str |
     # which spares kombu a lookup of the exchange's bindings in Redis on every publish.
     # Its own task id names the job and the batch too: a lease whose message was lost is handed back
     # (``tasks.broker.lost_fetches``).
-    fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, producer=producer, queue=queue,
-                            priority=priority, task_id=fetch_task_id(job_id, batch.batch_id))  # fmt: skip
+    fetch_batch.apply_async((job_id, batch.to_dict()), link=then_analyze, link_error=[fetch_batch_failed.s()],
+                            producer=producer, queue=queue, priority=priority,
+                            task_id=fetch_task_id(job_id, batch.batch_id))  # fmt: skip
 
 
 def dispatch_batches(job_id: str, batches: list[Batch], producer: Any = None) -> None:

@@ -76,6 +76,7 @@ __all__ = [
     "PREFIX_FILTERED",
     "PREFIX_SITEMAP_PROBLEM",
     "PREFIX_STATUS",
+    "REASON_FETCH_TASK_FAILED",
     "REASON_LEASE_EXPIRED",
     "REASON_MAX_PAGES",
     "RUN_DONE",
@@ -291,6 +292,8 @@ REASON_MAX_PAGES = "max_pages"
 """The filter reason of a link over the job's page limit."""
 REASON_LEASE_EXPIRED = "lease_expired"
 """The failure reason of a URL whose leases ran out too often."""
+REASON_FETCH_TASK_FAILED = "fetch_task_failed"
+"""The failure reason of a URL whose fetch batch task failed for good too often (its ``link_error``)."""
 
 # Fields of a job's per-host totals hash (``redis_keys.job_host_stats``): the prefix, then the host.
 

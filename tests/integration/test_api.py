@@ -68,6 +68,25 @@ def test_every_api_call_needs_the_token(api_url: str) -> None:
     assert document["openapi"].startswith("3.1") and "/api/jobs/{job}/pause" in document["paths"]
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/api/jobs", {"GET", "POST"}),
+        ("PUT", "/api/jobs/some-job", {"GET"}),
+        ("GET", "/api/jobs/some-job/pause", {"POST"}),
+    ],
+)
+def test_a_method_a_path_does_not_take_gets_405_with_the_allow_header(
+    api_url: str, method: str, path: str, allowed: set[str]
+) -> None:
+    request = urllib.request.Request(api_url + path, method=method, headers={"Authorization": f"Bearer {TOKEN}"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 405  # RFC 9110 §15.5.6: a 405 MUST carry Allow, the methods the path takes
+    assert {name.strip() for name in refused.value.headers["Allow"].split(",")} == allowed
+    assert method in json.loads(refused.value.read())["error"]
+
+
 def test_a_job_is_started_watched_and_its_statistics_kept(api_url: str, site: TestSite) -> None:
     site.add_page("/", page("/a", "/b", "/missing"))
     site.add_page("/a", page())

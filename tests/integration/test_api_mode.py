@@ -15,6 +15,7 @@ from warcio.archiveiterator import ArchiveIterator
 import tasks
 from storage.records import read_records
 from tests.integration.conftest import TEST_API_SECRET, run_job, wait_for_end
+from tests.proxy import ForwardProxy
 from tests.site import NOT_PAGES, Response, TestSite
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -76,6 +77,24 @@ def test_cursor_paged_api_yields_every_record_once_through_a_429(site: TestSite)
     assert second.at - first.at >= 0.9  # Retry-After was honoured
     assert all(seen.headers.get("Accept", "").startswith("application/json") for seen in site.seen
                if seen.path not in NOT_PAGES)  # fmt: skip
+
+
+def test_api_pages_go_through_the_jobs_proxy(site: TestSite) -> None:
+    seed = cursor_api(site, pages=3, throttled=None)
+    with ForwardProxy() as proxy:
+        job = {"seeds": [seed], "politeness": FAST, "max_depth": 0, "rules": [CURSOR_RULE], "proxies": [proxy.url]}
+        status = run_job(job)
+
+    assert status["state"] == "completed", status
+    assert sorted(record["data"]["id"] for record in records_of(status["job"])) == list(range(21))
+    api_paths = set(api_requests(site))
+    assert len(api_paths) == 3
+    proxied = [seen for seen in proxy.seen if seen.forwarded]
+    assert {site.url(path) for path in api_paths} <= {seen.target for seen in proxied}  # every API page, proxied
+    assert all(seen.method == "GET" for seen in proxied)
+    # Nothing reached the API but through the proxy: as many API requests at the site as the proxy forwarded.
+    api_urls = {site.url(path) for path in api_paths}
+    assert sum(seen.path in api_paths for seen in site.seen) == sum(seen.target in api_urls for seen in proxied)
 
 
 def test_a_cursor_that_comes_back_ends_at_dedup(site: TestSite) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -173,3 +174,36 @@ def test_beat_fires_cycles_only_changes_are_analysed_and_one_beat_fires(cluster:
     wait_until(lambda: firings(frontier, "news") > now + 1, LOCK_TIMEOUT_S + 4 * EVERY_S + 5, "beat-2 fires")
     assert "Sending due task" in (cluster["tmp"] / "beat-2.log").read_text()
     assert second.poll() is None
+
+
+CRON_FIRES_IN_S = 8.0  # after beat's start: time for it to load the schedule into Redis before the boundary
+
+
+@pytest.mark.parametrize("clock", ["shifted", "real"])
+def test_a_cron_schedule_fires_a_cycle_through_beat_at_its_minute(cluster: dict[str, Any], clock: str) -> None:
+    """``cron: "* * * * *"`` fires at the next minute of beat's clock, sends vcrawl.start_cycle, and the
+    worker runs the cycle. "shifted": beat's clock is set ahead so that minute is 8 s away
+    (tests/shifted_clock_beat.py); "real": the shipped clock, waiting up to a minute (and a bit)."""
+    frontier, site = cluster["frontier"], cluster["site"]
+    schedules = cluster["tmp"] / "cron.yaml"
+    schedules.write_text(yaml.safe_dump({"schedules": [{"name": "minutely", "cron": "* * * * *", "job": job(site)}]}))
+    env = {**cluster["env"], "VCRAWL_SCHEDULES_FILE": str(schedules)}
+    now = datetime.now(UTC)
+    into_minute = now.second + now.microsecond / 1e6
+    shift_s = (60 - CRON_FIRES_IN_S - into_minute) % 60 if clock == "shifted" else 0.0
+    log = cluster["tmp"] / "cron-beat.log"
+    command = [sys.executable, "-m", "tests.shifted_clock_beat", f"{shift_s:.6f}", "-l", "INFO",
+               "--schedule", str(log) + ".db"]  # fmt: skip
+    with open(log, "ab") as out:
+        cluster["processes"].append(subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT))
+
+    fires_within_s = CRON_FIRES_IN_S + 15 if clock == "shifted" else 60 + CRON_FIRES_IN_S + 15
+    first = wait_until(lambda: completed_cycles(frontier, "minutely"), fires_within_s, "the cron cycle completes")[0]
+    assert (first["new"], first["analysed"]) == (3, 3), first
+    status = job_status(frontier, "minutely")
+    assert status is not None and status["cycle"] == 1  # one firing: the next minute is a minute away
+    started_on_beats_clock = float(first["started"]) + shift_s
+    assert started_on_beats_clock % 60 < 3.0, (first["started"], shift_s)  # right after beat's clock read :00
+    rows = json.loads(vcrawl(cluster, "schedule", "list", "--json"))
+    assert [(row["name"], row["when"], row["total_run_count"]) for row in rows] == [("minutely", "cron * * * * *", 1)]
+    assert "Sending due task minutely (vcrawl.start_cycle)" in log.read_text()

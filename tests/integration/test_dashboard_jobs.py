@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,8 +20,8 @@ from selenium.webdriver.remote.webdriver import WebDriver
 
 import tasks
 from tests.integration import test_dashboard as dashboard
-from tests.integration.conftest import api_server
-from tests.site import TestSite
+from tests.integration.conftest import api_server, wait_for_batches_released
+from tests.site import NOT_PAGES, TestSite
 from vcrawl.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("worker")
@@ -190,6 +191,43 @@ def test_a_running_jobs_live_settings_are_changed_from_the_page(
     finally:
         dashboard.ARTIFACTS.mkdir(exist_ok=True)
         browser.save_screenshot(str(dashboard.ARTIFACTS / "dashboard-live.png"))
+        tasks.cancel_job(job)
+
+
+def test_pause_and_resume_clicked_on_the_page_stop_the_fetches_then_finish_the_job(
+    dashboard_url: str, token: str, browser: WebDriver, site: TestSite
+) -> None:
+    pages = 30  # at 0.1 s a page: ~3 s of fetching, paused in the middle
+    leaf_site(site, pages)
+    job = tasks.start_job({"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0}})
+    fetched = lambda: [seen.path for seen in site.seen if seen.path not in NOT_PAGES]  # noqa: E731
+    try:
+        browser.get(f"{dashboard_url}/?token={token}")
+        until(browser, lambda d: text_of(d, "#job-id") == job, "the newest job is selected")
+        until(browser, lambda _: len(fetched()) >= 4, "a few pages fetched")
+
+        pause = browser.find_element(By.ID, "btn-pause")
+        until(browser, lambda d: pause.is_enabled(), "Pause enabled while running")
+        pause.click()
+        until(browser, lambda d: text_of(d, "#job-state") == "paused", "the page says paused")
+        assert tasks.job_status(job)["state"] == "paused"
+        wait_for_batches_released(job)  # the fetches in flight at the click end and are counted
+        at_pause = len(fetched())
+        assert at_pause < pages + 1, "paused before the end"
+        resume = browser.find_element(By.ID, "btn-resume")
+        assert resume.is_enabled() and not pause.is_enabled()
+        time.sleep(1.5)  # 15 pauses of the job's pace: nothing may be fetched meanwhile
+        assert len(fetched()) == at_pause, "fetched while paused"
+
+        resume.click()
+        until(
+            browser,
+            lambda d: text_of(d, "#job-state") == "completed" and tasks.job_status(job)["state"] == "completed",
+            "the page and the API say completed",
+        )
+        assert sorted(fetched()) == sorted(["/", *(f"/p{n}" for n in range(pages))])  # every page, once
+        assert tasks.job_status(job)["pages_stored"] == pages + 1
+    finally:
         tasks.cancel_job(job)
 
 

@@ -116,3 +116,48 @@ def test_a_slow_hosts_batch_starts_no_request_after_its_span_and_hands_the_rest_
     assert sum(per_release.values()) == len(paths) - 1, logged
     assert UNPACED_SPAN_S == 1.5
     assert max(per_release.values()) == 3, per_release  # started at 0, 0.6 and 1.2 s; the rest went back
+
+
+def _uniform_ks_statistic(samples: list[float]) -> float:
+    """Kolmogorov-Smirnov distance between ``samples`` (in [0, 1]) and the uniform distribution on [0, 1].
+
+    >>> _uniform_ks_statistic([0.125, 0.375, 0.625, 0.875])
+    0.125
+    """
+    ordered, n = sorted(min(1.0, max(0.0, x)) for x in samples), len(samples)
+    return max(max((i + 1) / n - x, x - i / n) for i, x in enumerate(ordered))
+
+
+def test_the_random_pause_spreads_a_hosts_gaps_over_interval_to_interval_times_one_plus_jitter(
+    tmp_path: Path,
+) -> None:
+    # docs/jobs.md: the pause is min_interval_s x (1 + jitter x U[0,1]), counted from the end of the
+    # previous request. 100 pages of one host at 0.1 s and jitter 1: gaps in [0.1, 0.2] s, ~15 s.
+    interval_s, jitter, pages = 0.1, 1.0, 100
+    site = TestSite(HOSTS[0]).__enter__()
+    try:
+        paths = serve_pages(site, pages)
+        site.add_page("/robots.txt", "User-agent: *\nDisallow: /private\n")
+        politeness = {"min_interval_s": interval_s, "jitter": jitter, "per_host": 1}
+        status, _ = _crawl(tmp_path, [site], politeness, 2, 60)
+    finally:
+        site.__exit__(None, None, None)
+    assert status["state"] == "completed" and status["pages_stored"] == len(paths), status
+    # The linked pages, admitted together once the seed was analysed (the seed's own analysis is no pause).
+    arrivals = sorted(seen.at for seen in site.seen if seen.path in paths[1:])
+    assert len(arrivals) == pages
+    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
+    low, high = interval_s, interval_s * (1 + jitter)
+    assert min(gaps) >= low * 0.99, sorted(gaps)[:5]
+    # Over the top only by the response's own time and the thread's wake-up (the pause runs from the end
+    # of the previous request): ~10 ms mostly, up to ~30 ms seen on a loaded 2-core machine.
+    assert sum(gap <= high + 0.01 for gap in gaps) >= 0.9 * len(gaps), sorted(gaps)[-15:]
+    assert max(gaps) <= high + 0.05, sorted(gaps)[-5:]
+    # Spread over the whole range, as a uniform draw: a fixed pause, or one stuck at either end, fails.
+    position = [(gap - low) / (high - low) for gap in gaps]
+    quartiles = Counter(min(3, int(4 * max(0.0, p))) for p in position)
+    assert all(len(gaps) * 0.1 <= quartiles[q] <= len(gaps) * 0.4 for q in range(4)), quartiles
+    # KS against U[0,1] at alpha = 0.001 (critical value 1.95 / sqrt(n)); the few ms each gap runs
+    # over its pause shift the sample by ~0.02 of the range, far inside it.
+    distance = _uniform_ks_statistic(position)
+    assert distance < 1.95 / len(gaps) ** 0.5, (distance, sorted(position))

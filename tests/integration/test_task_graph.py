@@ -18,6 +18,7 @@ from tests.integration.conftest import (
     TEST_REFERERS,
     TEST_USER_AGENTS,
     AlertSinks,
+    run_job,
     wait_for_end,
     wait_for_state,
 )
@@ -296,3 +297,26 @@ def test_crawl_message_from_another_producer_runs_the_graph(site: TestSite) -> N
     result = tasks.app.send_task("vcrawl.crawl", args=[{"url": url}])
     record = wait_for_end(result.id)
     assert record["state"] == "analyzed"
+
+
+def test_a_jobs_fetch_batch_that_fails_for_good_hands_its_urls_back_through_its_link_error(
+    site: TestSite, vcrawl_settings: Settings
+) -> None:
+    # Every page write fails (the job's pages folder is a file): the error escapes vcrawl.fetch_batch,
+    # which takes no Celery retries. Its link_error (vcrawl.fetch_batch_failed, run by the worker) gives
+    # the lease back with one more attempt counted, then fails the URL: the job completes at once,
+    # not after its lease runs out, and a batch that fails every time does not loop.
+    job_id = f"fetch-breaks-{os.getpid()}-{site.address[1]}"
+    pages = Path(vcrawl_settings.data) / "jobs" / job_id / "pages"
+    pages.parent.mkdir(parents=True)
+    pages.write_text("not a folder")
+    seed = site.add_page("/", "<html><body><a href='/a'>a</a></body></html>")
+
+    status = run_job({"id": job_id, "seeds": [seed], "politeness": {"min_interval_s": 0.0}}, timeout_s=30)
+
+    assert status["state"] == "completed", status
+    assert status["failed"] == {"fetch_task_failed": 1}, status["failed"]
+    attempts = vcrawl_settings.fetch_retries + 1
+    assert len(site.requests_to("/")) == attempts  # each attempt fetched, then failed to store
+    failures = tasks.job_failures(job_id)
+    assert [(f["url"], f["reason"]) for f in failures] == [(seed, "fetch_task_failed")], failures
