@@ -12,6 +12,7 @@ from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
 from vcrawl.proxy_sources import ProxySource, dump_proxy_sources
+from vcrawl.records_target import check_records_url
 from vcrawl.redis_target import celery_redis_url, check_frontier_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
 from vcrawl.setting_parsers import FIELD_PARSERS, TYPE_PARSERS, check_network, check_url
@@ -129,6 +130,11 @@ class Settings:
     records_part_bytes: int = 64 * 1024 * 1024
     records_flush_s: float = 60.0
     records_spool_dir: str | None = None
+    # A job's records upserted into PostgreSQL instead of JSON Lines parts (storage.postgres_records):
+    # postgresql://user[:password]@host:port/db. May hold a password, so never in a repr or a log.
+    records_url: str | None = field(default=None, repr=False)
+    records_connect_timeout_s: float = 5.0
+    records_statement_timeout_s: float = 30.0  # one batch's upsert, or one page of an export's read
     pump: bool = True
     # The host ring (docs/cluster.md): a worker joins when VCRAWL_RING is on or it has a weight
     # (virtual nodes on the ring; its share of the hosts is its weight over the total).
@@ -204,6 +210,7 @@ class Settings:
             except ValueError as exc:
                 raise ConfigError(f"VCRAWL_FRONTIER_URL: {exc}") from None  # no echo: it may hold a password
         check_redis_tls(self)
+        self._check_records_target()
         if self.redis_replica_wait_ms < 0:
             raise ConfigError(f"VCRAWL_REDIS_REPLICA_WAIT_MS must be 0 or more, got {self.redis_replica_wait_ms}")
         if not self.user_agents:
@@ -281,6 +288,17 @@ class Settings:
         for name, secret in self.api_auth.items():
             if (problem := header_value_problem(secret.strip())) is not None:
                 raise ConfigError(f"{AUTH_PREFIX}{name} {problem}")
+
+    def _check_records_target(self) -> None:
+        if self.records_url is not None:
+            try:
+                check_records_url(self.records_url)
+            except ValueError as exc:
+                raise ConfigError(f"VCRAWL_RECORDS_URL {exc}") from None  # the message hides the password
+        if not 1 <= self.records_connect_timeout_s <= 300 or not 1 <= self.records_statement_timeout_s <= 3600:
+            raise ConfigError(f"VCRAWL_RECORDS_CONNECT_TIMEOUT_S must be in [1, 300] and VCRAWL_RECORDS_STATEMENT_"
+                              f"TIMEOUT_S in [1, 3600], got {self.records_connect_timeout_s:g} and "
+                              f"{self.records_statement_timeout_s:g}")  # fmt: skip
 
     def _check_proxy_harvest(self) -> None:
         if self.proxy_check_url is not None:
