@@ -118,15 +118,33 @@ class PostgresRecords:
             key = (row["job"], row["url_id"])
             counts[key] = max(counts.get(key, 0), row["record_index"] + 1)
         trims = [{"job": job, "url_id": uid, "count": count} for (job, uid), count in counts.items()]
+        statements = ((sql.SQL(_TRIM).format(table=self._table), json.dumps(trims)),
+                      (sql.SQL(_UPSERT).format(table=self._table), json.dumps(rows, default=str)))  # fmt: skip
         with self._lock:
+            reused = self._connection is not None
             connection = self._connect()
             try:
-                with connection.pipeline(), connection.transaction():
-                    connection.execute(sql.SQL(_TRIM).format(table=self._table), [json.dumps(trims)])
-                    connection.execute(sql.SQL(_UPSERT).format(table=self._table), [json.dumps(rows, default=str)])
+                self._run_in_one_transaction(connection, statements)
+            except psycopg.OperationalError as exc:
+                if not (reused and connection.broken):
+                    raise self._failed("writing records", exc) from None
+                # A connection kept from before a server restart: one more try on a new one
+                # (the upsert is idempotent, so a commit whose answer was lost does no harm).
+                self._connection = None
+                try:
+                    self._run_in_one_transaction(self._connect(), statements)
+                except psycopg.Error as again:
+                    raise self._failed("writing records", again) from None
             except psycopg.Error as exc:
                 raise self._failed("writing records", exc) from None
         return len(rows)
+
+    @staticmethod
+    def _run_in_one_transaction(connection: psycopg.Connection[Any], statements: Sequence[tuple[Any, str]]) -> None:
+        """Run ``statements`` (each with its one JSON argument) in one transaction, sent in one round trip."""
+        with connection.pipeline(), connection.transaction():
+            for statement, argument in statements:
+                connection.execute(statement, [argument])
 
     def read(self, job_id: str) -> Iterator[dict[str, Any]]:
         """Every record of ``job_id``, in the shape the analysis wrote it (with its ``index`` and
