@@ -19,9 +19,12 @@ bytecode: $(STAMP)
 	@$(PY) -m compileall -q -j 0 $(PACKAGES) celeryconfig.py >/dev/null
 
 # Debian's python3 has no venv module without python3-venv; redis-server is a system package.
+# PostgreSQL: the records tests start a private server (tests/postgres.py); Debian keeps initdb
+# off PATH, in /usr/lib/postgresql/<version>/bin.
 system-packages:
 	@need=""; \
 	command -v redis-server >/dev/null || need="$$need redis-server"; \
+	compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || need="$$need postgresql"; \
 	test -x $(PY) || $(PYTHON) -c "import ensurepip, venv" 2>/dev/null || need="$$need python3-venv"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing$$need (apt)"; \

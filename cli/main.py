@@ -25,7 +25,7 @@ from cli.proxies import add_proxies_command
 from cli.run import add_network_option, add_run_options, allowing, run_job_locally
 from cli.stats import add_stats_command
 from vcrawl import names
-from vcrawl.errors import ConfigError, InvalidTask
+from vcrawl.errors import ConfigError, InvalidTask, RecordsUnavailable
 from vcrawl.jobs import JobSpec, load_job_file
 from vcrawl.settings import Settings, child_environment
 
@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except InvalidTask as exc:
         print(f"vcrawl: invalid job: {exc}", file=sys.stderr)
         return 2
+    except RecordsUnavailable as exc:  # its message names the database without the password
+        print(f"vcrawl: {exc}", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -110,6 +110,7 @@ class _PageResult:
     analysed: bool = True
     links: tuple[Link, ...] = ()
     error: str = ""
+    records: tuple[dict[str, Any], ...] = ()  # written with the rest of its batch's (_write_records)
 
 
 def run_analyze_batch(
@@ -223,6 +224,7 @@ def _analyse_pages(
     counters: Counter[str] = Counter(state.counters)
     page_links, not_analysed = dict(state.page_links), list(state.not_analysed)
     failing: dict[str, tuple[FetchedPage, str]] = {}
+    records: list[dict[str, Any]] = []
     for page in batch.pages:
         if page.url in state.page_links:
             continue
@@ -231,9 +233,12 @@ def _analyse_pages(
         if not result.finished:
             failing[page.url] = (page, result.error)
             continue
+        records.extend(result.records)
         page_links[page.url] = result.links
         if not result.analysed:
             not_analysed.append(page.url)
+    # Before the retry or the admission: the batch's records are stored when its task returns.
+    _write_records(env, runtime, records)
     if failing:
         delay_s = retry.delay_for(state.attempt) if retry is not None else None
         if delay_s is not None:
@@ -279,22 +284,20 @@ def _analyze_page(env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counter
         return _PageResult(finished=False, error=f"{type(exc).__name__}: {exc}")
     counters[names.COUNTER_ANALYSED] += 1
     links = _count_links(analysis, page, runtime, counters)
-    if analysis.result is not None:
-        assert env.records is not None, "a crawl environment that runs analyzers has record writers"
-        env.records(runtime.job_id).append(
-            {
-                "url": page.url,
-                "url_id": url_id(page.url),
-                "final_url": page.final_url,
-                "fetched_at": page.fetched_at,
-                "ip": page.ip,
-                "job": runtime.job_id,
-                "analyzer": rule.analyzer,
-                "data": analysis.result,
-            }
-        )
-        counters[names.COUNTER_RECORDS] += 1
-    return _PageResult(finished=True, links=links)
+    if analysis.result is None:
+        return _PageResult(finished=True, links=links)
+    record = {
+        "url": page.url,
+        "url_id": url_id(page.url),
+        "final_url": page.final_url,
+        "fetched_at": page.fetched_at,
+        "ip": page.ip,
+        "job": runtime.job_id,
+        "analyzer": rule.analyzer,
+        "data": analysis.result,
+    }
+    counters[names.COUNTER_RECORDS] += 1
+    return _PageResult(finished=True, links=links, records=(record,))
 
 
 def _analyze_api_page(
@@ -313,13 +316,21 @@ def _analyze_api_page(
         _alert_analysis(env, runtime, page, f"{type(exc).__name__}: {exc}", 1)
         return _PageResult(finished=True, analysed=False)
     counters[names.COUNTER_ANALYSED] += 1
-    if answer.records:
-        assert env.records is not None, "a crawl environment that runs analyzers has record writers"
-        writer = env.records(runtime.job_id)
-        for record in api_records(answer, page, runtime.job_id):
-            writer.append(record)
-        counters[names.COUNTER_RECORDS] += len(answer.records)
-    return _PageResult(finished=True, links=api_links(answer, page, runtime.limits.max_redirects))
+    counters[names.COUNTER_RECORDS] += len(answer.records)
+    return _PageResult(finished=True, links=api_links(answer, page, runtime.limits.max_redirects),
+                       records=tuple(api_records(answer, page, runtime.job_id)))  # fmt: skip
+
+
+def _write_records(env: CrawlEnv, runtime: JobRuntime, records: list[dict[str, Any]]) -> None:
+    """Hand the batch's records to the job's record sink in one call (one transaction in PostgreSQL).
+
+    Raises:
+        RetryableError, OSError: the sink failed; the task edge retries the batch, which writes them again.
+    """
+    if not records:
+        return
+    assert env.records is not None, "a crawl environment that runs analyzers has record sinks"
+    env.records(runtime.job_id).write(records)
 
 
 def _follow_links_only(

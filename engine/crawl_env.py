@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from engine.fetch_step import PageTypeFetchers, ProxyBench, RobotsRulesCache
 from engine.jobs import Runtimes
@@ -16,7 +17,20 @@ from storage.records import RecordWriter
 from storage.warc import WarcWriter
 from telemetry.alerts import Alert, Alerter
 
-__all__ = ["CrawlEnv", "Runtimes"]
+__all__ = ["CrawlEnv", "RecordSink", "Runtimes"]
+
+
+class RecordSink(Protocol):
+    """Where a job's records go: JSON Lines parts (``storage.records.RecordWriter``) or a PostgreSQL
+    table (``storage.postgres_records.PostgresRecords``)."""
+
+    def write(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Store an analysis batch's records, all of them or (raising) none that counts; return how many.
+
+        Raises:
+            RetryableError, OSError: not stored now; the batch is retried.
+        """
+        ...
 
 
 @dataclass(frozen=True)
@@ -30,7 +44,7 @@ class CrawlEnv:
     alerter: Alerter
     alert_once: Callable[[str], bool]
     fetchers: PageTypeFetchers | None = None
-    records: Callable[[str], RecordWriter] | None = None  # job id -> this process's record writer
+    records: Callable[[str], RecordSink] | None = None  # job id -> where this process writes its records
     warc: Callable[[str], WarcWriter] | None = None  # job id -> this process's WARC writer
     history: History | None = None  # URL history of scheduled jobs
     robots_retry_s: float = 600.0

@@ -23,14 +23,14 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
 from storage.registry import Storage
 
-__all__ = ["RecordWriter", "export_records", "read_records", "recover_spools"]
+__all__ = ["RecordWriter", "export_records", "read_records", "recover_spools", "write_records"]
 
 _SPOOL_SUFFIX = ".jsonl"
 _PREFIX_END = "@"  # spool name: quote(prefix) @ part name (quote leaves no "@")
@@ -93,6 +93,12 @@ class RecordWriter:
             self._size += len(line)
             if self._size >= self._max_bytes or self._clock() - self._opened_at >= self._max_age_s:
                 self._ship()
+
+    def write(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Add an analysis batch's records (each in the spool before this returns); return how many."""
+        for record in records:
+            self.append(record)
+        return len(records)
 
     @property
     def pending(self) -> bool:
@@ -242,13 +248,23 @@ def export_records(store: Storage, prefix: str, out: io.TextIOBase, fmt: str) ->
     Raises:
         ValueError: an unknown format.
     """
+    return write_records(_once_each(read_records(store, prefix)), out, fmt)
+
+
+def write_records(records: Iterable[Mapping[str, Any]], out: io.TextIOBase, fmt: str) -> int:
+    """Write ``records`` to ``out`` as ``jsonl`` (streamed) or ``csv`` (see ``export_records``); return how many.
+
+    Raises:
+        ValueError: an unknown format.
+    """
     if fmt not in ("jsonl", "csv"):
         raise ValueError(f"format must be jsonl or csv, got {fmt!r}")
-    records = list(_once_each(read_records(store, prefix)))
     if fmt == "jsonl":
+        count = 0
         for record in records:
             out.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
-        return len(records)
+            count += 1
+        return count
     rows = [_flat(record) for record in records]
     columns = list(_BASE_COLUMNS)
     for row in rows:

@@ -350,9 +350,15 @@ def schedule_store() -> ScheduleStore:
 
 
 def export_records(job_id: str, out: TextIO, fmt: str, data: str | None = None) -> int:
-    """Write a job's records to ``out`` as ``jsonl`` or ``csv`` (from data root ``data``, default the configured one).
+    """Write a job's records to ``out`` as ``jsonl`` or ``csv``: from the records database when
+    ``VCRAWL_RECORDS_URL`` is set, else from the part files under data root ``data`` (default the configured one).
 
     Returns how many records were written.
+
+    Raises:
+        RecordsUnavailable: the records database is out of reach.
     """
     current = deps.settings() if data is None else replace(deps.settings(), data=data)
+    if current.records_url is not None:
+        return _records.write_records(deps.records_database().read(job_id), out, fmt)
     return _records.export_records(Storage.from_settings(current), job_records_location(job_id), out, fmt)

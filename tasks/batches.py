@@ -22,7 +22,7 @@ from engine.fetch_failed import give_back_failed_fetch
 from frontier import Batch, BatchRelease
 from tasks import deps
 from tasks.app import app
-from vcrawl.errors import ConfigError, InvalidTask, PermanentError
+from vcrawl.errors import ConfigError, InvalidTask, PermanentError, RecordsUnavailable
 
 __all__ = [
     "analysis_batch_failed",
@@ -163,7 +163,7 @@ def analyze_batch(self: Task, fetched: dict, carried: dict | None = None) -> dic
     except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry
         # Its own budget: the retries a failing analyzer took (``carried``) do not count here.
         analyzer_retries = int((carried or {}).get("attempt", 1)) - 1
-        delay_s = deps.batch_analysis_retry().delay_for(self.request.retries - analyzer_retries + 1)
+        delay_s = _edge_retry_delay(exc, self.request.retries - analyzer_retries + 1)
         if delay_s is None:
             raise
         logger.warning("analysis of batch %s failed, retrying in %.1fs: %r", fetched.get("batch"), delay_s, exc)
@@ -188,7 +188,7 @@ def analyze_batches(self: Task, gathered: list[dict]) -> dict:
     except PermanentError:
         raise
     except Exception as exc:  # the task edge: Redis or storage trouble is worth a retry
-        delay_s = deps.batch_analysis_retry().delay_for(self.request.retries + 1)
+        delay_s = _edge_retry_delay(exc, self.request.retries + 1)
         if delay_s is None:
             raise
         logger.warning("analysis of %d gathered batches failed, retrying in %.1fs: %r", len(gathered), delay_s, exc)
@@ -199,6 +199,19 @@ def analyze_batches(self: Task, gathered: list[dict]) -> dict:
                                   retries=retry.carried.attempt - 1, link_error=[analysis_batch_failed.s()],
                                   priority=PACED_PRIORITY)  # fmt: skip
     return outcome.summary
+
+
+def _edge_retry_delay(exc: BaseException, attempt: int) -> float | None:
+    """How long an analysis task waits before its ``attempt``-th retry after ``exc``; None: give up.
+
+    A records database out of reach is waited for however long it takes, at the longest backoff:
+    giving up would finish the batch's pages without their records.
+    """
+    policy = deps.batch_analysis_retry()
+    delay_s = policy.delay_for(attempt)
+    if delay_s is None and isinstance(exc, RecordsUnavailable):
+        return policy.backoff_max_s
+    return delay_s
 
 
 def retry_not_sent(exc: BaseException, what: str) -> bool:

@@ -18,3 +18,6 @@ TEST_ALLOWED_NETWORKS = ("127.0.0.0/8", "::1/128")
 LOOPBACK_POLICY = NetworkPolicy(allowed=parse_networks(TEST_ALLOWED_NETWORKS))
 # Read by Settings.from_env() in this process and inherited by every subprocess (workers, the CLI).
 os.environ["VCRAWL_ALLOWED_NETWORKS"] = ",".join(TEST_ALLOWED_NETWORKS)
+
+# Fixtures every test directory may use: registered here, defined beside the harness they start.
+from tests.postgres import postgres_server, records_database  # noqa: E402, F401

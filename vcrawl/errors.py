@@ -16,7 +16,8 @@
     ├── ProgramFailed      an external analyzer program failed on a page (retried as any analyzer)
     └── RetryableError     transient
         ├── FetchFailed        timeout, connection error, 429, 5xx
-        └── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
+        ├── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
+        └── RecordsUnavailable the records database is out of reach (retried until it is back)
 
 Every constructor passes its arguments to ``super().__init__`` unchanged so
 ``exc.args`` rebuilds the exception (Celery serializes exceptions as JSON).
@@ -38,6 +39,7 @@ __all__ = [
     "NotJson",
     "PermanentError",
     "ProgramFailed",
+    "RecordsUnavailable",
     "RetryableError",
     "RobotsDisallowed",
     "StorageFailed",
@@ -238,6 +240,20 @@ class StorageFailed(RetryableError):
 
     def __str__(self) -> str:
         return f"storage at {self.location!r} failed: {self.problem}"
+
+
+class RecordsUnavailable(RetryableError):
+    """The records database (``VCRAWL_RECORDS_URL``) could not take or give records now: down,
+    restarting, too slow. ``target`` is its URL without the password."""
+
+    reason = "records_unavailable"
+
+    def __init__(self, target: str, problem: str) -> None:
+        super().__init__(target, problem)
+        self.target, self.problem = target, problem
+
+    def __str__(self) -> str:
+        return f"records database {self.target} unavailable: {self.problem}"
 
 
 class AnalysisFailed(VcrawlError):

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import urlsplit
 
 from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
-from vcrawl.proxy_sources import ProxySource, dump_proxy_sources, load_proxy_sources
+from vcrawl.proxy_sources import ProxySource, dump_proxy_sources
+from vcrawl.records_target import check_records_url
 from vcrawl.redis_target import celery_redis_url, check_frontier_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
+from vcrawl.setting_parsers import FIELD_PARSERS, TYPE_PARSERS, check_network, check_url
 
 __all__ = [
     "DEFAULT_REFERERS",
@@ -130,6 +130,11 @@ class Settings:
     records_part_bytes: int = 64 * 1024 * 1024
     records_flush_s: float = 60.0
     records_spool_dir: str | None = None
+    # A job's records upserted into PostgreSQL instead of JSON Lines parts (storage.postgres_records):
+    # postgresql://user[:password]@host:port/db. May hold a password, so never in a repr or a log.
+    records_url: str | None = field(default=None, repr=False)
+    records_connect_timeout_s: float = 5.0
+    records_statement_timeout_s: float = 30.0  # one batch's upsert, or one page of an export's read
     pump: bool = True
     # The host ring (docs/cluster.md): a worker joins when VCRAWL_RING is on or it has a weight
     # (virtual nodes on the ring; its share of the hosts is its weight over the total).
@@ -185,7 +190,7 @@ class Settings:
             if not secret.strip():
                 raise ConfigError(f"{AUTH_PREFIX}{name} is set but empty")
         for network in self.allowed_networks:
-            _check_network("VCRAWL_ALLOWED_NETWORKS", network)
+            check_network("VCRAWL_ALLOWED_NETWORKS", network)
         if is_sentinel(self.redis_url):
             try:
                 parse_sentinels(self.redis_url)
@@ -195,7 +200,7 @@ class Settings:
                 raise ConfigError("VCRAWL_REDIS_URL names Sentinels: set VCRAWL_REDIS_SENTINEL_MASTER to the "
                                   "primary's name (their `sentinel monitor <name> ...`)")  # fmt: skip
         else:
-            _check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
+            check_url("VCRAWL_REDIS_URL", self.redis_url, ("redis", "rediss", "unix"))
             if self.redis_sentinel_master:
                 raise ConfigError("VCRAWL_REDIS_SENTINEL_MASTER is set, but VCRAWL_REDIS_URL is not a "
                                   f"sentinel:// URL: {self.redis_url!r}")  # fmt: skip
@@ -205,12 +210,13 @@ class Settings:
             except ValueError as exc:
                 raise ConfigError(f"VCRAWL_FRONTIER_URL: {exc}") from None  # no echo: it may hold a password
         check_redis_tls(self)
+        self._check_records_target()
         if self.redis_replica_wait_ms < 0:
             raise ConfigError(f"VCRAWL_REDIS_REPLICA_WAIT_MS must be 0 or more, got {self.redis_replica_wait_ms}")
         if not self.user_agents:
             raise ConfigError("VCRAWL_USER_AGENTS must list at least one User-Agent")
         for proxy in self.proxies:
-            _check_url("VCRAWL_PROXIES", proxy, ("http", "https"))
+            check_url("VCRAWL_PROXIES", proxy, ("http", "https"))
         self._check_header_values()
         self._check_proxy_harvest()
         if self.proxy_cooloff_max_s < self.proxy_cooloff_s:
@@ -219,7 +225,7 @@ class Settings:
                 f"VCRAWL_PROXY_COOLOFF_S={self.proxy_cooloff_s:g}"
             )
         if self.alert_webhook_url is not None:
-            _check_url("VCRAWL_ALERT_WEBHOOK_URL", self.alert_webhook_url, ("http", "https"))
+            check_url("VCRAWL_ALERT_WEBHOOK_URL", self.alert_webhook_url, ("http", "https"))
         if self.alert_email_to and self.smtp_host is None:
             raise ConfigError("VCRAWL_ALERT_EMAIL_TO is set but VCRAWL_SMTP_HOST is not")
         if not 1 <= self.frontier_batch <= 1000:
@@ -283,9 +289,20 @@ class Settings:
             if (problem := header_value_problem(secret.strip())) is not None:
                 raise ConfigError(f"{AUTH_PREFIX}{name} {problem}")
 
+    def _check_records_target(self) -> None:
+        if self.records_url is not None:
+            try:
+                check_records_url(self.records_url)
+            except ValueError as exc:
+                raise ConfigError(f"VCRAWL_RECORDS_URL {exc}") from None  # the message hides the password
+        if not 1 <= self.records_connect_timeout_s <= 300 or not 1 <= self.records_statement_timeout_s <= 3600:
+            raise ConfigError(f"VCRAWL_RECORDS_CONNECT_TIMEOUT_S must be in [1, 300] and VCRAWL_RECORDS_STATEMENT_"
+                              f"TIMEOUT_S in [1, 3600], got {self.records_connect_timeout_s:g} and "
+                              f"{self.records_statement_timeout_s:g}")  # fmt: skip
+
     def _check_proxy_harvest(self) -> None:
         if self.proxy_check_url is not None:
-            _check_url("VCRAWL_PROXY_CHECK_URL", self.proxy_check_url, ("http", "https"))
+            check_url("VCRAWL_PROXY_CHECK_URL", self.proxy_check_url, ("http", "https"))
         if self.proxy_sources and self.proxy_check_url is None:
             raise ConfigError("VCRAWL_PROXY_SOURCES is set but VCRAWL_PROXY_CHECK_URL is not: every harvested "
                               "proxy is checked against it before it joins the pool")  # fmt: skip
@@ -313,7 +330,7 @@ class Settings:
             raw = env.get(name)
             if raw is None or raw.strip() == "":
                 continue
-            parse = _FIELD_PARSERS.get(spec.name) or _PARSERS[str(spec.type)]
+            parse = FIELD_PARSERS.get(spec.name) or TYPE_PARSERS[str(spec.type)]
             values[spec.name] = parse(name, raw.strip())
         secrets = {name.removeprefix(AUTH_PREFIX): raw for name, raw in env.items() if name.startswith(AUTH_PREFIX)}
         if secrets:
@@ -379,122 +396,3 @@ def child_environment(settings: Settings | None = None) -> dict[str, str]:
 def _variables(settings: Settings | type[Settings]) -> list[Field[Any]]:
     """The fields that have a ``VCRAWL_*`` variable of their own (all but ``given``; ``api_auth`` has many)."""
     return [spec for spec in fields(settings) if spec.name not in ("given", "api_auth")]
-
-
-def _check_url(name: str, value: str, schemes: tuple[str, ...]) -> None:
-    parts = urlsplit(value)
-    if parts.scheme not in schemes or not (parts.netloc or parts.path):
-        raise ConfigError(f"{name} must be a URL with scheme {'/'.join(schemes)}, got {value!r}")
-
-
-def _parse_str(name: str, raw: str) -> str:
-    return raw
-
-
-def _parse_int(name: str, raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-    if value < 0:
-        raise ConfigError(f"{name} must not be negative, got {raw!r}")
-    return value
-
-
-def _parse_float(name: str, raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"{name} must be a finite number >= 0, got {raw!r}")
-    return value
-
-
-def _parse_bool(name: str, raw: str) -> bool:
-    lowered = raw.lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name} must be true or false, got {raw!r}")
-
-
-def _parse_list(name: str, raw: str) -> tuple[str, ...]:
-    """A JSON array of strings, or one item per line (User-Agents contain commas)."""
-    return tuple(item.strip() for item in _list_items(name, raw))
-
-
-def _list_items(name: str, raw: str) -> list[str]:
-    """The non-blank items of a list variable as given (not stripped)."""
-    if raw.startswith("["):
-        try:
-            items = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{name} is not a valid JSON array: {exc}") from None
-        if not all(isinstance(item, str) for item in items):
-            raise ConfigError(f"{name} must be a JSON array of strings, got {raw!r}")
-    else:
-        items = raw.splitlines()
-    return [item for item in items if item.strip()]
-
-
-def _parse_header_list(name: str, raw: str) -> tuple[str, ...]:
-    """A list whose values are sent as HTTP header values: as ``_parse_list``, each item checked as given.
-
-    Line ends separate the items of the one-per-line form; a JSON item holding one is refused.
-    """
-    items = _list_items(name, raw)
-    for index, item in enumerate(items):
-        if (problem := header_value_problem(item)) is not None:
-            raise ConfigError(f"{name}[{index}] {problem}")  # no echo: a proxy URL may hold a password
-    return tuple(item.strip() for item in items)
-
-
-def _parse_networks(name: str, raw: str) -> tuple[str, ...]:
-    """CIDRs separated by commas (or whitespace), or a JSON array as ``to_env`` writes it.
-
-    >>> _parse_networks("VCRAWL_ALLOWED_NETWORKS", "127.0.0.0/8, ::1/128")
-    ('127.0.0.0/8', '::1/128')
-    """
-    items = _parse_list(name, raw) if raw.startswith("[") else tuple(raw.replace(",", " ").split())
-    for item in items:
-        _check_network(name, item)
-    return items
-
-
-def _check_network(name: str, value: str) -> None:
-    try:
-        ipaddress.ip_network(value, strict=False)
-    except ValueError:
-        raise ConfigError(f"{name} must list CIDR networks (like 10.0.0.0/8), got {value!r}") from None
-
-
-def _parse_proxy_sources(name: str, raw: str) -> tuple[ProxySource, ...]:
-    """A JSON array of proxy sources, or the path of a JSON/YAML file of them (vcrawl.proxy_sources)."""
-    try:
-        return load_proxy_sources(raw)
-    except InvalidTask as exc:
-        raise ConfigError(f"{name}: {exc}") from None
-
-
-# Fields whose variables read differently from other fields of their type.
-_FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "allowed_networks": _parse_networks,
-    "user_agents": _parse_header_list,
-    "referers": _parse_header_list,
-    "proxies": _parse_header_list,
-    "proxy_sources": _parse_proxy_sources,
-    "log_format": lambda name, raw: raw.lower(),
-    "log_stream_level": lambda name, raw: raw.upper(),
-}
-
-_PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "str": _parse_str,
-    "str | None": _parse_str,
-    "int": _parse_int,
-    "int | None": _parse_int,
-    "float": _parse_float,
-    "bool": _parse_bool,
-    "tuple[str, ...]": _parse_list,
-}

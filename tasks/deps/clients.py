@@ -51,6 +51,8 @@ def reset(new_settings: Settings | None = None) -> None:
             shipper.stop(timeout_s=0)  # its writers are forgotten with the rest
         if (holds := _made.get("origin_holds")) is not None:
             holds.stop(timeout_s=0)  # its subscription is on the client forgotten with the rest
+        if (records := _made.get("records_database")) is not None:
+            records.close()  # this process's connection only: a forked child leaves its parent's alone
         _made.clear()
         _settings = new_settings
 

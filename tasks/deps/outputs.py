@@ -13,12 +13,14 @@ from typing import Any
 
 import redis
 
+from engine.crawl_env import RecordSink
 from storage import job_fetch_log_location, job_records_location, job_warc_location
+from storage.postgres_records import PostgresRecords
 from storage.records import RecordWriter
 from storage.records import recover_spools as recover_record_spools
 from storage.warc import WarcWriter
 from storage.warc import recover_spools as recover_warc_spools
-from tasks.deps.clients import made, per_job, redis_client, settings, storage
+from tasks.deps.clients import made, once, per_job, redis_client, settings, storage
 from tasks.deps.keepers import output_shipper
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
@@ -30,6 +32,7 @@ __all__ = [
     "flush_records",
     "note_output",
     "records",
+    "records_database",
     "recover_spools",
     "spool_dir",
     "warc",
@@ -42,8 +45,11 @@ logger = logging.getLogger(__name__)
 FETCH_LOG_IDLE_S = 2.0
 
 
-def records(job_id: str) -> RecordWriter:
-    """Return this process's record writer for ``job_id`` (one part file at a time per job)."""
+def records(job_id: str) -> RecordSink:
+    """Where this process writes ``job_id``'s records: the PostgreSQL table of ``VCRAWL_RECORDS_URL``
+    (one connection per process, for every job), else a record writer (one part file at a time per job)."""
+    if settings().records_url is not None:
+        return records_database()
     return per_job(
         "records",
         job_id,
@@ -56,6 +62,11 @@ def records(job_id: str) -> RecordWriter:
             on_open=lambda _writer_id: note_output(job_id),
         ),
     )
+
+
+def records_database() -> PostgresRecords:
+    """This process's connection to the records database (``VCRAWL_RECORDS_URL``), made on first use."""
+    return once("records_database", lambda: PostgresRecords.from_settings(settings()))
 
 
 def fetch_log(job_id: str) -> RecordWriter:
