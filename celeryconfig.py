@@ -176,9 +176,8 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
 
 
 def _harvest_schedule(settings: Settings) -> dict[str, Any]:
-    """Beat's entry for the proxy harvest, when the operator set proxy sources."""
-    if not settings.proxy_sources:
-        return {}
+    """Beat's entry for the proxy harvest: always, since sources may be set live (a harvest without any
+    returns at once)."""
     return {PROXY_HARVEST_TASK: {"task": PROXY_HARVEST_TASK, "schedule": settings.proxy_harvest_every_s}}
 
 

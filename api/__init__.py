@@ -32,4 +32,7 @@ def real_api(token: str | None) -> JobApi:
         daily=tasks.job_daily,
         analyses=tasks.analysis_runs,
         logs=tasks.read_logs,
+        cluster_settings=tasks.cluster_settings,
+        set_setting=tasks.set_cluster_setting,
+        unset_setting=tasks.unset_cluster_setting,
     )

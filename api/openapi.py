@@ -49,6 +49,8 @@ def _op(
     return operation
 
 
+_SETTING = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "VCRAWL_READ_TIMEOUT_S or read_timeout_s"}
 _JOB_ID = {"name": "job", "in": "path", "required": True, "schema": {"type": "string"}}
 
 _HOST = {"name": "host", "in": "query", "required": False, "schema": {"type": "string"}}
@@ -133,6 +135,16 @@ def openapi_document() -> dict[str, Any]:
                     "The host ring's nodes: weight, alive, hosts owned (?hosts=1: which), pages/s, last heartbeat",
                     errors=("401",),
                 )
+            },
+            "/api/config": {
+                "get": _op("Every VCRAWL_* setting: value, source (default, environment, cluster), live or why not",
+                           errors=("401",))
+            },
+            "/api/config/{name}": {
+                "put": _op("Set a live setting for the whole cluster; every worker takes it up within seconds",
+                           params=[_SETTING], body='{"value": "<text as the VCRAWL_* variable takes it>"}'),
+                "delete": _op("Drop the cluster's value: each node's environment or default applies again",
+                              params=[_SETTING]),
             },
         },
     }

@@ -78,6 +78,10 @@ class JobApi:
     job_spec: Callable[[str], Any] = lambda job: None  # a JobSpec with its live changes, None if unknown
     # A job's status for the job list, which shows no output files (None: job_status).
     job_summary: Callable[[str], dict[str, Any] | None] | None = None
+    # The cluster's VCRAWL_* settings (vcrawl.live_settings): listed; set and unset live (None: not offered).
+    cluster_settings: Callable[[], list[dict[str, Any]]] = lambda: []
+    set_setting: Callable[[str, str], str] | None = None
+    unset_setting: Callable[[str], bool] | None = None
     clock: Callable[[], float] = time.time
     _routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = field(default_factory=list, repr=False)
 
@@ -97,6 +101,9 @@ class JobApi:
             ("GET", rf"/api/jobs/{_JOB}/logs", self._logs),
             ("GET", r"/api/queues", self._queues),
             ("GET", r"/api/nodes", self._nodes),
+            ("GET", r"/api/config", self._cluster_config),
+            ("PUT", r"/api/config/(?P<name>[A-Za-z][A-Za-z0-9_]{0,79})", self._set_setting),
+            ("DELETE", r"/api/config/(?P<name>[A-Za-z][A-Za-z0-9_]{0,79})", self._unset_setting),
         ]
         self._routes = [(method, re.compile(pattern + "$"), handler) for method, pattern, handler in route]
 
@@ -272,6 +279,22 @@ class JobApi:
     def _nodes(self, query: dict[str, list[str]], body: _Body) -> tuple[int, dict[str, str], bytes]:
         # ?hosts=1 lists the hosts each node owns (long on a big crawl); counts always
         return json_response(200, self.nodes(query.get("hosts", ["0"])[-1] in ("1", "true")))
+
+    def _cluster_config(self, query: dict[str, list[str]], body: _Body) -> tuple[int, dict[str, str], bytes]:
+        return json_response(200, {"settings": self.cluster_settings()})
+
+    def _set_setting(self, query: dict[str, list[str]], body: _Body, name: str) -> tuple[int, dict[str, str], bytes]:
+        if self.set_setting is None:
+            raise RequestRefused(404, "cluster settings are not offered here")
+        value = body.mapping().get("value")
+        if not isinstance(value, str):
+            raise InvalidTask("value", 'the body must be {"value": "<text as the VCRAWL_* variable takes it>"}')
+        return json_response(200, {"name": self.set_setting(name, value), "value": value})
+
+    def _unset_setting(self, query: dict[str, list[str]], body: _Body, name: str) -> tuple[int, dict[str, str], bytes]:
+        if self.unset_setting is None:
+            raise RequestRefused(404, "cluster settings are not offered here")
+        return json_response(200, {"name": name, "removed": self.unset_setting(name)})
 
     def _status(self, job: str) -> dict[str, Any]:
         status = self.job_status(job)

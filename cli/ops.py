@@ -41,8 +41,16 @@ def add_ops_commands(commands: Any) -> None:
     add_run_options(resume)
     resume.set_defaults(run=_cmd_resume)
 
-    config = commands.add_parser("config", help="change a running job's politeness, header pools or proxies")
-    config.add_argument("job")
+    config = commands.add_parser(
+        "config",
+        help="change a running job's politeness, header pools or proxies; or the cluster's settings, live",
+        description="vcrawl config JOB --interval 1 ...: a running job's own settings. vcrawl config set NAME "
+        "VALUE / unset NAME / list [--json]: the cluster's VCRAWL_* settings that may change without a restart "
+        "(every worker takes them up within seconds); the others are refused with the reason.",
+    )
+    config.add_argument("job", metavar="JOB|set|unset|list")
+    config.add_argument("setting", nargs="*", metavar="NAME [VALUE]", help="with set/unset: the setting (and value)")
+    config.add_argument("--json", action="store_true", help="with list: JSON")
     config.add_argument("--interval", type=float, metavar="S", help="politeness.min_interval_s")
     config.add_argument("--jitter", type=float, help="politeness.jitter")
     config.add_argument("--per-host", type=int, help="politeness.per_host: parallel fetches per host")
@@ -125,6 +133,10 @@ def _cmd_resume(args: argparse.Namespace) -> int:
 def _cmd_config(args: argparse.Namespace) -> int:
     import tasks
 
+    if args.job in _CLUSTER_ACTIONS:
+        return _cmd_cluster_config(args)
+    if args.setting:
+        raise InvalidTask("config", f"a job takes options (--interval ...), not {' '.join(args.setting)!r}")
     changes: dict[str, Any] = {}
     politeness = {key: value for key, value in (("min_interval_s", args.interval), ("jitter", args.jitter),
                                                 ("per_host", args.per_host)) if value is not None}  # fmt: skip
@@ -143,6 +155,44 @@ def _cmd_config(args: argparse.Namespace) -> int:
             "proxies": proxies}  # fmt: skip
     print(json.dumps({key: live[key] for key in changes}, sort_keys=True))
     return 0
+
+
+_CLUSTER_ACTIONS = {"set": 2, "unset": 1, "list": 0}  # words after them
+
+
+def _cmd_cluster_config(args: argparse.Namespace) -> int:
+    import tasks
+
+    action, words = args.job, args.setting
+    if len(words) != _CLUSTER_ACTIONS[action]:
+        usage = {"set": "set NAME VALUE", "unset": "unset NAME", "list": "list [--json]"}[action]
+        raise InvalidTask("config", f"usage: vcrawl config {usage}")
+    if action == "list":
+        rows = tasks.cluster_settings()
+        if args.json:
+            print(json.dumps(rows, sort_keys=True))
+            return 0
+        for row in rows:
+            live = "live" if row["live"] else "restart"
+            print(f"{row['name']}={json.dumps(row['value'])}  [{row['source']}, {live}]")
+        return 0
+    if action == "unset":
+        removed = tasks.unset_cluster_setting(words[0])
+        print(f"{words[0]}: {'cluster value dropped' if removed else 'had no cluster value'}")
+        return 0
+    try:
+        name = tasks.set_cluster_setting(words[0], words[1])
+    except InvalidTask as exc:  # not a job's error: say which setting and why
+        print(f"vcrawl: config set {words[0]}: {exc.problem}", file=sys.stderr)
+        return 2
+    print(f"{name} set for the cluster; every worker takes it up within {_poll_s():g} s")
+    return 0
+
+
+def _poll_s() -> float:
+    from cluster.live_settings import POLL_S
+
+    return POLL_S
 
 
 def _lines(path: Path, key: str) -> list[str]:

@@ -69,6 +69,7 @@ __all__ = [
     "check_job",
     "check_job_secrets",
     "check_settings",
+    "cluster_settings",
     "configure",
     "crawl",
     "export_records",
@@ -100,6 +101,7 @@ __all__ = [
     "resume_job",
     "ring_nodes",
     "schedule_store",
+    "set_cluster_setting",
     "set_log_level",
     "settings",
     "start_analysis",
@@ -107,6 +109,7 @@ __all__ = [
     "start_cycle",
     "start_job",
     "status",
+    "unset_cluster_setting",
 ]
 
 
@@ -292,6 +295,29 @@ def log_levels() -> dict[str, str]:
     """
     return {name: str(logging.getLevelName(level)) for name, level in _log_stream.stream_levels(
         deps.redis_client()).items()}  # fmt: skip
+
+
+def set_cluster_setting(name: str, value: str) -> str:
+    """Set a ``VCRAWL_*`` setting for the whole cluster, live; return its variable name.
+
+    Every worker takes it up within seconds (``cluster.live_settings``); settings that cannot change
+    without a restart are refused (``vcrawl.live_settings``).
+
+    Raises:
+        InvalidTask: not a live setting (``.problem`` says why), or a bad value (naming the variable).
+    """
+    return deps.live_settings().set(name, value)
+
+
+def unset_cluster_setting(name: str) -> bool:
+    """Drop the cluster's live value of ``name``: each node's environment or default applies again."""
+    return deps.live_settings().unset(name)
+
+
+def cluster_settings() -> list[dict[str, Any]]:
+    """Every setting with its value as this process sees it, its source (default, environment, cluster),
+    and whether it can be set live (and why not)."""
+    return deps.live_settings().listing()
 
 
 def queue_lengths() -> dict[str, int]:

@@ -78,12 +78,15 @@ def _consume_own_queue(sender: str, instance: Any, **_: Any) -> None:
 
 @worker_process_init.connect
 def _fresh_clients_after_fork(**_: Any) -> None:
-    # A pool child must not share the parent's sockets.
-    deps.reset(deps.settings())
+    # A pool child must not share the parent's sockets; it takes up the cluster's live settings itself.
+    deps.reset(deps.base_settings())
+    deps.live_settings_keeper().start()
 
 
 @worker_ready.connect
 def _start_pump(sender: Any = None, **_: Any) -> None:
+    # The cluster's live settings (vcrawl config set) first: the pump and the first tasks use them.
+    deps.live_settings_keeper().start()
     # Every worker pumps the frontier; the scripts keep concurrent pumps exact.
     if deps.settings().pump:
         deps.pump(dispatch_batches).start()

@@ -60,6 +60,8 @@ def install(target: logging.Logger, local_level: int, settings: Settings) -> Non
             poll_s=settings.log_levels_poll_s,
         )
         stream.addFilter(context)
+        # VCRAWL_LOG_STREAM_LEVEL may be set live (vcrawl config set): the stream's default follows.
+        deps.on_settings_change(lambda current: setattr(stream, "default_level", level_of(current.log_stream_level)))
     for handler in target.handlers:
         if type(handler) not in _CELERY_HANDLERS:  # only Celery's own: not the stream, not a test's capture
             continue

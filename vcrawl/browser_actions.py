@@ -1,6 +1,6 @@
 """Browser actions: what a dynamic page's rule has the browser do, as a user would, before the page is read.
 
-A rule lists its actions in order (docs/jobs.md, "Browser actions")::
+A rule lists its actions in order (docs/task-graph.md, "Browser actions")::
 
     "actions": [{"click": "#more", "until_gone": true, "max": 10}, {"scroll": "end", "times": 3},
                 {"type": "input[name=q]", "text": "shoes", "submit": true}, {"wait_for": "a.found"},

@@ -346,3 +346,13 @@ def log_levels() -> str:
 def job_log_stream(job_id: str) -> str:
     """Stream: the log stream's lines about one job (``vcrawl logs --job``), capped and expiring on their own."""
     return f"{PREFIX}:logs:job:{{{job_id}}}"
+
+
+def live_settings() -> str:
+    """Hash: settings field -> the value set live for the whole cluster (``vcrawl config set``)."""
+    return f"{PREFIX}:config:live"
+
+
+def live_settings_rev() -> str:
+    """Counter: bumped at each change of the live settings; workers read the hash again when it moves."""
+    return f"{PREFIX}:config:live:rev"

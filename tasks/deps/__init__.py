@@ -10,7 +10,8 @@ By floor, each module built only from those before it:
 - ``clients``: settings, the cache (``reset``), Redis, storage, the HTTP session and DNS cache, alerts.
 - ``pipeline``: the crawl pipeline's components: frontier, job runtimes, fetchers, robots.txt,
   URL history, identities, the proxy bench, the host gate, the status trail, the policies.
-- ``keepers``: the cluster's keepers in this process: the output ledger and shipper, the ring's membership.
+- ``keepers``: the cluster's keepers in this process: the output ledger and shipper, the ring's membership,
+  the live settings.
 - ``outputs``: jobs' record, WARC and fetch log writers, their spools, shipping them.
 - ``envs``: what the engine is handed: a single task's fetch context, the crawl environment, the pump.
 
@@ -22,17 +23,29 @@ from __future__ import annotations
 from tasks.deps.clients import (
     alert,
     alerter,
+    base_settings,
     dns_cache,
     first_in_window,
     frontier_client,
+    on_settings_change,
     redis_client,
     reset,
     session,
     settings,
     storage,
+    take_up_settings,
 )
 from tasks.deps.envs import crawl_env, job_completed, pump, single_context, single_env, start_batch_analyzers
-from tasks.deps.keepers import node_registry, output_ledger, output_shipper, ring_keeper, ring_queue, ring_view
+from tasks.deps.keepers import (
+    live_settings,
+    live_settings_keeper,
+    node_registry,
+    output_ledger,
+    output_shipper,
+    ring_keeper,
+    ring_queue,
+    ring_view,
+)
 from tasks.deps.outputs import (
     FETCH_LOG_IDLE_S,
     close_warc,
@@ -67,6 +80,7 @@ __all__ = [
     "alert",
     "alerter",
     "analysis_retry",
+    "base_settings",
     "batch_analysis_retry",
     "close_warc",
     "crawl_env",
@@ -82,8 +96,11 @@ __all__ = [
     "host_gate",
     "identities",
     "job_completed",
+    "live_settings",
+    "live_settings_keeper",
     "node_registry",
     "note_output",
+    "on_settings_change",
     "origin_holds",
     "output_ledger",
     "output_shipper",
@@ -107,6 +124,7 @@ __all__ = [
     "spool_dir",
     "start_batch_analyzers",
     "storage",
+    "take_up_settings",
     "trail",
     "warc",
 ]

@@ -22,11 +22,14 @@ from vcrawl import redis_keys
 from vcrawl.settings import Settings
 
 __all__ = [
+    "LIVE_DERIVED",
     "alert",
     "alerter",
+    "base_settings",
     "dns_cache",
     "first_in_window",
     "made",
+    "on_settings_change",
     "once",
     "per_job",
     "redis_client",
@@ -34,36 +37,69 @@ __all__ = [
     "session",
     "settings",
     "storage",
+    "take_up_settings",
 ]
 
 logger = logging.getLogger(__name__)
 
 _lock = threading.RLock()
-_settings: Settings | None = None
+_base: Settings | None = None  # from the environment (or given to reset): what live values go on top of
+_settings: Settings | None = None  # the base with the cluster's live values on top
 _made: dict[str, Any] = {}
+_on_change: list[Callable[[Settings], None]] = []
+# Built from settings that may be set live (vcrawl.live_settings): made again after a change. Each is
+# looked up per use (never kept by a long-lived object); job runtimes follow on their own (RuntimeCache).
+LIVE_DERIVED = ("single_context", "crawl_env", "alerter", "identities", "host_gate")
 
 
 def reset(new_settings: Settings | None = None) -> None:
     """Forget every client; the next use builds them again (from ``new_settings`` if given)."""
-    global _settings
+    global _base, _settings
     with _lock:
-        if (shipper := _made.get("output_shipper")) is not None:
-            shipper.stop(timeout_s=0)  # its writers are forgotten with the rest
-        if (holds := _made.get("origin_holds")) is not None:
-            holds.stop(timeout_s=0)  # its subscription is on the client forgotten with the rest
+        for name in ("output_shipper", "origin_holds", "live_settings_keeper"):
+            if (keeper := _made.get(name)) is not None:
+                keeper.stop(timeout_s=0)  # its writers, subscription or client go with the rest
         if (records := _made.get("records_database")) is not None:
             records.close()  # this process's connection only: a forked child leaves its parent's alone
         _made.clear()
-        _settings = new_settings
+        _base = _settings = new_settings
 
 
 def settings() -> Settings:
-    """Return this process's settings (read from the environment on first use)."""
-    global _settings
+    """Return this process's settings: its environment's, with the cluster's live values on top."""
+    global _base, _settings
     with _lock:
         if _settings is None:
-            _settings = Settings.from_env()
+            _base = _settings = Settings.from_env()
         return _settings
+
+
+def base_settings() -> Settings:
+    """This process's settings before the cluster's live values (what ``reset`` was given, or the environment)."""
+    settings()
+    with _lock:
+        assert _base is not None, "settings() sets the base"
+        return _base
+
+
+def take_up_settings(new: Settings) -> None:
+    """Use ``new`` from now on (the cluster's live values changed): what was built from the old is built again."""
+    global _settings
+    with _lock:
+        if new == _settings:
+            return
+        _settings = new
+        for name in LIVE_DERIVED:
+            _made.pop(name, None)
+        hooks = list(_on_change)
+    for hook in hooks:
+        hook(new)
+
+
+def on_settings_change(hook: Callable[[Settings], None]) -> None:
+    """Call ``hook`` with the new settings after each live change (e.g. the log stream's level)."""
+    with _lock:
+        _on_change.append(hook)
 
 
 def once(name: str, build: Callable[[], Any]) -> Any:

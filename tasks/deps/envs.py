@@ -46,10 +46,11 @@ def single_context() -> FetchContext:
 
     def build() -> FetchContext:
         current = settings()
-        robots_txt = robots_limits(fetch_limits(cluster_limits(current)))
+        limits, policy = fetch_limits(cluster_limits(current)), NetworkPolicy.from_settings(current)
         services = FetchServices(
-            fetcher=fetchers().get("static"),
-            robots_fetcher=StaticFetcher(session(), robots_txt, policy=NetworkPolicy.from_settings(current)),
+            # Its own, not the registry's: built again from the cluster's live timeouts (clients.LIVE_DERIVED).
+            fetcher=StaticFetcher(session(), limits, policy=policy),
+            robots_fetcher=StaticFetcher(session(), robots_limits(limits), policy=policy),
             identities=identities(),
             robots=robots(),
             store=storage(),

@@ -8,6 +8,7 @@ from typing import Any
 
 from celeryconfig import DOWNLOAD_QUEUE
 from cluster.holdings import Holdings
+from cluster.live_settings import LiveSettingsKeeper, LiveSettingsStore
 from cluster.members import NodeRegistry, RingView
 from cluster.membership import NodeWatcher, RingKeeper, registration_for
 from cluster.outputs import OutputLedger, OutputShipper
@@ -15,11 +16,22 @@ from fetchers.netguard import connections_opened
 from frontier.scripts import ScriptLoader
 from storage.warc import WarcWriter
 from tasks.broker.queues import move_queue
-from tasks.deps.clients import alert, dns_cache, made, once, redis_client, settings
+from tasks.deps.clients import (
+    alert,
+    base_settings,
+    dns_cache,
+    made,
+    once,
+    redis_client,
+    settings,
+    take_up_settings,
+)
 from tasks.deps.pipeline import frontier, runtimes
 
 __all__ = [
     "OUTPUT_KINDS",
+    "live_settings",
+    "live_settings_keeper",
     "node_registry",
     "output_ledger",
     "output_shipper",
@@ -32,6 +44,16 @@ logger = logging.getLogger(__name__)
 
 OUTPUT_KINDS = ("warc", "records", "fetch_log")
 """The kinds of per-job writers a process holds (``tasks.deps.outputs``), by their name in the cache."""
+
+
+def live_settings() -> LiveSettingsStore:
+    """The cluster's live settings (``vcrawl config``), checked against this process's own."""
+    return LiveSettingsStore(redis_client(), base_settings())
+
+
+def live_settings_keeper() -> LiveSettingsKeeper:
+    """This process's thread taking up the cluster's live settings (not started)."""
+    return once("live_settings_keeper", lambda: LiveSettingsKeeper(redis_client, base_settings(), take_up_settings))
 
 
 def output_ledger() -> OutputLedger:

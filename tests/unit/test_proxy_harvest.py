@@ -10,6 +10,7 @@ import pytest
 from celeryconfig import PROXY_HARVEST_TASK, celery_settings
 from fetchers.base import FetchRequest, FetchResult
 from fetchers.proxy_check import CheckUnusable, ProxyCheck, check_proxy, own_addresses
+from fetchers.proxy_harvest import harvest_with_settings
 from fetchers.proxy_lists import read_source
 from vcrawl.errors import ConfigError, FetchFailed, InvalidTask
 from vcrawl.proxy_sources import ProxySource, load_proxy_sources
@@ -136,8 +137,10 @@ def test_a_sources_file_that_is_not_utf8_or_repeats_a_key_is_a_config_error(
     assert problem in str(raised.value)
 
 
-def test_beat_harvests_only_when_sources_are_set() -> None:
-    assert PROXY_HARVEST_TASK not in celery_settings(Settings())["beat_schedule"]
+def test_beat_always_schedules_the_harvest_which_does_nothing_without_sources() -> None:
+    # Sources may be set live (vcrawl config set VCRAWL_PROXY_SOURCES): the schedule must already be there.
+    assert celery_settings(Settings())["beat_schedule"][PROXY_HARVEST_TASK]["schedule"] == 900.0
+    assert harvest_with_settings(Settings(), None).to_dict()["status"] == "no_sources"
     settings = Settings(proxy_sources=(source(),), proxy_check_url="https://check.example/get",
                         proxy_harvest_every_s=600)  # fmt: skip
     conf = celery_settings(settings)
