@@ -276,14 +276,15 @@ def write_records(records: Iterable[Mapping[str, Any]], out: io.TextIOBase, fmt:
 
 
 def _once_each(records: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """Drop repeats of one analysis (same URL, fetch time and analyzer).
+    """Drop repeats of one analysis (same URL, fetch time, analyzer and, for an api page's many
+    records, index).
 
     An analysis redelivered after its worker died writes its records again (records are
     at-least-once on disk); the export shows each once.
     """
-    seen: set[tuple[Any, Any, Any]] = set()
+    seen: set[tuple[Any, Any, Any, Any]] = set()
     for record in records:
-        key = (record.get("url"), record.get("fetched_at"), record.get("analyzer"))
+        key = (record.get("url"), record.get("fetched_at"), record.get("analyzer"), record.get("index", 0))
         if None not in key:
             if key in seen:
                 continue

@@ -206,3 +206,16 @@ def test_export_shows_a_repeated_analysis_once(tmp_path: Path) -> None:
         writer.close()
     out = io.StringIO()
     assert export_records(store, "jobs/j/records", out, "jsonl") == 3
+
+
+def test_export_keeps_every_record_of_an_api_page_and_still_drops_a_repeat(tmp_path: Path) -> None:
+    store = Storage(str(tmp_path))
+    page = {"url": "http://127.0.0.1/api?page=1", "fetched_at": "2026-11-30T10:00:00Z", "analyzer": "api"}
+    for writer_id in ("killed", "redelivered"):  # one answer of three records, written twice
+        writer = RecordWriter(store, "jobs/j/records", writer_id=writer_id)
+        for index in range(3):
+            writer.append({**page, "index": index, "data": {"n": index}})
+        writer.close()
+    out = io.StringIO()
+    assert export_records(store, "jobs/j/records", out, "jsonl") == 3
+    assert [json.loads(line)["data"]["n"] for line in out.getvalue().splitlines()] == [0, 1, 2]
