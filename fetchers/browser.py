@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import urllib3.exceptions
 from selenium import webdriver
@@ -241,6 +242,9 @@ class BrowserFetcher:
             config = self._config
             ActionRunner(driver, request.url, lambda: _network_events(driver), config.actions_timeout_s,
                          config.idle_s, config.lazy_timeout_s, self._clock).run(request.actions)  # fmt: skip
+            if urlsplit(driver.current_url).hostname != urlsplit(request.url).hostname:
+                # A click or submit led off the page's host: what is there is not this URL's to store.
+                raise DownloadFailed(request.url, "action_left_host")
         html = driver.execute_script("return document.documentElement.outerHTML")
         body = html.encode("utf-8")
         if len(body) > self._config.max_body_bytes:

@@ -104,6 +104,15 @@ def test_a_submit_that_leads_to_an_error_page_fails_the_fetch(site: TestSite, br
     assert failed.value.reason == "action_http_404"
 
 
+def test_an_action_that_leads_off_the_pages_host_fails_for_good(site: TestSite, browser: BrowserFetcher) -> None:
+    with TestSite(host="127.0.0.2") as elsewhere:
+        target = elsewhere.add_page("/there", "<html><body>another host</body></html>")
+        url = site.add_page("/away", f'<html><body><a id="go" href="{target}">go</a></body></html>')
+        with pytest.raises(DownloadFailed) as failed:
+            browser.fetch(acting(url, [{"click": "#go"}]))
+    assert failed.value.reason == "action_left_host"
+
+
 def test_nothing_to_type_into_fails_for_good(site: TestSite, browser: BrowserFetcher) -> None:
     url = site.add_page("/list", LIST)
     with pytest.raises(DownloadFailed) as failed:
