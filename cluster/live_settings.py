@@ -9,12 +9,12 @@ the cluster's values on top: ``vcrawl.live_settings.apply_overrides``) and hands
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import redis
 
+from cluster.periodic import Periodic
 from vcrawl import redis_keys
 from vcrawl.live_settings import apply_overrides, describe, live_value, setting_field
 from vcrawl.redis_replies import text
@@ -79,25 +79,23 @@ class LiveSettingsKeeper:
         apply: Callable[[Settings], None],
         poll_s: float = POLL_S,
     ) -> None:
-        self._client, self._base, self._apply, self._poll_s = client, base, apply, poll_s
+        self._client, self._base, self._apply = client, base, apply
         self._rev: bytes | str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic("vcrawl-live-settings", poll_s, self.poll)
+        self._started = False
         self._skipped: dict[str, str] = {}
 
     def start(self) -> LiveSettingsKeeper:
         """Read the cluster's values now, then keep polling in a daemon thread."""
         self.poll()
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="vcrawl-live-settings", daemon=True)
-            self._thread.start()
+        if not self._started:
+            self._started = True
+            self._periodic.start()
         return self
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop polling."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._periodic.stop(timeout_s)
 
     def poll(self) -> bool:
         """Take up a change, if the revision moved; return True if the settings were built anew."""
@@ -124,7 +122,3 @@ class LiveSettingsKeeper:
             logger.info("live settings taken up: %s", ", ".join(f"VCRAWL_{f.upper()}" for f in sorted(raw)) or "none")
         self._rev = rev
         return True
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._poll_s):
-            self.poll()
