@@ -79,6 +79,9 @@ class JobApi:
     # A job's status for the job list, which shows no output files (None: job_status).
     job_summary: Callable[[str], dict[str, Any] | None] | None = None
     clock: Callable[[], float] = time.time
+    # The routes under /api/clusters (api.monitor.Monitor.answer): (method, path, query, headers, read_body) ->
+    # an answer; None: those paths are unknown here, as on a JobApi of one cluster of a monitor.
+    clusters: Callable[..., tuple[int, dict[str, str], bytes]] | None = None
     _routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -115,7 +118,9 @@ class JobApi:
             status, extra, payload = early
             # No keep-alive for a client that showed no token: it could hold connections for ever.
             return status, {**extra, "Connection": "close"}, payload
-        return self._route(method, path, query, named, read_body)
+        if self.clusters is not None and (path == "/api/clusters" or path.startswith("/api/clusters/")):
+            return self.clusters(method, path, query, named, read_body)
+        return self.route(method, path, query, named, read_body)
 
     def _unauthenticated(
         self, method: str, path: str, headers: Mapping[str, str]
@@ -139,7 +144,7 @@ class JobApi:
             return status, {**extra, "WWW-Authenticate": 'Bearer realm="vcrawl"'}, payload
         return None
 
-    def _route(
+    def route(
         self,
         method: str,
         path: str,
@@ -147,6 +152,7 @@ class JobApi:
         headers: Mapping[str, str],
         read_body: Callable[[], bytes],
     ) -> tuple[int, dict[str, str], bytes]:
+        """Answer a request that passed the cross-site and token checks (``handle``'s, or a monitor's)."""
         allowed = []
         for route_method, pattern, handler in self._routes:
             match = pattern.match(path)

@@ -16,7 +16,8 @@
     ├── ProgramFailed      an external analyzer program failed on a page (retried as any analyzer)
     └── RetryableError     transient
         ├── FetchFailed        timeout, connection error, 429, 5xx
-        └── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
+        ├── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
+        └── ClusterDown        a watched cluster's Redis does not answer (``vcrawl serve`` over several)
 
 Every constructor passes its arguments to ``super().__init__`` unchanged so
 ``exc.args`` rebuilds the exception (Celery serializes exceptions as JSON).
@@ -30,6 +31,7 @@ import re
 __all__ = [
     "AnalysisFailed",
     "AttemptsExhausted",
+    "ClusterDown",
     "ConfigError",
     "DownloadFailed",
     "FetchFailed",
@@ -238,6 +240,17 @@ class StorageFailed(RetryableError):
 
     def __str__(self) -> str:
         return f"storage at {self.location!r} failed: {self.problem}"
+
+
+class ClusterDown(RetryableError):
+    """A cluster ``vcrawl serve`` watches cannot be reached now; ``reason`` holds no password."""
+
+    def __init__(self, cluster: str, reason: str) -> None:
+        super().__init__(cluster, reason)
+        self.cluster, self.reason = cluster, reason
+
+    def __str__(self) -> str:
+        return f"cluster {self.cluster} is down: {self.reason}"
 
 
 class AnalysisFailed(VcrawlError):

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
+from vcrawl.monitor import parse_cluster_entries
 from vcrawl.proxy_sources import ProxySource, dump_proxy_sources, load_proxy_sources
 from vcrawl.redis_target import celery_redis_url, check_frontier_url, is_sentinel, parse_sentinels
 from vcrawl.redis_tls import check_redis_tls
@@ -148,6 +149,7 @@ class Settings:
     stats_retention_s: int = 3 * 86400
     stats_retention_days: int = 90  # per-day job and host statistics
     api_token: str | None = field(default=None, repr=False)
+    monitor_clusters: tuple[str, ...] = field(default=(), repr=False)  # NAME=URL: more clusters for `vcrawl serve`
     alert_window_s: float = 3600.0
     alert_host_failure_rate: float = 0.5
     alert_host_min_fetches: int = 20
@@ -387,10 +389,6 @@ def _check_url(name: str, value: str, schemes: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} must be a URL with scheme {'/'.join(schemes)}, got {value!r}")
 
 
-def _parse_str(name: str, raw: str) -> str:
-    return raw
-
-
 def _parse_int(name: str, raw: str) -> int:
     try:
         value = int(raw)
@@ -485,13 +483,14 @@ _FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {
     "referers": _parse_header_list,
     "proxies": _parse_header_list,
     "proxy_sources": _parse_proxy_sources,
+    "monitor_clusters": parse_cluster_entries,
     "log_format": lambda name, raw: raw.lower(),
     "log_stream_level": lambda name, raw: raw.upper(),
 }
 
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
-    "str": _parse_str,
-    "str | None": _parse_str,
+    "str": lambda name, raw: raw,
+    "str | None": lambda name, raw: raw,
     "int": _parse_int,
     "int | None": _parse_int,
     "float": _parse_float,

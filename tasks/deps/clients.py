@@ -2,28 +2,39 @@
 
 ``reset`` forgets everything made (a pool child calls it after fork, so no socket is shared
 between processes); ``once`` makes a component on first use, once per process, under one lock.
+
+The cache is the process's own cluster's, unless a thread entered another cluster's ``Scope`` (``scoped``):
+then ``settings()`` and every component (Redis clients, frontier, Celery app, ...) are that cluster's,
+made once for it, so one process (``vcrawl serve`` over several clusters) can reach each with the same code.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 import requests
+from celery import Celery
 
 from fetchers import DnsCache, make_session
 from storage import Storage
+from tasks.app import app as _own_app
 from tasks.redis_clients import make_frontier_client, make_redis_client
 from telemetry.alerts import Alert, Alerter
 from vcrawl import redis_keys
 from vcrawl.settings import Settings
 
 __all__ = [
+    "Scope",
     "alert",
     "alerter",
+    "celery_app",
     "dns_cache",
     "first_in_window",
     "made",
@@ -31,6 +42,7 @@ __all__ = [
     "per_job",
     "redis_client",
     "reset",
+    "scoped",
     "session",
     "settings",
     "storage",
@@ -38,52 +50,78 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_lock = threading.RLock()
-_settings: Settings | None = None
-_made: dict[str, Any] = {}
+
+@dataclass(eq=False)
+class Scope:
+    """One cluster's settings, its components made so far and its Celery app (None: the process's, ``tasks.app``)."""
+
+    settings: Settings | None = None
+    app: Celery | None = None
+    made: dict[str, Any] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+_process = Scope()
+_current: ContextVar[Scope] = ContextVar("vcrawl_deps_scope", default=_process)
+
+
+@contextmanager
+def scoped(scope: Scope) -> Iterator[Scope]:
+    """Within the block, this thread's components are ``scope``'s (another cluster's)."""
+    token = _current.set(scope)
+    try:
+        yield scope
+    finally:
+        _current.reset(token)
 
 
 def reset(new_settings: Settings | None = None) -> None:
-    """Forget every client; the next use builds them again (from ``new_settings`` if given)."""
-    global _settings
-    with _lock:
-        if (shipper := _made.get("output_shipper")) is not None:
+    """Forget every client of the current scope; the next use builds them again (from ``new_settings`` if given)."""
+    scope = _current.get()
+    with scope.lock:
+        if (shipper := scope.made.get("output_shipper")) is not None:
             shipper.stop(timeout_s=0)  # its writers are forgotten with the rest
-        if (holds := _made.get("origin_holds")) is not None:
+        if (holds := scope.made.get("origin_holds")) is not None:
             holds.stop(timeout_s=0)  # its subscription is on the client forgotten with the rest
-        _made.clear()
-        _settings = new_settings
+        scope.made.clear()
+        scope.settings = new_settings
 
 
 def settings() -> Settings:
-    """Return this process's settings (read from the environment on first use)."""
-    global _settings
-    with _lock:
-        if _settings is None:
-            _settings = Settings.from_env()
-        return _settings
+    """Return this process's settings (read from the environment on first use), or the scope's cluster's."""
+    scope = _current.get()
+    with scope.lock:
+        if scope.settings is None:
+            scope.settings = Settings.from_env()
+        return scope.settings
+
+
+def celery_app() -> Celery:
+    """The Celery app of the current scope's cluster: this process's (``tasks.app``), or the scope's own."""
+    return _current.get().app or _own_app
 
 
 def once(name: str, build: Callable[[], Any]) -> Any:
-    """The component ``name`` of this process, built by ``build`` on first use (until ``reset``)."""
-    made_now = _made.get(name)
+    """The component ``name`` of this process (or scope), built by ``build`` on first use (until ``reset``)."""
+    scope = _current.get()
+    made_now = scope.made.get(name)
     if made_now is None:
-        with _lock:
-            made_now = _made.get(name)
+        with scope.lock:
+            made_now = scope.made.get(name)
             if made_now is None:
-                made_now = _made[name] = build()
+                made_now = scope.made[name] = build()
     return made_now
 
 
 def made(name: str) -> Any:
     """The component ``name`` if this process made it already, else None (nothing is built)."""
-    return _made.get(name)
+    return _current.get().made.get(name)
 
 
 def per_job(kind: str, job_id: str, build: Callable[[Settings], Any]) -> Any:
     """This process's one ``kind`` writer for ``job_id``, made on first use."""
     writers: dict[str, Any] = once(kind, dict)
-    with _lock:
+    with _current.get().lock:
         if job_id not in writers:
             writers[job_id] = build(settings())
         return writers[job_id]
