@@ -1,5 +1,6 @@
 // The dashboard's script (dashboard.html): an ES module (strict), served as a file so the page's CSP
 // allows no inline script. The job forms are in dashboard-forms.js.
+import { installClusters } from "./dashboard-clusters.js";
 import { installForms } from "./dashboard-forms.js";
 
 (function () {
@@ -8,11 +9,9 @@ import { installForms } from "./dashboard-forms.js";
   const CHART_DAYS = 14;
   const QUEUES = ["download", "download.dynamic", "analysis"];
   const TOKEN_KEY = "vcrawl-token";
-  const CLUSTER_KEY = "vcrawl-cluster";
   const SVG = "http://www.w3.org/2000/svg";
 
   let token = null;
-  let cluster = sessionStorage.getItem(CLUSTER_KEY);  // the cluster shown; null: the server's default
   let selected = null;      // the job the user clicked; null: follow the newest
   let shown = null;         // the job the detail panels show
   let timer = null;
@@ -107,9 +106,13 @@ import { installForms } from "./dashboard-forms.js";
     return body;
   }
 
-  // Every call of the page goes to the cluster picked: /api/clusters/NAME/... (a server of one cluster: /api/...).
-  let scoped = false;
-  const base = () => (scoped && cluster ? "api/clusters/" + encodeURIComponent(cluster) + "/" : "api/");
+  // Every call of the page goes to the cluster picked (dashboard-clusters.js): /api/clusters/NAME/...
+  const clusters = installClusters({
+    api, el, num,
+    forget: () => { selected = null; shown = null; $("action-msg").textContent = ""; },
+    refresh: () => refresh(),
+  });
+  const base = clusters.base;
   const jobPath = (job, rest) => base() + "jobs/" + encodeURIComponent(job) + (rest || "");
 
   // ---- refresh loop ----
@@ -137,42 +140,16 @@ import { installForms } from "./dashboard-forms.js";
     if (token) timer = setTimeout(refresh, REFRESH_MS);
   }
 
-  // The clusters this server watches; picks the default when none (or one no longer listed) is picked.
-  async function loadClusters() {
-    let listing;
-    try {
-      listing = await api("api/clusters");
-    } catch (error) {
-      if (error.status !== 404) throw error;
-      scoped = false;  // an older server: one cluster, today's routes
-      return null;
-    }
-    const clusters = listing.clusters || [];
-    if (!clusters.some((row) => row.name === cluster)) setCluster(listing.default);
-    scoped = true;
-    renderClusters(clusters);
-    return clusters.find((row) => row.name === cluster) || null;
-  }
-
-  function setCluster(name) {
-    if (name === cluster) return;
-    cluster = name;
-    selected = null;
-    shown = null;
-    if (name) sessionStorage.setItem(CLUSTER_KEY, name); else sessionStorage.removeItem(CLUSTER_KEY);
-    $("action-msg").textContent = "";
-  }
-
   async function load() {
     const wanted = selected;
-    const picked = await loadClusters();
-    const where = cluster;
+    const picked = await clusters.load();
+    const where = clusters.name();
     $("jobs").setAttribute("data-cluster", where || "");
     $("jobs-caption").textContent = `(${picked ? `on cluster ${where}, ` : ""}newest first; click a row to select)`;
     if (picked && !picked.up) { renderDown(picked); return; }
     const [list, queues, nodes] = await Promise.all([api(base() + "jobs?limit=50"), api(base() + "queues"),
       api(base() + "nodes")]);
-    if (cluster !== where) return;  // the user picked another cluster meanwhile; `again` reloads
+    if (clusters.name() !== where) return;  // the user picked another cluster meanwhile; `again` reloads
     const jobs = list.jobs || [];
     let job = wanted;
     if (job === null || !jobs.some((row) => row.job === job)) job = jobs.length ? jobs[0].job : null;
@@ -188,7 +165,7 @@ import { installForms } from "./dashboard-forms.js";
       api(jobPath(job, "/daily?limit=1&days=" + CHART_DAYS)),
       api(jobPath(job, "/analyses?limit=10")),
     ]);
-    if (selected !== wanted || cluster !== where) return;  // the user picked another job meanwhile; `again` reloads
+    if (selected !== wanted || clusters.name() !== where) return;  // another job or cluster picked; `again` reloads
     shown = job;
     renderJob(status);
     renderChart(stats.minutes || []);
@@ -200,31 +177,6 @@ import { installForms } from "./dashboard-forms.js";
   }
 
   // ---- rendering ----
-
-  function renderClusters(clusters) {
-    const select = $("cluster-select");
-    $("cluster-picker").hidden = clusters.length < 2;
-    $("clusters-section").hidden = clusters.length < 2;
-    select.replaceChildren(...clusters.map((row) => el("option",
-      { value: row.name, "data-up": row.up ? "1" : "0" }, row.name + (row.up ? "" : " (down)"))));
-    select.value = cluster || "";
-    $("clusters").tBodies[0].replaceChildren(...clusters.map((row) => {
-      const states = (row.jobs && row.jobs.states) || {};
-      const queued = Object.values(row.queues || {}).reduce((a, b) => a + b, 0);
-      return el("tr",
-        { "data-cluster": row.name, "data-up": row.up ? "1" : "0", class: row.name === cluster ? "selected" : null,
-          title: "show this cluster's jobs" },
-        el("td", {}, row.name + (row.default ? " (default)" : "")),
-        el("td", { class: row.up ? "state state-completed" : "state state-cancelled" }, row.up ? "up" : "down"),
-        el("td", { class: "url", title: row.url }, row.url),
-        el("td", {}, row.up ? `${num(states.running || 0)} running, ${num(row.jobs.listed)} listed` : "–"),
-        el("td", { class: "num" }, row.up ? num(queued) : "–"),
-        el("td", { class: "num" }, row.up ? `${num(row.nodes.alive)}/${num(row.nodes.total)}` : "–"),
-        el("td", { class: "num" }, row.up ? Number(row.pages_per_s || 0).toFixed(1) : "–"),
-        el("td", { class: "cluster-error", title: row.error || "" }, row.error || ""),
-      );
-    }));
-  }
 
   // The picked cluster does not answer: say so, show none of its (stale) data; the others can be picked.
   function renderDown(row) {
@@ -499,19 +451,12 @@ import { installForms } from "./dashboard-forms.js";
 
   const forms = installForms({
     api, jobPath, base, AuthError, showLogin,
-    cluster: () => (scoped ? cluster : null),
+    cluster: clusters.current,
     token: () => token,
     select: (job) => { selected = job; refresh(); },
     refresh: () => refresh(),
   });
 
-  $("cluster-select").addEventListener("change", (event) => { setCluster(event.target.value); refresh(); });
-  $("clusters").addEventListener("click", (event) => {
-    const row = event.target.closest("tr[data-cluster]");
-    if (!row) return;
-    setCluster(row.getAttribute("data-cluster"));
-    refresh();
-  });
   $("jobs-body").addEventListener("click", (event) => {
     const row = event.target.closest("tr[data-job]");
     if (!row) return;

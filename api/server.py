@@ -45,6 +45,7 @@ _PAGES = {
     "/dashboard": ("dashboard.html", "text/html; charset=utf-8"),
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/dashboard-forms.js": ("dashboard-forms.js", "text/javascript; charset=utf-8"),
+    "/dashboard-clusters.js": ("dashboard-clusters.js", "text/javascript; charset=utf-8"),
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
