@@ -209,3 +209,16 @@ def test_a_cluster_that_fails_mid_call_or_answers_too_late_is_listed_down() -> N
     assert listing["ok"]["up"] and listing["slow"] == {"name": "slow", "url": "redis://slow/0", "default": False,
                                                        "up": False, "error": "no answer within 0.3 s"}  # fmt: skip
     assert listing["bad"]["error"] == "TimeoutError: Timeout reading from socket" and not listing["bad"]["up"]
+
+
+def test_the_api_description_has_every_route_under_each_cluster_too() -> None:
+    from api.openapi import openapi_document
+
+    paths = openapi_document()["paths"]
+    own = [path for path in paths if path.startswith("/api/") and not path.startswith("/api/clusters")]
+    for path in own:
+        scoped = paths["/api/clusters/{cluster}" + path.removeprefix("/api")]
+        for operation in scoped.values():
+            assert operation["parameters"][0]["name"] == "cluster" and "503" in operation["responses"]
+    assert "503" not in paths["/api/jobs"]["post"]["responses"]  # today's routes are described as they were
+    assert set(paths["/api/clusters"]) == {"get"} and set(paths["/api/clusters/{cluster}"]) == {"get"}
