@@ -69,13 +69,13 @@ class ClusterClient:
         """The cluster whose Redis (broker, frontier, job state) is ``url``; the rest of ``base`` applies.
 
         ``base``'s Redis password is not sent to it (the URL holds this cluster's), nor its frontier's own
-        Redis: the frontier is on ``url``'s server.
+        Redis: the frontier is on ``url``'s server. TLS is the URL's (``rediss://``), verified as ``base`` says.
 
         Raises:
             ConfigError: ``url`` is not a Redis URL vcrawl takes.
         """
         settings = replace(base, redis_url=url, redis_password="", redis_sentinel_master="", frontier_url=None,
-                           monitor_clusters=())  # fmt: skip
+                           redis_tls=False, redis_sentinel_tls=False, monitor_clusters=())  # fmt: skip
         app = Celery("vcrawl", set_as_current=False)
         app.conf.update(celery_settings(settings))
         return cls(name, settings, deps.Scope(settings=settings, app=app))
