@@ -74,11 +74,11 @@ export function installForms(ctx) {
     message.textContent = "starting…";
     button.disabled = true;
     try {
-      const answer = await send("api/jobs", "POST", text, "application/yaml");
+      const answer = await send(ctx.base() + "jobs", "POST", text, "application/yaml");
       const field = answer.body.field || "";
       let problem = answer.body.error || `HTTP ${answer.status}`;
       if (answer.ok) {
-        message.textContent = `job ${answer.body.id} started`;
+        message.textContent = `job ${answer.body.id} started` + (ctx.cluster() ? ` on cluster ${ctx.cluster()}` : "");
         form.setAttribute("data-started", answer.body.id);
         ctx.select(answer.body.id);
       } else if (answer.status === 422) {

@@ -1,5 +1,6 @@
 // The dashboard's script (dashboard.html): an ES module (strict), served as a file so the page's CSP
 // allows no inline script. The job forms are in dashboard-forms.js.
+import { installClusters } from "./dashboard-clusters.js";
 import { installForms } from "./dashboard-forms.js";
 
 (function () {
@@ -105,7 +106,14 @@ import { installForms } from "./dashboard-forms.js";
     return body;
   }
 
-  const jobPath = (job, rest) => "api/jobs/" + encodeURIComponent(job) + (rest || "");
+  // Every call of the page goes to the cluster picked (dashboard-clusters.js): /api/clusters/NAME/...
+  const clusters = installClusters({
+    api, el, num,
+    forget: () => { selected = null; shown = null; $("action-msg").textContent = ""; },
+    refresh: () => refresh(),
+  });
+  const base = clusters.base;
+  const jobPath = (job, rest) => base() + "jobs/" + encodeURIComponent(job) + (rest || "");
 
   // ---- refresh loop ----
 
@@ -134,7 +142,14 @@ import { installForms } from "./dashboard-forms.js";
 
   async function load() {
     const wanted = selected;
-    const [list, queues, nodes] = await Promise.all([api("api/jobs?limit=50"), api("api/queues"), api("api/nodes")]);
+    const picked = await clusters.load();
+    const where = clusters.name();
+    $("jobs").setAttribute("data-cluster", where || "");
+    $("jobs-caption").textContent = `(${picked ? `on cluster ${where}, ` : ""}newest first; click a row to select)`;
+    if (picked && !picked.up) { renderDown(picked); return; }
+    const [list, queues, nodes] = await Promise.all([api(base() + "jobs?limit=50"), api(base() + "queues"),
+      api(base() + "nodes")]);
+    if (clusters.name() !== where) return;  // the user picked another cluster meanwhile; `again` reloads
     const jobs = list.jobs || [];
     let job = wanted;
     if (job === null || !jobs.some((row) => row.job === job)) job = jobs.length ? jobs[0].job : null;
@@ -150,7 +165,7 @@ import { installForms } from "./dashboard-forms.js";
       api(jobPath(job, "/daily?limit=1&days=" + CHART_DAYS)),
       api(jobPath(job, "/analyses?limit=10")),
     ]);
-    if (selected !== wanted) return;  // the user picked another job meanwhile; `again` reloads
+    if (selected !== wanted || clusters.name() !== where) return;  // another job or cluster picked; `again` reloads
     shown = job;
     renderJob(status);
     renderChart(stats.minutes || []);
@@ -162,6 +177,15 @@ import { installForms } from "./dashboard-forms.js";
   }
 
   // ---- rendering ----
+
+  // The picked cluster does not answer: say so, show none of its (stale) data; the others can be picked.
+  function renderDown(row) {
+    $("jobs-body").replaceChildren(el("tr", {}, el("td", { colspan: 9, class: "empty cluster-down" },
+      `Cluster ${row.name} is down: ${row.error || "no answer"}. Its jobs show again when it answers.`)));
+    renderQueues({});
+    renderNodes({ nodes: [] });
+    renderNoJob();
+  }
 
   function renderJobs(jobs, current) {
     const body = $("jobs-body");
@@ -426,7 +450,8 @@ import { installForms } from "./dashboard-forms.js";
   // ---- wiring ----
 
   const forms = installForms({
-    api, jobPath, AuthError, showLogin,
+    api, jobPath, base, AuthError, showLogin,
+    cluster: clusters.current,
     token: () => token,
     select: (job) => { selected = job; refresh(); },
     refresh: () => refresh(),

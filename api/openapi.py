@@ -31,6 +31,7 @@ def _op(
                 "404": "no such job",
                 "408": "the request took longer than the server's request timeout (10 s)",
                 "409": "not in that state",
+                "503": "the cluster does not answer (its Redis is down): `error` says why, `cluster` which",
                 "413": "a body over the server's cap (1 MiB)",
                 "422": "invalid: `field` names the bad key, or the document breaks a limit (depth, size, numbers, "
                 "YAML aliases and merge keys)",
@@ -53,6 +54,8 @@ _SETTING = {"name": "name", "in": "path", "required": True, "schema": {"type": "
             "description": "VCRAWL_READ_TIMEOUT_S or read_timeout_s"}
 _JOB_ID = {"name": "job", "in": "path", "required": True, "schema": {"type": "string"}}
 
+_CLUSTER = {"name": "cluster", "in": "path", "required": True, "schema": {"type": "string"}}
+
 _HOST = {"name": "host", "in": "query", "required": False, "schema": {"type": "string"}}
 
 
@@ -65,7 +68,24 @@ def _text(name: str) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
-    """The API's description."""
+    """The API's description: the routes on the server's own cluster, and each under ``/api/clusters/{cluster}``."""
+    document = _own_cluster_document()
+    paths = document["paths"]
+    for path, operations in list(paths.items()):
+        scoped = {}
+        for method, operation in operations.items():
+            responses = {**operation["responses"], "503": _op("", errors=("503",))["responses"]["503"]}
+            params = [_CLUSTER, *operation.get("parameters", [])]
+            scoped[method] = {**operation, "summary": operation["summary"] + " (on the cluster named)",
+                              "parameters": params, "responses": responses}  # fmt: skip
+        paths["/api/clusters/{cluster}" + path.removeprefix("/api")] = scoped
+    listing = "The clusters this server watches: up or down (with the error), jobs by state, queues, nodes"
+    paths["/api/clusters"] = {"get": _op(listing, params=[_query("limit", 100)], errors=("401",))}
+    paths["/api/clusters/{cluster}"] = {"get": _op("One cluster's entry in the list", params=[_CLUSTER])}
+    return document
+
+
+def _own_cluster_document() -> dict[str, Any]:
     job = [_JOB_ID]
     return {
         "openapi": "3.1.0",

@@ -45,6 +45,7 @@ _PAGES = {
     "/dashboard": ("dashboard.html", "text/html; charset=utf-8"),
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/dashboard-forms.js": ("dashboard-forms.js", "text/javascript; charset=utf-8"),
+    "/dashboard-clusters.js": ("dashboard-clusters.js", "text/javascript; charset=utf-8"),
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
 }
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -83,6 +84,9 @@ class JobApi:
     set_setting: Callable[[str, str], str] | None = None
     unset_setting: Callable[[str], bool] | None = None
     clock: Callable[[], float] = time.time
+    # The routes under /api/clusters (api.monitor.Monitor.answer): (method, path, query, headers, read_body) ->
+    # an answer; None: those paths are unknown here, as on a JobApi of one cluster of a monitor.
+    clusters: Callable[..., tuple[int, dict[str, str], bytes]] | None = None
     _routes: list[tuple[str, re.Pattern[str], Callable[..., Any]]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -122,7 +126,9 @@ class JobApi:
             status, extra, payload = early
             # No keep-alive for a client that showed no token: it could hold connections for ever.
             return status, {**extra, "Connection": "close"}, payload
-        return self._route(method, path, query, named, read_body)
+        if self.clusters is not None and (path == "/api/clusters" or path.startswith("/api/clusters/")):
+            return self.clusters(method, path, query, named, read_body)
+        return self.route(method, path, query, named, read_body)
 
     def _unauthenticated(
         self, method: str, path: str, headers: Mapping[str, str]
@@ -146,7 +152,7 @@ class JobApi:
             return status, {**extra, "WWW-Authenticate": 'Bearer realm="vcrawl"'}, payload
         return None
 
-    def _route(
+    def route(
         self,
         method: str,
         path: str,
@@ -154,6 +160,7 @@ class JobApi:
         headers: Mapping[str, str],
         read_body: Callable[[], bytes],
     ) -> tuple[int, dict[str, str], bytes]:
+        """Answer a request that passed the cross-site and token checks (``handle``'s, or a monitor's)."""
         allowed = []
         for route_method, pattern, handler in self._routes:
             match = pattern.match(path)

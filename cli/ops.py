@@ -12,6 +12,7 @@ from typing import Any
 from cli.run import add_network_option, add_run_options, allowing, resume_job_locally, uses_private_redis
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import masked_url
+from vcrawl.monitor import CLUSTER_NAME, DEFAULT_CLUSTER_NAME, cluster_urls
 from vcrawl.settings import Settings
 
 __all__ = ["add_ops_commands", "check_serve_options"]
@@ -24,6 +25,12 @@ def add_ops_commands(commands: Any) -> None:
     serve.add_argument("--address", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--insecure-local", action="store_true",
                        help="no token: only on a loopback address, for a single-user machine")  # fmt: skip
+    serve.add_argument("--cluster", action="append", default=[], metavar="NAME=URL",
+                       help="also watch and steer the cluster whose Redis is URL, under /api/clusters/NAME "
+                            "(repeat it; $VCRAWL_MONITOR_CLUSTERS adds more)")  # fmt: skip
+    serve.add_argument("--name", default=DEFAULT_CLUSTER_NAME,
+                       help=f"the name of this server's own cluster ($VCRAWL_REDIS_URL) in the cluster list "
+                            f"(default {DEFAULT_CLUSTER_NAME})")  # fmt: skip
     serve.set_defaults(run=_cmd_serve)
 
     pause = commands.add_parser("pause", help="stop dispatching a job until resumed (in-flight fetches finish)")
@@ -92,10 +99,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     token = check_serve_options(settings.api_token, args.address, args.insecure_local)
-    server = make_server(real_api(token), args.address, args.port)
+    if not CLUSTER_NAME.fullmatch(args.name):
+        raise ConfigError(f"--name {args.name[:60]!r} must be 1-40 letters, digits, '-' or '_'")
+    clusters = cluster_urls([*settings.monitor_clusters, *args.cluster], "--cluster / VCRAWL_MONITOR_CLUSTERS",
+                            taken=[args.name])  # fmt: skip
+    server = make_server(real_api(token, clusters, args.name), args.address, args.port)
     host, port = server.server_address[:2]
-    print(f"vcrawl API and dashboard on http://{host}:{port}/ ({'no token' if token is None else 'bearer token'})",
-          file=sys.stderr, flush=True)  # fmt: skip
+    print(f"vcrawl API and dashboard on http://{host}:{port}/ ({'no token' if token is None else 'bearer token'}; "
+          f"clusters: {', '.join([args.name, *clusters])})", file=sys.stderr, flush=True)  # fmt: skip
     try:
         server.serve_forever()
     except KeyboardInterrupt:

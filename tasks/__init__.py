@@ -2,7 +2,8 @@
 
 Use ``from tasks import crawl; crawl.delay({"url": ...})``; ``status(id)`` reads the trail.
 The functions here are the façade the command line and the API use to reach the cluster;
-they never reach into ``tasks.deps`` or the other modules of this package. Importing it wires
+they never reach into ``tasks.deps`` or the other modules of this package. Each acts on this process's
+cluster, or, called through a ``ClusterClient`` (``tasks.clusters``), on that client's cluster. Importing it wires
 nothing: a worker's signals are in ``tasks.boot``, which only a starting worker imports.
 """
 
@@ -37,6 +38,7 @@ from tasks.batches import analyze_batch, fetch_batch
 from tasks.broker import queues as _queues
 from tasks.broker.holdings import BrokerHoldings
 from tasks.broker.redelivery import requeue_unacked as _requeue_unacked
+from tasks.clusters import ClusterClient
 from tasks.crawl import crawl
 from tasks.cycles import start_cycle
 from tasks.failures import record_failure
@@ -54,6 +56,7 @@ from views import status as _status
 __all__ = [
     "STATES",
     "TERMINAL_STATES",
+    "ClusterClient",
     "InvalidTask",
     "JobSpec",
     "analysis_run",
@@ -332,15 +335,15 @@ def redis_info() -> dict[str, Any]:
 
 def ping_workers(names: list[str], timeout_s: float = 0.5) -> set[str]:
     """Names of the workers among ``names`` that answer a ping within ``timeout_s`` (at once when all do)."""
-    replies = app.control.ping(destination=names, timeout=timeout_s, limit=len(names))
+    replies = deps.celery_app().control.ping(destination=names, timeout=timeout_s, limit=len(names))
     return {name for reply in replies for name in reply}
 
 
 def ring_nodes(with_hosts: bool = True) -> dict[str, Any]:
     """The members (ring nodes and plain workers, alive or down), the hosts each ring node owns now, their
     pages/s, the broker messages each holds and what was taken over from the down ones."""
-    registry = deps.node_registry()
-    return nodes_listing(registry.membership(), deps.frontier(), with_hosts, held=BrokerHoldings(app).held_counts(),
+    registry, held = deps.node_registry(), BrokerHoldings(deps.celery_app()).held_counts()
+    return nodes_listing(registry.membership(), deps.frontier(), with_hosts, held=held,
                          taken_over=registry.down_records())  # fmt: skip
 
 
@@ -354,7 +357,7 @@ def requeue_unacked() -> int:
 
     Only while no worker consumes from this broker: a running worker's messages would run twice.
     """
-    return _requeue_unacked(app)
+    return _requeue_unacked(deps.celery_app())
 
 
 def proxy_pool() -> dict[str, Any]:
@@ -372,7 +375,7 @@ def harvest_proxies_now() -> dict[str, Any]:
 
 def schedule_store() -> ScheduleStore:
     """The schedules in this process's Redis (RedBeat entries), to add, list, change and remove."""
-    return ScheduleStore(app)
+    return ScheduleStore(deps.celery_app())
 
 
 def export_records(job_id: str, out: TextIO, fmt: str, data: str | None = None) -> int:

@@ -16,10 +16,10 @@ import time
 from typing import Any
 
 import redis
-from redis.backoff import ExponentialWithJitterBackoff
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import SSLConnection
-from redis.exceptions import ClusterDownError
+from redis.exceptions import ClusterDownError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
@@ -35,6 +35,7 @@ __all__ = [
     "make_fence",
     "make_frontier_client",
     "make_redis_client",
+    "probe_redis",
     "sentinel_options",
     "server_options",
 ]
@@ -171,3 +172,24 @@ def make_frontier_client(settings: Settings) -> redis.Redis | RedisCluster:
         retry=_failover_retry(),
         **extra,
     )
+
+
+def probe_redis(settings: Settings, timeout_s: float) -> str | None:
+    """Why the Redis of ``settings`` does not answer PING (one try, each socket step within ``timeout_s``); None
+    when it does. The client is its own, closed after: a cached client's retries would wait much longer."""
+    once = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s, "retry": Retry(NoBackoff(), 0)}
+    tls = RedisTls.from_settings(settings)
+    try:
+        if is_sentinel(settings.redis_url):
+            found = parse_sentinels(settings.redis_url)
+            sentinel = Sentinel(list(found.sentinels), sentinel_kwargs=sentinel_options(settings, tls))
+            client = sentinel.master_for(settings.redis_sentinel_master, db=found.db, **once,
+                                         **server_options(settings))  # fmt: skip
+        else:
+            extra = {"password": settings.redis_password} if settings.redis_password else {}
+            client = redis.Redis.from_url(settings.redis_url, **once, **extra, **tls.server_options())
+        with client:
+            client.ping()
+    except (RedisError, OSError, ValueError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None

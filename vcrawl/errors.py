@@ -17,7 +17,8 @@
     └── RetryableError     transient
         ├── FetchFailed        timeout, connection error, 429, 5xx
         ├── StorageFailed      the store failed for now (HDFS down, a 5xx from WebHDFS)
-        └── RecordsUnavailable the records database is out of reach (retried until it is back)
+        ├── RecordsUnavailable the records database is out of reach (retried until it is back)
+        └── ClusterDown        a watched cluster's Redis does not answer (``vcrawl serve`` over several)
 
 Every constructor passes its arguments to ``super().__init__`` unchanged so
 ``exc.args`` rebuilds the exception (Celery serializes exceptions as JSON).
@@ -31,6 +32,7 @@ import re
 __all__ = [
     "AnalysisFailed",
     "AttemptsExhausted",
+    "ClusterDown",
     "ConfigError",
     "DownloadFailed",
     "FetchFailed",
@@ -254,6 +256,17 @@ class RecordsUnavailable(RetryableError):
 
     def __str__(self) -> str:
         return f"records database {self.target} unavailable: {self.problem}"
+
+
+class ClusterDown(RetryableError):
+    """A cluster ``vcrawl serve`` watches cannot be reached now; ``reason`` holds no password."""
+
+    def __init__(self, cluster: str, reason: str) -> None:
+        super().__init__(cluster, reason)
+        self.cluster, self.reason = cluster, reason
+
+    def __str__(self) -> str:
+        return f"cluster {self.cluster} is down: {self.reason}"
 
 
 class AnalysisFailed(VcrawlError):

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
+from vcrawl.monitor import parse_cluster_entries
 from vcrawl.proxy_sources import ProxySource, load_proxy_sources
 
 __all__ = ["FIELD_PARSERS", "TYPE_PARSERS", "check_network", "check_url"]
@@ -123,6 +124,7 @@ FIELD_PARSERS: dict[str, Callable[[str, str], Any]] = {
     "referers": _parse_header_list,
     "proxies": _parse_header_list,
     "proxy_sources": _parse_proxy_sources,
+    "monitor_clusters": parse_cluster_entries,
     "log_format": lambda name, raw: raw.lower(),
     "log_stream_level": lambda name, raw: raw.upper(),
 }

@@ -153,6 +153,7 @@ class Settings:
     stats_retention_s: int = 3 * 86400
     stats_retention_days: int = 90  # per-day job and host statistics
     api_token: str | None = field(default=None, repr=False)
+    monitor_clusters: tuple[str, ...] = field(default=(), repr=False)  # NAME=URL: more clusters for `vcrawl serve`
     alert_window_s: float = 3600.0
     alert_host_failure_rate: float = 0.5
     alert_host_min_fetches: int = 20

@@ -3,7 +3,8 @@
 Nothing here connects at import time. A pool child gets fresh clients after fork
 (``worker_process_init`` calls ``reset``), so no socket is shared between processes. Every
 component is made once per process through one cache and one lock (``clients.once``), and
-``reset`` forgets them all.
+``reset`` forgets them all. Another cluster's components (``vcrawl serve`` over several) are made in that
+cluster's ``Scope``, entered with ``scoped`` (``tasks.clusters``).
 
 By floor, each module built only from those before it:
 
@@ -21,15 +22,18 @@ Use it as ``from tasks import deps; deps.frontier()``: every name lives here too
 from __future__ import annotations
 
 from tasks.deps.clients import (
+    Scope,
     alert,
     alerter,
     base_settings,
+    celery_app,
     dns_cache,
     first_in_window,
     frontier_client,
     on_settings_change,
     redis_client,
     reset,
+    scoped,
     session,
     settings,
     storage,
@@ -77,11 +81,13 @@ from tasks.deps.pipeline import (
 
 __all__ = [
     "FETCH_LOG_IDLE_S",
+    "Scope",
     "alert",
     "alerter",
     "analysis_retry",
     "base_settings",
     "batch_analysis_retry",
+    "celery_app",
     "close_warc",
     "crawl_env",
     "dns_cache",
@@ -117,6 +123,7 @@ __all__ = [
     "ring_view",
     "robots",
     "runtimes",
+    "scoped",
     "session",
     "settings",
     "single_context",
