@@ -257,8 +257,7 @@ class WireResponse:
     __slots__ = (
         "_arrived_at", "_budget", "_chunks", "_complete", "_conn", "_decoders", "_eof_ends", "_head_bytes",
         "_head_done", "_interim", "_keep_alive", "_parser", "_pool", "answer_s", "headers", "ip", "reason",
-        "request", "status_code", "url",
-    )  # fmt: skip
+        "request", "status_code", "url")  # fmt: skip
 
     def __init__(self, conn: _Connection, pool: Connections, url: str, sent: Mapping[str, str], budget: Budget) -> None:
         self._conn: _Connection | None = conn
@@ -424,7 +423,8 @@ class WireResponse:
             raise
         except httptools.HttpParserError as exc:
             if not self._complete:
-                raise WireError(broken, str(exc)) from exc
+                # The head whole (a broken body may come in its segment): the body's fault.
+                raise WireError("incomplete_body" if self._head_done else broken, str(exc)) from exc
             self._keep_alive = False  # bytes after the response: the connection is not reused
 
     def _decode(self, data: bytes, n: int) -> bytes:

@@ -191,6 +191,14 @@ def _deflated(data: bytes, wbits: int) -> bytes:
 PAGE = b"<p>hello, wire</p>" * 500
 
 
+def test_a_broken_chunk_is_the_bodys_fault_however_the_segments_fall(serve: Serve, pool: Connections) -> None:
+    # Head and broken chunk in one write: parsed in one feed, still an incomplete body, not a bad head.
+    raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"
+    with pytest.raises(WireError) as failed:
+        _read_all(_get(pool, serve(answering(raw)).url()))
+    assert failed.value.reason == "incomplete_body"
+
+
 @pytest.mark.parametrize(
     ("raw"),
     [
