@@ -346,3 +346,19 @@ def log_levels() -> str:
 def job_log_stream(job_id: str) -> str:
     """Stream: the log stream's lines about one job (``vcrawl logs --job``), capped and expiring on their own."""
     return f"{PREFIX}:logs:job:{{{job_id}}}"
+
+
+# A node's statistics (cluster/node_stats.py): its totals since it joined, its minutes, its hosts.
+def node_stats(name: str) -> str:
+    """Hash: a node's totals since it joined: requests, successes, failures, bytes, busy_ms, joined_ms."""
+    return f"{PREFIX}:{{nodes}}:stats:{name}"
+
+
+def node_stats_minute(name: str, minute: int) -> str:
+    """Hash: a node's counters of one minute (``minute``: epoch seconds // 60), kept an hour."""
+    return f"{PREFIX}:{{nodes}}:stats:{name}:m:{minute}"
+
+
+def node_hosts(name: str) -> str:
+    """HyperLogLog: the hosts a node has requested since it joined."""
+    return f"{PREFIX}:{{nodes}}:hosts:{name}"

@@ -49,6 +49,8 @@ def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
     """
     with log_context(job=ctx.job_id or None, url=item.entry.url):  # lines logged below say which URL
         outcome = _fetch_one(ctx, item)
+    if ctx.services.meter is not None:
+        ctx.services.meter.outcome(outcome)
     if not item.entry.sitemap:
         return outcome
     if isinstance(outcome, Failed | RobotsBlocked):  # a sitemap not read is a sitemap problem, not a failed URL

@@ -32,7 +32,16 @@ from tasks.deps.clients import (
     storage,
 )
 from tasks.deps.envs import crawl_env, job_completed, pump, single_context, single_env, start_batch_analyzers
-from tasks.deps.keepers import node_registry, output_ledger, output_shipper, ring_keeper, ring_queue, ring_view
+from tasks.deps.keepers import (
+    node_registry,
+    node_stats,
+    node_stats_writer,
+    output_ledger,
+    output_shipper,
+    ring_keeper,
+    ring_queue,
+    ring_view,
+)
 from tasks.deps.outputs import (
     FETCH_LOG_IDLE_S,
     close_warc,
@@ -53,6 +62,7 @@ from tasks.deps.pipeline import (
     history,
     host_gate,
     identities,
+    node_meter,
     origin_holds,
     politeness,
     proxy_health,
@@ -81,7 +91,10 @@ __all__ = [
     "host_gate",
     "identities",
     "job_completed",
+    "node_meter",
     "node_registry",
+    "node_stats",
+    "node_stats_writer",
     "note_output",
     "origin_holds",
     "output_ledger",
