@@ -29,6 +29,7 @@ def real_api(token: str | None) -> JobApi:
         stats=tasks.job_stats,
         queues=tasks.queue_lengths,
         nodes=lambda with_hosts: tasks.ring_nodes(with_hosts=with_hosts),
+        resize_node=tasks.resize_node,
         daily=tasks.job_daily,
         analyses=tasks.analysis_runs,
         logs=tasks.read_logs,

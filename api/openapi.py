@@ -130,8 +130,17 @@ def openapi_document() -> dict[str, Any]:
             "/api/queues": {"get": _op("Messages waiting in the download and analysis queues", errors=("401",))},
             "/api/nodes": {
                 "get": _op(
-                    "The host ring's nodes: weight, alive, hosts owned (?hosts=1: which), pages/s, last heartbeat",
+                    "The workers: weight, alive, hosts owned (?hosts=1: which), pages/s, last heartbeat, pool size, "
+                    "fetch statistics (requests, successes, failures, hosts, bytes, bandwidth, recent minutes)",
                     errors=("401",),
+                )
+            },
+            "/api/nodes/{node}/concurrency": {
+                "post": _op(
+                    "Grow or shrink a running worker's pool (its tasks at once)",
+                    params=[{"name": "node", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    body='{"concurrency": N}, N from 1 to 1024',
+                    errors=("401", "403", "404", "409", "422"),
                 )
             },
         },

@@ -325,15 +325,15 @@ def ring_nodes(with_hosts: bool = True) -> dict[str, Any]:
 def resize_node(name: str, concurrency: int, timeout_s: float = 5.0) -> dict[str, Any]:
     """Set worker ``name``'s pool to ``concurrency`` slots while it runs (``tasks.pool.vcrawl_resize``).
 
-    Returns its answer: ``{"ok": ..., "before": N, "concurrency": M}`` or ``{"error": ...}``; an
-    ``error`` too when no worker of that name answered within ``timeout_s``.
+    Returns its answer: ``{"ok": ..., "before": N, "concurrency": M}`` or ``{"error": ...}``; when no
+    worker of that name answered within ``timeout_s``, ``{"error": ..., "answered": False}``.
     """
     replies = app.control.broadcast("vcrawl_resize", arguments={"n": int(concurrency)}, destination=[name],
                                     reply=True, timeout=timeout_s, limit=1)  # fmt: skip
     for reply in replies:
         if name in reply:
             return dict(reply[name])
-    return {"error": f"no worker {name!r} answered within {timeout_s:g} s (vcrawl nodes lists them)"}
+    return {"error": f"no worker {name!r} answered within {timeout_s:g} s (vcrawl nodes lists them)", "answered": False}
 
 
 def forget_node(name: str) -> bool:
