@@ -185,7 +185,7 @@ def test_the_dashboard_lists_the_ring_nodes(dashboard_url: str, token: str, brow
         cells = {row.get_attribute("data-node"): [c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows}
         assert cells["web-a@box"][:5] == ["web-a@box", "150", "up", "100.0%", "0"]
         # slots (none said: a registration of no worker), requests, OK, failed, hosts visited, bytes, bandwidth
-        assert cells["web-a@box"][7:14] == ["–", "12", "10", "1", "2", "2.5 MB", "250 kB/s"]
+        assert cells["web-a@box"][7:14] == ["\u2013", "12", "10", "1", "2", "2.5 MB", "250 kB/s"]
         assert cells["web-b@box"][:3] == ["web-b@box", "50", "left"]
         # The session's worker is a member too (a plain worker, weight 0): one more, alive.
         assert "2 of 3 alive" in text_of(browser, "#nodes-caption")
