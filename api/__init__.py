@@ -62,6 +62,7 @@ def _job_api(token: str | None, bind: Callable[[Callable[..., Any]], Callable[..
         stats=bind(tasks.job_stats),
         queues=bind(tasks.queue_lengths),
         nodes=bind(lambda with_hosts: tasks.ring_nodes(with_hosts=with_hosts)),
+        resize_node=bind(tasks.resize_node),
         daily=bind(tasks.job_daily),
         analyses=bind(tasks.analysis_runs),
         logs=bind(tasks.read_logs),

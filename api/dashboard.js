@@ -230,7 +230,31 @@ import { installForms } from "./dashboard-forms.js";
       el("td", { class: "num" }, num(node.hosts_owned)),
       el("td", { class: "num" }, (node.pages_per_s || 0).toFixed(1)),
       el("td", { class: "num" }, node.heartbeat_age_s == null ? "–" : node.heartbeat_age_s + " s ago"),
+      ...nodeStatsCells(node),
     )));
+  }
+
+  // SI units, as `vcrawl nodes` prints them.
+  const size = (n) => {
+    for (const [unit, scale] of [["GB", 1e9], ["MB", 1e6], ["kB", 1e3]]) {
+      if (n >= scale) return (n / scale < 100 ? (n / scale).toPrecision(3).replace(/\.?0+$/, "") : Math.round(n / scale)) + " " + unit;
+    }
+    return Math.round(n || 0) + " B";
+  };
+
+  function nodeStatsCells(node) {
+    const stats = node.stats || {};
+    const recent = stats.recent || {};
+    return [
+      el("td", { class: "num" }, node.concurrency ? num(node.concurrency) : "–"),
+      el("td", { class: "num", "data-stat": "requests" }, num(stats.requests || 0)),
+      el("td", { class: "num", "data-stat": "successes" }, num(stats.successes || 0)),
+      el("td", { class: "num", "data-stat": "failures" }, num(stats.failures || 0)),
+      el("td", { class: "num", "data-stat": "hosts_visited" }, num(stats.hosts_visited || 0)),
+      el("td", { class: "num", "data-stat": "bytes" }, size(stats.bytes || 0)),
+      el("td", { class: "num", "data-stat": "bandwidth" }, stats.bandwidth_bps ? size(stats.bandwidth_bps) + "/s" : "–"),
+      el("td", { class: "num", "data-stat": "recent" }, recent.minutes ? (recent.pages_per_s || 0).toFixed(2) : "–"),
+    ];
   }
 
   function renderAnalyses(runs) {

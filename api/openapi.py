@@ -152,7 +152,8 @@ def _own_cluster_document() -> dict[str, Any]:
             "/api/queues": {"get": _op("Messages waiting in the download and analysis queues", errors=("401",))},
             "/api/nodes": {
                 "get": _op(
-                    "The host ring's nodes: weight, alive, hosts owned (?hosts=1: which), pages/s, last heartbeat",
+                    "The workers: weight, alive, hosts owned (?hosts=1: which), pages/s, last heartbeat, pool size, "
+                    "fetch statistics (requests, successes, failures, hosts, bytes, bandwidth, recent minutes)",
                     errors=("401",),
                 )
             },
@@ -165,6 +166,14 @@ def _own_cluster_document() -> dict[str, Any]:
                            params=[_SETTING], body='{"value": "<text as the VCRAWL_* variable takes it>"}'),
                 "delete": _op("Drop the cluster's value: each node's environment or default applies again",
                               params=[_SETTING]),
+            },
+            "/api/nodes/{node}/concurrency": {
+                "post": _op(
+                    "Grow or shrink a running worker's pool (its tasks at once)",
+                    params=[{"name": "node", "in": "path", "required": True, "schema": {"type": "string"}}],
+                    body='{"concurrency": N}, N from 1 to 1024',
+                    errors=("401", "403", "404", "409", "422"),
+                )
             },
         },
     }

@@ -51,6 +51,7 @@ _PAGES = {
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _CHANGES = frozenset({"POST", "PATCH", "PUT", "DELETE"})  # the methods a cross-site page must not send
 _YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml"})
+_MOST_SLOTS = 1024  # a worker's pool size at most (``tasks.pool.MAX_CONCURRENCY``)
 _JOB = r"(?P<job>[A-Za-z0-9][A-Za-z0-9._:%-]{0,200})"
 
 
@@ -71,6 +72,8 @@ class JobApi:
     stats: Callable[[str, int, float], list[tuple[int, dict[str, int]]]]
     queues: Callable[[], dict[str, int]]
     nodes: Callable[[bool], dict[str, Any]] = lambda with_hosts: {"nodes": []}
+    # (node, pool size) -> the worker's answer (``tasks.resize_node``): "concurrency", or "error" and "answered"
+    resize_node: Callable[[str, int], dict[str, Any]] = lambda node, size: {"error": "no workers", "answered": False}
     daily: Callable[[str, int, float, str | None], dict[str, Any] | None] = lambda job, days, now, host: None
     analyses: Callable[[str, int], list[dict[str, Any]]] = lambda job, limit: []
     # The cluster log stream's last lines of a job: (job, node, level, limit) -> [(stream id, fields)]; a
@@ -108,6 +111,7 @@ class JobApi:
             ("GET", r"/api/config", self._cluster_config),
             ("PUT", r"/api/config/(?P<name>[A-Za-z][A-Za-z0-9_]{0,79})", self._set_setting),
             ("DELETE", r"/api/config/(?P<name>[A-Za-z][A-Za-z0-9_]{0,79})", self._unset_setting),
+            ("POST", r"/api/nodes/(?P<node>[A-Za-z0-9._@:%+-]{1,300})/concurrency", self._resize),
         ]
         self._routes = [(method, re.compile(pattern + "$"), handler) for method, pattern, handler in route]
 
@@ -302,6 +306,15 @@ class JobApi:
         if self.unset_setting is None:
             raise RequestRefused(404, "cluster settings are not offered here")
         return json_response(200, {"name": name, "removed": self.unset_setting(name)})
+
+    def _resize(self, query: dict[str, list[str]], body: _Body, node: str) -> tuple[int, dict[str, str], bytes]:
+        wanted = body.mapping().get("concurrency")
+        if not isinstance(wanted, int) or isinstance(wanted, bool) or not 1 <= wanted <= _MOST_SLOTS:
+            raise InvalidTask("concurrency", f"must be a whole number from 1 to {_MOST_SLOTS}, got {wanted!r}")
+        answer = self.resize_node(node, wanted)
+        if "error" in answer:
+            raise RequestRefused(404 if answer.get("answered") is False else 409, str(answer["error"]))
+        return json_response(200, {"node": node, **answer})
 
     def _status(self, job: str) -> dict[str, Any]:
         status = self.job_status(job)

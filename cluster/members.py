@@ -41,6 +41,7 @@ class NodeRegistration:
     connections_opened: int = 0
     dns_lookups: int = 0
     dns_hits: int = 0
+    concurrency: int = 0  # the worker's pool size now (threads or processes; ``vcrawl nodes resize``)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -189,6 +190,7 @@ class NodeRegistry:
         for key in (redis_keys.NODES, redis_keys.NODES_DOWN, redis_keys.NODE_PAGES, redis_keys.HOLDERS):
             pipe.hdel(key, name)
         pipe.zrem(redis_keys.NODE_BEATS, name)
+        pipe.delete(redis_keys.node_stats(name), redis_keys.node_hosts(name))  # its minutes expire
         pipe.execute()
         return True
 

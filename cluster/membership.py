@@ -36,6 +36,7 @@ from typing import Any
 
 from cluster.holdings import HeldMessage, Holdings, held_fetch_batches
 from cluster.members import Membership, NodeInfo, NodeRegistration, NodeRegistry, RingView
+from cluster.node_stats import NodeStatsWriter
 from cluster.ring import HostRing
 from engine.runtime_cache import RuntimeCache
 from frontier import Batch, Frontier
@@ -261,8 +262,10 @@ class RingKeeper:
         view: RingView | None = None,
         counters: Callable[[], Mapping[str, int]] | None = None,
         holdings: Holdings | None = None,
+        stats: NodeStatsWriter | None = None,
     ) -> None:
         self._holdings = holdings
+        self._stats = stats  # this process's fetch counters, written with each beat (``cluster.node_stats``)
         self._registry = registry
         self._counters = counters  # this process's connection and DNS counters, sent with each beat
         self._watcher = watcher
@@ -277,7 +280,9 @@ class RingKeeper:
     def start(self) -> RingKeeper:
         if self._registration is not None:
             try:  # on the ring before the first batch is routed
-                self._registry.beat(self._registration)
+                beat_ms = self._registry.beat(self._registration)
+                if self._stats is not None:
+                    self._stats.join(self._registration.name, beat_ms)
                 if self._view is not None:
                     self._view.invalidate()
             except Exception:
@@ -295,6 +300,7 @@ class RingKeeper:
             self._thread = None
         if leave and self._registration is not None:
             try:
+                self._flush_stats(int(time.time() * 1000))
                 self._registry.beat(self._registration, leaving=True)
                 self._watcher.check()
             except Exception:
@@ -322,6 +328,12 @@ class RingKeeper:
         if self._holdings is not None:
             # Taken after the beat: whatever it was given before then, it lists now if it still holds it.
             self._holdings.report(name, beat_ms)
+        self._flush_stats(beat_ms)
+
+    def _flush_stats(self, at_ms: int) -> None:
+        """Write this process's fetch counters for its node (counted in the minute of ``at_ms``)."""
+        if self._stats is not None and self._registration is not None:
+            self._stats.flush(self._registration.name, at_ms)
 
     def _run(self) -> None:
         next_beat = 0.0
@@ -349,12 +361,14 @@ def nodes_listing(
     with_hosts: bool = True,
     held: Mapping[str, int] | None = None,
     taken_over: Mapping[str, Mapping[str, Any]] | None = None,
+    stats: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """What ``vcrawl nodes --json`` and the API show: every member, and the hosts each ring node owns now.
 
     Hosts are those of the running jobs; their owners come from the same ring the pumps route by.
     ``held``: member -> broker messages it holds unacknowledged; ``taken_over``: a down member ->
-    what was handed over when it was declared down.
+    what was handed over when it was declared down; ``stats``: member -> its fetch statistics
+    (``cluster.node_stats``).
     """
     hosts: set[str] = set()
     for job_id in frontier.jobs.running_jobs():
@@ -389,6 +403,8 @@ def nodes_listing(
             "role": "ring" if node.weight > 0 else "worker",
             "held_messages": int((held or {}).get(node.name, 0)),
             "taken_over": dict((taken_over or {}).get(node.name, {})) if node.down_at_ms is not None else None,
+            "concurrency": node.registration.concurrency,
+            "stats": dict((stats or {}).get(node.name, {})) or None,
         }
         if with_hosts:
             row["hosts"] = mine

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from engine.fetch_step import PageTypeFetchers, ProxyBench, RobotsRulesCache
 from engine.jobs import Runtimes
+from engine.node_meter import NodeMeter
 from frontier import Frontier, History, OriginHolds
 from storage import Storage
 from storage.records import RecordWriter
@@ -54,6 +55,7 @@ class CrawlEnv:
     fetch_log: Callable[[str], RecordWriter] | None = None  # job id -> this process's fetch log writer
     on_completed: Callable[[str, int], None] | None = None  # (job, cycle): the job or cycle just completed
     holds: OriginHolds | None = None  # this process's copy of the hosts held (Retry-After); None: not looked at
+    meter: NodeMeter | None = None  # this process's wire counters (its node's statistics); None: not counted
 
     def alert(self, cause: str, alert: Alert) -> bool:
         """Send ``alert`` unless one for ``cause`` went out in the alert window."""

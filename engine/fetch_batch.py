@@ -93,6 +93,7 @@ def fetch_context(env: CrawlEnv, runtime: JobRuntime, hooks: JobHooks) -> FetchC
         alert=env.alert,
         api_auth=runtime.api_auth,
         clock=env.clock,
+        meter=env.meter,
     )
     policy = FetchPolicy(
         retry=runtime.retry,
@@ -114,8 +115,7 @@ def run_fetch_batch(env: CrawlEnv, job_id: str, batch: Batch, sleep: Callable[[f
     after ``UNPACED_SPAN_S`` (at 100 ms a batch of 32, 3.5 s, was the crawl's tail).
     """
     with log_context(job=job_id):  # every line logged for the batch names its job
-        stop_at = float("inf") if batch.paced else env.clock() + UNPACED_SPAN_S
-        result, started = start_fetch(env, job_id, batch, stop_at)
+        result, started = start_fetch(env, job_id, batch, float("inf") if batch.paced else env.clock() + UNPACED_SPAN_S)
         if started is None:
             return result
         try:

@@ -101,6 +101,7 @@ __all__ = [
     "record_failure",
     "redis_info",
     "requeue_unacked",
+    "resize_node",
     "resume_job",
     "ring_nodes",
     "schedule_store",
@@ -341,10 +342,28 @@ def ping_workers(names: list[str], timeout_s: float = 0.5) -> set[str]:
 
 def ring_nodes(with_hosts: bool = True) -> dict[str, Any]:
     """The members (ring nodes and plain workers, alive or down), the hosts each ring node owns now, their
-    pages/s, the broker messages each holds and what was taken over from the down ones."""
-    registry, held = deps.node_registry(), BrokerHoldings(deps.celery_app()).held_counts()
-    return nodes_listing(registry.membership(), deps.frontier(), with_hosts, held=held,
-                         taken_over=registry.down_records())  # fmt: skip
+    pages/s, the broker messages each holds, what was taken over from the down ones, and each one's fetch
+    statistics (``cluster.node_stats``: requests, successes, failures, hosts, bytes, bandwidth, rates)."""
+    registry = deps.node_registry()
+    membership = registry.membership()
+    stats = deps.node_stats().read([node.name for node in membership.nodes], membership.now_ms)
+    return nodes_listing(membership, deps.frontier(), with_hosts, held=BrokerHoldings(deps.celery_app()).held_counts(),
+                         taken_over=registry.down_records(), stats=stats)  # fmt: skip
+
+
+def resize_node(name: str, concurrency: int, timeout_s: float = 5.0) -> dict[str, Any]:
+    """Set worker ``name``'s pool to ``concurrency`` slots while it runs (``tasks.pool.vcrawl_resize``).
+
+    Returns its answer: ``{"ok": ..., "before": N, "concurrency": M}`` or ``{"error": ...}``; when no
+    worker of that name answered within ``timeout_s``, ``{"error": ..., "answered": False}``.
+    """
+    control = deps.celery_app().control
+    replies = control.broadcast("vcrawl_resize", arguments={"n": int(concurrency)}, destination=[name], reply=True,
+                                timeout=timeout_s, limit=1)  # fmt: skip
+    for reply in replies:
+        if name in reply:
+            return dict(reply[name])
+    return {"error": f"no worker {name!r} answered within {timeout_s:g} s (vcrawl nodes lists them)", "answered": False}
 
 
 def forget_node(name: str) -> bool:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from celery import Celery
+from celery import Celery, concurrency
 
 from celeryconfig import celery_settings
 from tasks.broker.guard import guard_redis_qos, reconnect_at_transport_pace, reuse_redis_clients
@@ -63,6 +63,10 @@ class _EnvironmentSettings(Mapping[str, Any]):
 
 
 app = Celery("vcrawl", include=[*_TASK_MODULES, "tasks.boot"])
+# Celery's ``threads`` pool can neither grow nor shrink; every worker of this app (``-P threads``, the
+# pool vcrawl ships) runs vcrawl's, which can (``tasks.pool``). A name, not an import: Celery imports
+# it when a worker starts, so importing the app imports no pool.
+concurrency.ALIASES["threads"] = "tasks.pool:ResizableThreadPool"
 app.config_from_object(_EnvironmentSettings())
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from typing import Any
 
 from celery.signals import (
@@ -29,9 +30,11 @@ from celery.signals import (
 from analyzers import load_plugins
 from cluster.fence import SentinelFence
 from cluster.membership import RingKeeper, node_queue
+from cluster.periodic import Periodic
 from frontier import load_filters
 from tasks import check_settings, deps
 from tasks import log_setup as _log_setup  # noqa: F401 - connects the logging signals
+from tasks import pool as _pool  # noqa: F401 - registers the vcrawl_resize remote control command
 from tasks.app import app
 from tasks.batch_analysis import run_watchdog
 from tasks.batches import dispatch_batches
@@ -81,6 +84,21 @@ def _fresh_clients_after_fork(**_: Any) -> None:
     # A pool child must not share the parent's sockets; it takes up the cluster's live settings itself.
     deps.reset(deps.base_settings())
     deps.live_settings_keeper().start()
+    if name := _node.get("name"):  # a prefork child: its fetches count for its node, written every 2 s
+        _child_stats["flusher"] = Periodic("vcrawl-node-stats", _CHILD_FLUSH_S, lambda: _flush_stats(name)).start()
+
+
+_child_stats: dict[str, Periodic] = {}
+_CHILD_FLUSH_S = 2.0
+
+
+def _flush_stats(name: str) -> None:
+    deps.node_stats_writer().flush(name, int(time.time() * 1000))
+
+
+def _pool_size(consumer: Any) -> int:
+    # The worker's pool size now (``vcrawl nodes resize`` changes it): threads, or prefork processes.
+    return int(getattr(getattr(consumer, "pool", None), "num_processes", 0) or 0)
 
 
 @worker_ready.connect
@@ -96,7 +114,7 @@ def _start_pump(sender: Any = None, **_: Any) -> None:
     # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
     name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
     holdings = BrokerHoldings(app, consumer=sender)
-    keeper = deps.ring_keeper(name, holdings)
+    keeper = deps.ring_keeper(name, holdings, pool_size=lambda: _pool_size(sender))
     if name:
         try:
             holdings.reclaim_own(name, hand_back=keeper.hand_back)
@@ -161,8 +179,14 @@ def _stop_pump(**_: Any) -> None:
 @worker_process_shutdown.connect
 def _quit_browser(**_: Any) -> None:
     # A prefork child (recycled by max_tasks_per_child, or at shutdown) quits its own browser
-    # and ships its records and WARC files.
+    # and ships its records and WARC files, and writes its last fetch counters.
     _release_process_resources()
+    if (flusher := _child_stats.pop("flusher", None)) is not None and (name := _node.get("name")):
+        flusher.stop(timeout_s=1.0)
+        try:
+            _flush_stats(name)
+        except Exception:
+            logging.getLogger("vcrawl").exception("could not write the last fetch counters of %s", name)
 
 
 def _release_process_resources() -> None:

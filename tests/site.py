@@ -105,12 +105,21 @@ class TestSite:
         self._lock = threading.Lock()
         self.seen: list[Seen] = []
         self.identify: Callable[[int], Any] | None = None  # client port -> who the client is
+        self._in_flight = 0
+        self._in_flight_log: list[tuple[float, int]] = [(time.monotonic(), 0)]  # (when, requests being served)
         site = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
+                site._serving(+1)
+                try:
+                    self._answer()
+                finally:
+                    site._serving(-1)
+
+            def _answer(self) -> None:
                 seen = site._record(
                     self.path, dict(self.headers.items()), self.client_address[1], self.client_address[0]
                 )
@@ -230,6 +239,19 @@ class TestSite:
         """The requests the server received for ``path``."""
         with self._lock:
             return [seen for seen in self.seen if seen.path == path]
+
+    def most_in_flight(self, since: float, until: float) -> int:
+        """The most requests served at once between ``since`` and ``until`` (``time.monotonic``)."""
+        with self._lock:
+            log = list(self._in_flight_log)
+        before = [count for at, count in log if at <= since]
+        during = [count for at, count in log if since < at <= until]
+        return max([before[-1] if before else 0, *during])
+
+    def _serving(self, change: int) -> None:
+        with self._lock:
+            self._in_flight += change
+            self._in_flight_log.append((time.monotonic(), self._in_flight))
 
     def _record(self, path: str, headers: dict[str, str], client_port: int = 0, client_host: str = "") -> Seen:
         arrived = time.monotonic()  # before the client is looked up in /proc, which takes milliseconds

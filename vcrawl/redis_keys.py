@@ -356,3 +356,19 @@ def live_settings() -> str:
 def live_settings_rev() -> str:
     """Counter: bumped at each change of the live settings; workers read the hash again when it moves."""
     return f"{PREFIX}:config:live:rev"
+
+
+# A node's statistics (cluster/node_stats.py): its totals since it joined, its minutes, its hosts.
+def node_stats(name: str) -> str:
+    """Hash: a node's totals since it joined: requests, successes, failures, bytes, busy_ms, joined_ms."""
+    return f"{PREFIX}:{{nodes}}:stats:{name}"
+
+
+def node_stats_minute(name: str, minute: int) -> str:
+    """Hash: a node's counters of one minute (``minute``: epoch seconds // 60), kept an hour."""
+    return f"{PREFIX}:{{nodes}}:stats:{name}:m:{minute}"
+
+
+def node_hosts(name: str) -> str:
+    """HyperLogLog: the hosts a node has requested since it joined."""
+    return f"{PREFIX}:{{nodes}}:hosts:{name}"

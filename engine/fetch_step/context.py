@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.node_meter import NodeMeter
 from engine.outcomes import SitemapRead
 from fetchers import Fetcher, FetchResult, IdentityPool
 from frontier import Entry, RobotsRules, UrlHistory
@@ -130,6 +131,7 @@ class FetchServices:
     alert: AlertSink | None = None
     api_auth: Mapping[str, str] = field(default_factory=dict, repr=False)  # api pages' secrets by auth name
     clock: Callable[[], float] = time.time
+    meter: NodeMeter | None = None  # this process's wire counters, for its node's statistics; None: not counted
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,11 @@ from dataclasses import dataclass, replace
 from engine.answer_times import ANSWER_TIMES
 from engine.api_pages import api_headers
 from engine.fetch_step.context import FetchContext, FetchItem, PageTypeFetchers
+from engine.node_meter import NodeMeter
 from fetchers import BUILTIN_FETCHERS, Fetcher, FetchRequest, FetchResult, fetch_through, proxy_counter
 from vcrawl.errors import DownloadFailed, FetchFailed, UnknownComponent
 
-__all__ = ["page_request", "send"]
+__all__ = ["metered", "page_request", "send"]
 
 logger = logging.getLogger(__name__)
 
@@ -52,21 +53,32 @@ def send(ctx: FetchContext, page_type: str, request: FetchRequest, counts: Count
     if page_type not in ("static", "api"):
         assert services.fetchers is not None, "a fetch context for other page types has a fetcher registry"
         fetcher = _RegistryFetcher(services.fetchers, page_type)
-    if request.proxy is None:
-        started, answer_s = time.monotonic(), None
-        try:
-            result = fetcher.fetch(request)
-            answer_s = result.answer_s  # the server's time alone, when the fetcher could tell it
-            return result
-        finally:  # a timeout too: the process's threads waited that long
-            ANSWER_TIMES.add(time.monotonic() - started if answer_s is None else answer_s)
+    started, result = time.monotonic(), None
     try:
-        result = fetch_through(fetcher, request, services.proxies)
-    except (FetchFailed, DownloadFailed) as exc:
-        counts[proxy_counter(request.proxy, exc.reason)] += 1
-        raise
-    counts[proxy_counter(request.proxy, None)] += 1
-    return result
+        if request.proxy is None:
+            answer_s = None
+            try:
+                result = fetcher.fetch(request)
+                answer_s = result.answer_s  # the server's time alone, when the fetcher could tell it
+                return result
+            finally:  # a timeout too: the process's threads waited that long
+                ANSWER_TIMES.add(time.monotonic() - started if answer_s is None else answer_s)
+        try:
+            result = fetch_through(fetcher, request, services.proxies)
+        except (FetchFailed, DownloadFailed) as exc:
+            counts[proxy_counter(request.proxy, exc.reason)] += 1
+            raise
+        counts[proxy_counter(request.proxy, None)] += 1
+        return result
+    finally:  # a request that failed took its time too
+        metered(services.meter, request.url, result, time.monotonic() - started)
+
+
+def metered(meter: NodeMeter | None, url: str, result: FetchResult | None, seconds: float) -> None:
+    """Count one request on the process's wire meter (``engine.node_meter``), answered or not."""
+    if meter is not None:
+        meter.request(url, len(result.body) if result is not None else 0, seconds,
+                      result.redirects if result is not None else 0)  # fmt: skip
 
 
 def _draw_proxy(ctx: FetchContext) -> str | None:

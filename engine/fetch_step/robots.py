@@ -4,10 +4,12 @@ and what they say of the URL: go on, wait for robots.txt, or refuse it."""
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from dataclasses import dataclass
 
 from engine.fetch_step.context import FetchContext, FetchItem
+from engine.fetch_step.request import metered
 from engine.fetch_step.visits import failed, next_attempt, visit_of
 from engine.outcomes import FetchOutcome, Retry, RobotsBlocked, RobotsFetched, Visit
 from fetchers import FetchRequest
@@ -67,7 +69,11 @@ def _read_robots(ctx: FetchContext, url: str, counts: Counter[str]) -> RobotsRul
         request = FetchRequest(
             url=target, user_agent=services.identities.user_agent(), networks=policy.networks or None
         )
-        result = services.robots_fetcher.fetch(request)
+        started, result = time.monotonic(), None
+        try:
+            result = services.robots_fetcher.fetch(request)
+        finally:
+            metered(services.meter, target, result, time.monotonic() - started)
         return RobotsResponse(result.status, result.final_url, result.headers, result.body)
 
     rules, status = read_robots(url, get)

@@ -48,9 +48,14 @@ def fetch_one(ctx: FetchContext, item: FetchItem) -> FetchOutcome:
         StorageFailed: the body could not be stored (the caller retries the whole step).
     """
     with log_context(job=ctx.job_id or None, url=item.entry.url):  # lines logged below say which URL
-        outcome = _fetch_one(ctx, item)
-    if not item.entry.sitemap:
-        return outcome
+        outcome = _as_sitemap(item, _fetch_one(ctx, item)) if item.entry.sitemap else _fetch_one(ctx, item)
+    if ctx.services.meter is not None:  # the node's statistics: a page stored, or a failure
+        ctx.services.meter.outcome(outcome)
+    return outcome
+
+
+def _as_sitemap(item: FetchItem, outcome: FetchOutcome) -> FetchOutcome:
+    """A sitemap entry's outcome: a sitemap not read is a sitemap problem, and it leaves no history."""
     if isinstance(outcome, Failed | RobotsBlocked):  # a sitemap not read is a sitemap problem, not a failed URL
         counts = Counter(outcome.visit.counts)
         reason = outcome.reason if isinstance(outcome, Failed) else names.COUNTER_ROBOTS_BLOCKED

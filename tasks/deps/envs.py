@@ -28,6 +28,7 @@ from tasks.deps.pipeline import (
     history,
     host_gate,
     identities,
+    node_meter,
     origin_holds,
     politeness,
     proxy_health,
@@ -58,6 +59,7 @@ def single_context() -> FetchContext:
             proxies=proxy_health(),
             alert=alert,
             api_auth=dict(current.api_auth),
+            meter=node_meter(),
         )
         return FetchContext(services, FetchPolicy(retry=fetch_retry(), robots_retry_s=current.robots_error_ttl_s))
 
@@ -92,6 +94,7 @@ def crawl_env() -> CrawlEnv:
             fetch_log=fetch_log,
             on_completed=job_completed,
             holds=origin_holds(),  # listening from before this process's first batch starts
+            meter=node_meter(),
         ),
     )
 

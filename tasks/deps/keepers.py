@@ -4,6 +4,7 @@ completes), the ring's membership (registry, view, the keeper thread)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celeryconfig import DOWNLOAD_QUEUE
@@ -11,6 +12,7 @@ from cluster.holdings import Holdings
 from cluster.live_settings import LiveSettingsKeeper, LiveSettingsStore
 from cluster.members import NodeRegistry, RingView
 from cluster.membership import NodeWatcher, RingKeeper, registration_for
+from cluster.node_stats import NodeStats, NodeStatsWriter
 from cluster.outputs import OutputLedger, OutputShipper
 from fetchers.netguard import connections_opened
 from frontier.scripts import ScriptLoader
@@ -26,13 +28,15 @@ from tasks.deps.clients import (
     settings,
     take_up_settings,
 )
-from tasks.deps.pipeline import frontier, runtimes
+from tasks.deps.pipeline import frontier, node_meter, runtimes
 
 __all__ = [
     "OUTPUT_KINDS",
     "live_settings",
     "live_settings_keeper",
     "node_registry",
+    "node_stats",
+    "node_stats_writer",
     "output_ledger",
     "output_shipper",
     "ring_keeper",
@@ -98,6 +102,16 @@ def node_registry() -> NodeRegistry:
     return once("node_registry", lambda: NodeRegistry(ScriptLoader(redis_client()), settings().node_timeout_s))
 
 
+def node_stats() -> NodeStats:
+    """The nodes' fetch statistics in this process's Redis."""
+    return once("node_stats", lambda: NodeStats(redis_client()))
+
+
+def node_stats_writer() -> NodeStatsWriter:
+    """This process's fetch counters and where they are written (with each heartbeat of its node)."""
+    return once("node_stats_writer", lambda: NodeStatsWriter(node_meter(), node_stats()))
+
+
 def ring_view() -> RingView:
     """This process's view of the ring (read again at most every second)."""
     return once("ring_view", lambda: RingView(node_registry()))
@@ -108,10 +122,13 @@ def ring_queue(host: str) -> str | None:
     return ring_view().current().queue_of(host)
 
 
-def ring_keeper(node_name: str | None, holdings: Holdings | None = None) -> RingKeeper:
+def ring_keeper(
+    node_name: str | None, holdings: Holdings | None = None, pool_size: Callable[[], int] | None = None
+) -> RingKeeper:
     """This worker's membership thread (not started): it beats as ``node_name`` (a ring node with
-    ``VCRAWL_NODE_WEIGHT`` / ``VCRAWL_RING``, else a plain worker of weight 0), says what it holds,
-    watches for dead members and sweeps orphaned messages (with ``holdings``)."""
+    ``VCRAWL_NODE_WEIGHT`` / ``VCRAWL_RING``, else a plain worker of weight 0) with its pool's size now
+    (``pool_size``) and its fetch counters, says what it holds, watches for dead members and sweeps
+    orphaned messages (with ``holdings``)."""
 
     def build() -> RingKeeper:
         current = settings()
@@ -122,8 +139,12 @@ def ring_keeper(node_name: str | None, holdings: Holdings | None = None) -> Ring
                               holdings=holdings)  # fmt: skip
         registration = registration_for(node_name, max(0, current.ring_weight)) if node_name else None
         beat_s = min(2.0, current.node_timeout_s / 5)
-        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view(), counters=_process_counters,
-                          holdings=holdings)  # fmt: skip
+
+        def counters() -> dict[str, int]:
+            return {**_process_counters(), "concurrency": pool_size() if pool_size is not None else 0}
+
+        return RingKeeper(node_registry(), watcher, registration, beat_s, ring_view(), counters=counters,
+                          holdings=holdings, stats=node_stats_writer())  # fmt: skip
 
     return once("ring_keeper", build)
 

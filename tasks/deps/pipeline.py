@@ -3,6 +3,7 @@ robots.txt, URL history, identities, the proxy bench, the host gate, the status 
 
 from __future__ import annotations
 
+from engine.node_meter import NodeMeter
 from engine.runtime_cache import RuntimeCache
 from engine.trail import StatusTrail
 from fetchers import BrowserConfig, FetcherContext, FetcherRegistry, IdentityPool, NetworkPolicy, ProxyHealth
@@ -20,6 +21,7 @@ __all__ = [
     "history",
     "host_gate",
     "identities",
+    "node_meter",
     "origin_holds",
     "politeness",
     "proxy_health",
@@ -56,6 +58,11 @@ def fetchers() -> FetcherRegistry:
         return FetcherRegistry.from_entry_points(context)
 
     return once("fetchers", build)
+
+
+def node_meter() -> NodeMeter:
+    """This process's wire counters: every fetch adds to them; its node's heartbeat writes them."""
+    return once("node_meter", NodeMeter)
 
 
 def frontier() -> Frontier:

@@ -22,6 +22,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 import tasks
 from cluster.members import NodeRegistry
 from cluster.membership import registration_for
+from cluster.node_stats import NodeStats
+from engine.node_meter import NodeTally
 from fetchers.browser import _CHROMIUM_FLAGS
 from frontier import Frontier
 from tests.integration.conftest import api_server
@@ -167,16 +169,23 @@ def test_the_dashboard_follows_a_running_job_and_cancels_it(
 
 
 def test_the_dashboard_lists_the_ring_nodes(dashboard_url: str, token: str, browser: WebDriver) -> None:
-    registry = NodeRegistry(Frontier(redis.Redis.from_url(tasks.settings().redis_url)).scripts, timeout_s=30)
+    client = redis.Redis.from_url(tasks.settings().redis_url)
+    registry = NodeRegistry(Frontier(client).scripts, timeout_s=30)
     alive, gone = registration_for("web-a@box", 150), registration_for("web-b@box", 50)
     registry.beat(gone, leaving=True)  # a node that left: listed, not on the ring
-    registry.beat(alive)
+    joined_ms = registry.beat(alive)
+    stats = NodeStats(client)  # what web-a's heartbeats would have written for its fetches
+    stats.join("web-a@box", joined_ms)
+    stats.add("web-a@box", NodeTally(requests=12, successes=10, failures=1, bytes=2_500_000, busy_s=10.0,
+                                     hosts=frozenset({"a.example", "b.example"})), joined_ms)  # fmt: skip
     try:
         browser.get(f"{dashboard_url}/?token={token}")
         rows = until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#nodes tbody tr[data-node]") or None,
                      "the ring nodes are listed")  # fmt: skip
         cells = {row.get_attribute("data-node"): [c.text for c in row.find_elements(By.TAG_NAME, "td")] for row in rows}
         assert cells["web-a@box"][:5] == ["web-a@box", "150", "up", "100.0%", "0"]
+        # slots (none said: a registration of no worker), requests, OK, failed, hosts visited, bytes, bandwidth
+        assert cells["web-a@box"][7:14] == ["\u2013", "12", "10", "1", "2", "2.5 MB", "250 kB/s"]
         assert cells["web-b@box"][:3] == ["web-b@box", "50", "left"]
         # The session's worker is a member too (a plain worker, weight 0): one more, alive.
         assert "2 of 3 alive" in text_of(browser, "#nodes-caption")
