@@ -38,6 +38,7 @@ from views.status import job_status
 pytestmark = pytest.mark.slow
 
 MARK = "errback-seed-page"  # in the seed page's body: how its stored file is found
+ABANDONED = re.compile(r"analysis of batch \S+ of job \S+ failed for good: (?P<error>.*)")  # abandon_analysis
 
 
 @dataclass(frozen=True)
@@ -67,8 +68,20 @@ def stored_seed_page(data: Path) -> Path | None:
     return None
 
 
-def crawl_with_an_unreadable_page(tmp_path: Path, settings: Settings, timeout_s: float) -> Abandoned:
-    """Crawl one page whose stored copy cannot be read when its analysis runs; wait for the job's end."""
+def with_a_socket(page: Path) -> None:
+    """Every open of the page fails with ENXIO: an OSError, retried by the analysis task."""
+    os.mknod(page, 0o644 | stat.S_IFSOCK)
+
+
+def with_a_directory(page: Path) -> None:
+    """The storage refuses the page (``StorageRefused``, a permanent error): counted for that page alone."""
+    page.mkdir()
+
+
+def crawl_with_an_unreadable_page(
+    tmp_path: Path, settings: Settings, timeout_s: float, spoil: Callable[[Path], None] = with_a_socket
+) -> Abandoned:
+    """Crawl one page whose stored copy ``spoil`` makes unreadable before its analysis runs; wait for the job's end."""
     data = tmp_path / "data"
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
         site.add_page("/", f"<html><body><p>{MARK}</p>{link_page('/next.html')}</body></html>")
@@ -82,7 +95,7 @@ def crawl_with_an_unreadable_page(tmp_path: Path, settings: Settings, timeout_s:
             job_id = start_job(env, {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.0}})
             page = wait_for(lambda: stored_seed_page(data), 30, "the seed page stored")
             page.rename(page.with_name(page.name + ".moved"))
-            os.mknod(page, 0o644 | stat.S_IFSOCK)  # every open of the page now fails: ENXIO
+            spoil(page)
             started = time.monotonic()
             analyst.start()
             frontier = Frontier(redis.Redis.from_url(server.url))
@@ -107,7 +120,8 @@ def assert_abandoned_by_the_errback(outcome: Abandoned, retries: int) -> None:
     status, log = outcome.status, outcome.log
     assert outcome.retries == retries, log  # the task edge's budget, spent
     # abandon_analysis, run by the errback Celery fired after the last retry:
-    assert "failed for good: OSError: [Errno 6] No such device or address" in log, log
+    abandoned = ABANDONED.search(log)
+    assert abandoned is not None and abandoned["error"].startswith("OSError: [Errno 6] No such device"), log
     assert status["state"] == "completed"
     assert status["pages_stored"] == 1 and status["analysis_failed"] == {"batch": 1}
     assert status["analysed"] == 0 and status["records"] == 0
@@ -119,3 +133,15 @@ def test_an_analysis_batch_out_of_retries_is_finished_by_its_link_error(tmp_path
 
     assert_abandoned_by_the_errback(outcome, retries=2)
     assert outcome.failing_s < 30  # 2 retries: about 1 + 2 s of backoff
+
+
+def test_a_page_the_storage_refuses_fails_alone_and_its_batch_completes(tmp_path: Path) -> None:
+    """A refused page is one page's failure: its batch was failed whole (the errback then counted every
+    page of it as ``batch``) because following the page's links read it again and raised."""
+    outcome = crawl_with_an_unreadable_page(tmp_path, Settings(batch_analysis_retries=2), 60, with_a_directory)
+    status = outcome.status
+
+    assert outcome.retries == 0 and ABANDONED.search(outcome.log) is None, outcome.log
+    assert status["state"] == "completed" and status["pages_stored"] == 1
+    assert status["analysis_failed"] == {"storage_refused": 1} and status["records"] == 0
+    assert status["admitted"] == 1 and status["pending"] == 0  # no links could be read from it
