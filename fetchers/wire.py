@@ -43,7 +43,6 @@ from urllib3.util.ssl_ import create_urllib3_context
 from fetchers.codings import decoders_for
 from fetchers.netguard import Resolver, connect_pinned, current_policy, note_connection_opened
 from fetchers.rate_floor import RateFloor
-from vcrawl import names
 
 __all__ = ["ACCEPT_ENCODING", "MAX_HEADERS", "MAX_HEAD_BYTES", "Budget", "Connections", "WireError", "WireResponse"]
 
@@ -213,7 +212,7 @@ class Connections:
         try:
             sock = connect_pinned(host, port, current_policy(), self._resolver, timeout, socket_options=options)
         except socket.gaierror as exc:
-            raise WireError(names.REASON_DNS_ERROR, f"{host} did not resolve: {exc}") from exc
+            raise WireError("dns_error", f"{host} did not resolve: {exc}") from exc
         except TimeoutError as exc:
             raise WireError("connect_timeout", f"{host}:{port}") from exc
         except OSError as exc:
