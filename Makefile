@@ -57,8 +57,13 @@ test: setup browser-packages
 
 # Workers SIGKILLed, Redis restarted, hosts going down, hostile sites: real processes, ~2 minutes.
 test-faults: setup
-	@$(PY) -m pytest -n 2 --dist loadfile -m faults tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
+	@$(PY) -m pytest -n 2 --dist loadfile -m 'faults and not long' tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-faults: pytest collected no tests; that is a failure here"; fi; exit $$rc
+
+# The twins that wait real minutes at the shipped defaults (a cron minute, ten analysis retries' backoff).
+test-long: setup
+	@$(PY) -m pytest -n 2 --dist loadfile -m long tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-long: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 # The fault suite again, printing what happened in each fault (pages, refetches, recovery time).
 faults-report: setup

@@ -336,10 +336,11 @@ def _write_records(env: CrawlEnv, runtime: JobRuntime, records: list[dict[str, A
 def _follow_links_only(
     env: CrawlEnv, runtime: JobRuntime, page: FetchedPage, counters: Counter[str]
 ) -> tuple[Link, ...]:
-    """A page whose analyzer failed for good: its links are still followed."""
+    """A page whose analyzer failed for good: its links are still followed, if its stored copy can be read."""
     try:
         analysis = analyze_one(env.storage, page, None, follow_links=True, max_links=runtime.spec.max_links_per_page)
-    except MissingPage:
+    except PermanentError as exc:  # gone, or refused by the storage (already counted): one page, not the batch
+        logger.debug("no links from %s: %s", page.url, exc)
         return ()
     return _count_links(analysis, page, runtime, counters)
 

@@ -23,6 +23,7 @@ from fetchers.proxies import proxy_error_reason
 from fetchers.rate_floor import RateFloor
 from fetchers.targets import sending_as_written
 from fetchers.wire import ACCEPT_ENCODING, Budget, Connections, WireError, WireResponse
+from vcrawl import names
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["DEADLINES", "StaticFetcher", "make_session"]
@@ -214,7 +215,8 @@ class StaticFetcher:
         except requests.exceptions.Timeout as exc:
             raise FetchFailed(request.url, "timeout") from exc
         except requests.exceptions.ConnectionError as exc:
-            raise FetchFailed(request.url, "connection_error") from exc
+            reason = names.REASON_DNS_ERROR if _did_not_resolve(exc) else "connection_error"
+            raise FetchFailed(request.url, reason) from exc
         except requests.exceptions.InvalidHeader as exc:
             # urllib3's InvalidHeader: the response's framing (Content-Length "3, 300"); else our request's headers.
             broken_response = bool(exc.args) and isinstance(exc.args[0], urllib3.exceptions.InvalidHeader)
@@ -282,6 +284,13 @@ def _failure(task_url: str, reason: str, status: int | None) -> FetchFailed | Do
     if reason in _DOWNLOAD_FAILED:
         return DownloadFailed(task_url, reason, status)
     return FetchFailed(task_url, reason, status)
+
+
+def _did_not_resolve(exc: requests.exceptions.ConnectionError) -> bool:
+    """True when the connection failed because the host name did not resolve (urllib3's retry wrapper
+    carries the ``NameResolutionError`` as its ``reason``)."""
+    cause = exc.args[0] if exc.args else None
+    return isinstance(getattr(cause, "reason", cause), urllib3.exceptions.NameResolutionError)
 
 
 def _peer_address(response: requests.Response | WireResponse) -> str:

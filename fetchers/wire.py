@@ -63,8 +63,8 @@ _STAMP_SPACE = socket.CMSG_SPACE(16)  # one struct timespec
 
 class WireError(Exception):
     """A request that failed; ``reason`` is the static fetcher's: ``connect_timeout``, ``timeout``,
-    ``total_timeout``, ``slow_head``, ``connection_error``, ``incomplete_body``, ``tls_error``,
-    ``bad_response``, ``bad_request``, ``bad_encoding``."""
+    ``total_timeout``, ``slow_head``, ``dns_error`` (the host name did not resolve), ``connection_error``,
+    ``incomplete_body``, ``tls_error``, ``bad_response``, ``bad_request``, ``bad_encoding``."""
 
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
@@ -212,7 +212,7 @@ class Connections:
         try:
             sock = connect_pinned(host, port, current_policy(), self._resolver, timeout, socket_options=options)
         except socket.gaierror as exc:
-            raise WireError("connection_error", f"{host} did not resolve: {exc}") from exc
+            raise WireError("dns_error", f"{host} did not resolve: {exc}") from exc
         except TimeoutError as exc:
             raise WireError("connect_timeout", f"{host}:{port}") from exc
         except OSError as exc:

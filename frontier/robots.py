@@ -22,7 +22,7 @@ from protego import Protego
 
 from frontier.robots_groups import RobotsGroups, directives
 from frontier.urls import origin as url_origin
-from vcrawl import redis_keys
+from vcrawl import names, redis_keys
 from vcrawl.errors import DownloadFailed, FetchFailed
 
 __all__ = ["KINDS", "MAX_ROBOTS_BYTES", "RobotsCache", "RobotsResponse", "RobotsRules", "read_robots", "robots_url"]
@@ -61,6 +61,11 @@ def read_robots(url: str, get: Callable[[str], RobotsResponse]) -> tuple[RobotsR
     URLs cannot be fetched either). A redirect to a refused address or a malformed Location leaves
     robots.txt unavailable (RFC 9309 section 2.3.1.3: allow all); no answer at all or a 5xx means
     "disallow all" until it can be read (section 2.3.1.4).
+
+    Raises:
+        FetchFailed: ``dns_error``: the origin's own name did not resolve. There is no server to be
+            unreachable, and its URLs cannot be fetched either: the caller fails them as their own
+            fetch would (``engine.fetch_step.robots``), instead of holding them for robots.txt.
     """
     target, status, body = robots_url(url), None, None
     try:
@@ -85,7 +90,11 @@ def read_robots(url: str, get: Callable[[str], RobotsResponse]) -> tuple[RobotsR
             except ValueError:  # a malformed Location: robots.txt as if unavailable
                 status, body = 404, None
                 break
-    except (DownloadFailed, FetchFailed):
+    except FetchFailed as exc:
+        if exc.reason == names.REASON_DNS_ERROR and target == robots_url(url):
+            raise
+        status, body = None, None
+    except DownloadFailed:
         status, body = None, None
     return RobotsRules.from_response(status, body), status
 

@@ -7,6 +7,11 @@ in a real partition) while the root namespace still reaches its own address; ``h
 up again. The addresses are a free /30 of TEST-NET-2 (RFC 5737, 198.51.100.0/24): never a real
 host, and not the documentation net the machine's own interface may sit on (192.0.2.0/24 here).
 Making namespaces needs root and ``ip`` (iproute2); ``unavailable_reason()`` says why not.
+
+``use_nameserver(address)`` gives the namespace its own ``/etc/netns/<name>/resolv.conf``, which
+``ip netns exec`` bind-mounts over ``/etc/resolv.conf`` for the processes it starts: they resolve
+names through the system resolver (``getaddrinfo``) against a test DNS server (tests/dns_server.py),
+and no query can leave the machine (the namespace's only link is the veth pair).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import pytest
 __all__ = ["Lab", "LabUnavailable", "lab_or_skip", "unavailable_reason"]
 
 LAB_NET = ipaddress.IPv4Network("198.51.100.0/24")
+NETNS_ETC = Path("/etc/netns")  # ip netns exec bind-mounts NETNS_ETC/<name>/<file> over /etc/<file>
 # Two labs (two test processes, two checkouts on one machine) must not pick the same /30.
 _ALLOCATION_LOCK = Path(tempfile.gettempdir()) / "vcrawl-netns.lock"
 _PREFIX = "vcrawl-lab-"
@@ -81,6 +87,7 @@ def _remove_stale_labs() -> None:
         suffix = name.removeprefix(_PREFIX)
         subprocess.run(["ip", "link", "del", f"{suffix}r"], capture_output=True, timeout=10)
         subprocess.run(["ip", "netns", "del", name], capture_output=True, timeout=10)
+        shutil.rmtree(NETNS_ETC / name, ignore_errors=True)
 
 
 def _is_alive(pid: int) -> bool:
@@ -178,6 +185,18 @@ class Lab:
         """Start ``argv`` inside the namespace; the process is ``argv`` itself (``ip`` execs it)."""
         return subprocess.Popen(self.command(argv), **kwargs)
 
+    def use_nameserver(self, address: str) -> None:
+        """Resolve names in processes started from now on with the DNS server at ``address`` (port 53) only.
+
+        glibc gives up after one query per server and try (``timeout:1 attempts:2``): a test waits
+        seconds, not the default 10, when the server is down.
+        """
+        assert "netns" in self._made, "the lab is not started"
+        folder = NETNS_ETC / self.name
+        folder.mkdir(parents=True, exist_ok=True)
+        self._made.append("etc")
+        (folder / "resolv.conf").write_text(f"nameserver {address}\noptions timeout:1 attempts:2\n")
+
     def cut(self) -> None:
         """Drop everything between the namespace and the root namespace, both ways, silently."""
         _ip("link", "set", self.root_dev, "down")
@@ -192,6 +211,8 @@ class Lab:
             subprocess.run(["ip", "link", "del", self.root_dev], capture_output=True, timeout=10)
         if "netns" in self._made:
             subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=10)
+        if "etc" in self._made:  # ip netns del leaves /etc/netns/<name> behind
+            shutil.rmtree(NETNS_ETC / self.name, ignore_errors=True)
         self._made.clear()
 
     def __enter__(self) -> Lab:

@@ -76,6 +76,7 @@ __all__ = [
     "PREFIX_FILTERED",
     "PREFIX_SITEMAP_PROBLEM",
     "PREFIX_STATUS",
+    "REASON_DNS_ERROR",
     "REASON_FETCH_TASK_FAILED",
     "REASON_LEASE_EXPIRED",
     "REASON_MAX_PAGES",
@@ -288,6 +289,8 @@ PREFIX_SITEMAP_PROBLEM = "sitemap_problem:"
 PREFIX_ANALYSIS_FAILED = "analysis_failed:"
 """Pages whose analysis failed, by reason."""
 
+REASON_DNS_ERROR = "dns_error"
+"""A fetch's reason when its host name did not resolve (no such name, or no answer from the resolver)."""
 REASON_MAX_PAGES = "max_pages"
 """The filter reason of a link over the job's page limit."""
 REASON_LEASE_EXPIRED = "lease_expired"

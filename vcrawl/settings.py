@@ -108,6 +108,9 @@ class Settings:
     interval_jitter: float = 0.5
     analysis_retries: int = 3
     analysis_backoff_s: float = 1.0
+    # A job's analysis batch whose storage or Redis keeps failing: retried this often (backoff 1 s doubling
+    # to 60 s: about 5 minutes, enough to outlast a Redis restart), then its errback finishes its pages.
+    batch_analysis_retries: int = 10
     analyzer_programs: str | None = None  # a YAML/JSON file of external-program analyzers (docs/analyzer-programs.md)
     alert_webhook_url: str | None = None
     alert_email_to: tuple[str, ...] = ()
@@ -248,6 +251,8 @@ class Settings:
             raise ConfigError(f"VCRAWL_NODE_WEIGHT must be in [0, 10000], got {self.node_weight}")
         if self.node_timeout_s < 2:  # a node beats every second or two
             raise ConfigError(f"VCRAWL_NODE_TIMEOUT_S must be at least 2, got {self.node_timeout_s:g}")
+        if not 0 <= self.batch_analysis_retries <= 50:
+            raise ConfigError(f"VCRAWL_BATCH_ANALYSIS_RETRIES must be in [0, 50], got {self.batch_analysis_retries}")
         if not 1 <= self.dns_ttl_s <= 3600:  # longer, a site that moved is fetched at its old address
             raise ConfigError(f"VCRAWL_DNS_TTL_S must be in [1, 3600], got {self.dns_ttl_s:g}")
         if self.dns_negative_ttl_s > self.dns_ttl_s:

@@ -30,8 +30,9 @@ __all__ = [
     "throttles",
 ]
 
-# Signals that the host itself is down or overloaded: the whole host waits.
-HOST_TROUBLE = frozenset({"http_429", "http_503", "connection_error", "connect_timeout"})
+# Signals that the host itself is down or overloaded, or that its name does not resolve (every URL of
+# it would fail alike): the whole host waits.
+HOST_TROUBLE = frozenset({"http_429", "http_503", names.REASON_DNS_ERROR, "connection_error", "connect_timeout"})
 # SLOW_REASONS (fetchers.base) are a URL's own time trouble (a tarpit, a huge slow page): it waits
 # behind its host's other URLs, unless most of the host's requests end this way (the host's failure
 # budget, SLOW_HOST_BUDGET).

@@ -10,12 +10,14 @@ from dataclasses import dataclass
 
 from engine.fetch_step.context import FetchContext, FetchItem
 from engine.fetch_step.request import metered
+from engine.fetch_step.response import retry_or_fail
 from engine.fetch_step.visits import failed, next_attempt, visit_of
 from engine.outcomes import FetchOutcome, Retry, RobotsBlocked, RobotsFetched, Visit
 from fetchers import FetchRequest
 from frontier import RobotsResponse, RobotsRules, origin, read_robots, robots_url
 from telemetry.alerts import Alert
 from vcrawl import names
+from vcrawl.errors import FetchFailed
 
 __all__ = ["Cleared", "check_robots", "read_robots_rules"]
 
@@ -39,7 +41,10 @@ def check_robots(ctx: FetchContext, item: FetchItem, counts: Counter[str]) -> Cl
     rules = ctx.services.robots.get(origin(entry.url))
     fetched_now = rules is None
     if rules is None:
-        rules = _read_robots(ctx, entry.url, counts)
+        try:
+            rules = _read_robots(ctx, entry.url, counts, unresolved_fails=True)
+        except FetchFailed as exc:  # its host name does not resolve: the URL is retried, then fails, as its fetch
+            return retry_or_fail(ctx, item, exc.reason, None, None, counts, None)
     if rules is None:  # the network policy refuses the host itself: its URLs cannot be fetched either
         return failed(ctx, item, "blocked_address", None, "", counts, requested=False)
     crawl_delay_s = rules.crawl_delay(policy.robots_token)
@@ -61,8 +66,15 @@ def read_robots_rules(ctx: FetchContext, url: str) -> RobotsRules | None:
     return _read_robots(ctx, url, Counter())
 
 
-def _read_robots(ctx: FetchContext, url: str, counts: Counter[str]) -> RobotsRules | None:
-    """Read and cache robots.txt of the URL's origin; alert when it is unreachable (its URLs wait)."""
+def _read_robots(
+    ctx: FetchContext, url: str, counts: Counter[str], unresolved_fails: bool = False
+) -> RobotsRules | None:
+    """Read and cache robots.txt of the URL's origin; alert when it is unreachable (its URLs wait).
+
+    Raises:
+        FetchFailed: with ``unresolved_fails``, the origin's name did not resolve (``dns_error``);
+            otherwise that counts as unreachable.
+    """
     services, policy = ctx.services, ctx.policy
 
     def get(target: str) -> RobotsResponse:
@@ -76,7 +88,12 @@ def _read_robots(ctx: FetchContext, url: str, counts: Counter[str]) -> RobotsRul
             metered(services.meter, target, result, time.monotonic() - started)
         return RobotsResponse(result.status, result.final_url, result.headers, result.body)
 
-    rules, status = read_robots(url, get)
+    try:
+        rules, status = read_robots(url, get)
+    except FetchFailed:
+        if unresolved_fails:
+            raise
+        rules, status = RobotsRules.from_response(None, None), None
     if rules is None:
         logger.info("job %s: %s refused by the network policy", ctx.job_id or "-", origin(url))
         return None

@@ -136,8 +136,9 @@ def fetch_retry() -> RetryPolicy:
 
 
 def batch_analysis_retry() -> RetryPolicy:
-    """Return the retry policy for a job's analysis batches: long enough to outlast a Redis restart."""
-    return RetryPolicy(retries=10, backoff_s=1.0, backoff_max_s=60.0)
+    """Return the retry policy for a job's analysis batches (``VCRAWL_BATCH_ANALYSIS_RETRIES``): at the
+    default, long enough to outlast a Redis restart."""
+    return RetryPolicy(retries=settings().batch_analysis_retries, backoff_s=1.0, backoff_max_s=60.0)
 
 
 def analysis_retry() -> RetryPolicy:

@@ -179,7 +179,7 @@ def test_beat_fires_cycles_only_changes_are_analysed_and_one_beat_fires(cluster:
 CRON_FIRES_IN_S = 8.0  # after beat's start: time for it to load the schedule into Redis before the boundary
 
 
-@pytest.mark.parametrize("clock", ["shifted", "real"])
+@pytest.mark.parametrize("clock", ["shifted", pytest.param("real", marks=pytest.mark.long)])
 def test_a_cron_schedule_fires_a_cycle_through_beat_at_its_minute(cluster: dict[str, Any], clock: str) -> None:
     """``cron: "* * * * *"`` fires at the next minute of beat's clock, sends vcrawl.start_cycle, and the
     worker runs the cycle. "shifted": beat's clock is set ahead so that minute is 8 s away

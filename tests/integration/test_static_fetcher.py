@@ -174,6 +174,20 @@ def test_connection_refused_is_retryable(fetcher: StaticFetcher) -> None:
     assert failed.value.reason == "connection_error"
 
 
+@pytest.mark.parametrize("wire", [True, False], ids=["own wire", "requests' adapters"])
+def test_a_name_that_does_not_resolve_fails_retryably_as_dns_error(wire: bool) -> None:
+    def no_such_name(host: str, *args: object) -> list:  # what getaddrinfo raises for an NXDOMAIN
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    session = make_session(resolver=DnsCache(no_such_name))
+    if not wire:  # a session without vcrawl's wire (a plug-in's): requests sends through the guarded adapters
+        del session.wire
+    fetcher = StaticFetcher(session, LIMITS, policy=LOOPBACK_POLICY)
+    with pytest.raises(FetchFailed) as failed:  # the crawl of named hosts (test_dns_crawl.py) uses a real server
+        _get(fetcher, "http://gone.test/")
+    assert failed.value.reason == "dns_error"
+
+
 def test_gzip_body_is_decoded(site: TestSite, fetcher: StaticFetcher) -> None:
     site.add_page("/z", gzip.compress(b"<p>hello</p>"), Content_Encoding="gzip")
     assert _get(fetcher, site.url("/z")).body == b"<p>hello</p>"

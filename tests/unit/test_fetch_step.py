@@ -285,6 +285,22 @@ def test_an_unreachable_robots_txt_holds_the_hosts_urls_and_alerts(tmp_path: Pat
     assert [cause for cause, _ in alerts] == [f"single:robots:{ORIGIN}"]
 
 
+def test_a_host_whose_name_does_not_resolve_is_retried_then_fails_as_dns_error_not_held_for_robots(
+    tmp_path: Path,
+) -> None:
+    alerts: list[tuple[str, Alert]] = []
+    no_such_name = Canned(*[FetchFailed(f"{ORIGIN}/robots.txt", "dns_error")] * 2)  # one per attempt
+    robots, pages = RulesHere(), Canned()
+    ctx = context(tmp_path, pages, robots=robots, robots_fetcher=no_such_name, alerts=alerts)
+    first = fetch_one(ctx, item())
+    last = fetch_one(ctx, item(attempt=ctx.policy.retry.retries))
+
+    assert isinstance(first, Retry) and (first.reason, first.scope) == ("dns_error", "host")
+    assert first.delay_s <= 2 * ctx.policy.retry.backoff_s  # the fetch's backoff, not robots_retry_s (600 s)
+    assert isinstance(last, Failed) and last.reason == "dns_error" and last.visit.counts["failed:dns_error"] == 1
+    assert robots.rules == {} and pages.requests == [] and alerts == []  # nothing cached, no robots alert
+
+
 def test_a_body_over_the_cap_fails_for_good_and_nothing_is_stored(tmp_path: Path) -> None:
     outcome = fetch_one(context(tmp_path, Canned(DownloadFailed(URL, "too_large", 200))), item())
 

@@ -14,7 +14,7 @@ def test_defaults_without_environment() -> None:
     assert settings.redis_url == "redis://127.0.0.1:6379/0"
     assert settings.data == "./crawl-data"
     assert settings.user_agents == DEFAULT_USER_AGENTS and len(settings.user_agents) >= 5
-    assert settings.fetch_retries == 2 and settings.analysis_retries == 3
+    assert settings.fetch_retries == 2 and settings.analysis_retries == 3 and settings.batch_analysis_retries == 10
 
 
 @pytest.mark.parametrize(
@@ -31,6 +31,7 @@ def test_defaults_without_environment() -> None:
         ),
         ("VCRAWL_PROXIES", "http://127.0.0.1:3128", ("proxies", ("http://127.0.0.1:3128",))),
         ("VCRAWL_SMTP_HOST", "mail.test", ("smtp_host", "mail.test")),
+        ("VCRAWL_BATCH_ANALYSIS_RETRIES", "2", ("batch_analysis_retries", 2)),
     ],
 )
 def test_variables_are_parsed(variable: str, value: str, expected: tuple[str, object]) -> None:
@@ -59,6 +60,7 @@ def test_variables_are_parsed(variable: str, value: str, expected: tuple[str, ob
         ({"VCRAWL_ALERT_WEBHOOK_URL": "ftp://x"}, "VCRAWL_ALERT_WEBHOOK_URL"),
         ({"VCRAWL_ALERT_EMAIL_TO": "ops@x.test"}, "VCRAWL_SMTP_HOST"),
         ({"VCRAWL_VISIBILITY_TIMEOUT_S": "60"}, "VCRAWL_VISIBILITY_TIMEOUT_S"),
+        ({"VCRAWL_BATCH_ANALYSIS_RETRIES": "51"}, "VCRAWL_BATCH_ANALYSIS_RETRIES"),
     ],
 )
 def test_bad_values_name_the_variable(environ: dict[str, str], named: str) -> None:
