@@ -58,6 +58,7 @@ def test_a_tarpit_is_given_up_and_retried_behind_its_hosts_other_pages(site: Tes
     assert tries[1].at > ordinary_at[-1]
 
 
+@pytest.mark.long  # make test-long: the shipped timeouts, tens of seconds
 def test_a_tarpit_at_the_shipped_defaults(site: TestSite) -> None:
     """The twin at vcrawl's shipped limits and politeness: a byte every 3 s, 20 ordinary pages."""
     shipped, politeness = Settings(), PolitenessSpec()
@@ -85,6 +86,7 @@ def test_a_tarpit_at_the_shipped_defaults(site: TestSite) -> None:
     assert ordinary_at[-1] < tries[1].at
 
 
+@pytest.mark.long  # make test-long: the shipped timeouts, tens of seconds
 def test_a_trickled_head_at_the_shipped_defaults_fails_at_once_and_the_job_ends(site: TestSite) -> None:
     """A URL answered with a status line, then a header line every 2 s, forever, among 20 ordinary
     pages, at vcrawl's shipped limits and politeness: it is given up a floor window (5 s) after its
@@ -134,6 +136,7 @@ def test_a_host_that_keeps_timing_out_is_paused_and_reported(site: TestSite, ale
     assert hooks[0]["details"]["slow"] >= SLOW_HOST_BUDGET
 
 
+@pytest.mark.long  # make test-long: the shipped timeouts, tens of seconds
 def test_a_host_that_keeps_timing_out_is_reported_at_the_shipped_rate_floor(
     site: TestSite, alert_sinks: AlertSinks
 ) -> None:

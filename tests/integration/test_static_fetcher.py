@@ -136,6 +136,7 @@ def test_silent_server_is_a_timeout(site: TestSite, fetcher: StaticFetcher) -> N
     assert failed.value.reason == "timeout"
 
 
+@pytest.mark.long  # make test-long: 15 s each at the shipped read timeout
 @pytest.mark.parametrize(
     "response",
     [

@@ -322,7 +322,7 @@ def test_a_trickled_head_is_given_up_at_the_shipped_floor_window(serve: Serve, p
     assert 5 <= took < 6, took
 
 
-@pytest.mark.parametrize("total_s", [2.0, pytest.param(60.0, marks=pytest.mark.slow, id="shipped")])
+@pytest.mark.parametrize("total_s", [2.0, pytest.param(60.0, marks=[pytest.mark.slow, pytest.mark.long], id="shipped")])
 def test_a_dripping_body_is_given_up_at_the_total_deadline(serve: Serve, pool: Connections, total_s: float) -> None:
     # 2 s: the rule, sooner; 60 s: the shipped total. A byte every 0.5 s never trips the read timeout (15 s).
     def script(peer: Peer) -> None:

@@ -280,6 +280,7 @@ def test_a_program_that_cannot_start_fails_rather_than_raising_os_errors(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: a minute at the shipped timeout
 def test_a_hanging_program_is_killed_at_the_shipped_60s_timeout(script, pids):
     # The twin of the short-timeout test: the default users run (about a minute).
     program = ProgramAnalyzer("hangs", (script("hangs.py", "import time; time.sleep(600)"),))
