@@ -14,9 +14,9 @@ from kombu import Exchange, Queue
 from vcrawl import schedules
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.redis_keys import SCHEDULE_PREFIX
-from vcrawl.redis_target import celery_redis_url, is_sentinel, parse_sentinels
-from vcrawl.redis_tls import RedisTls
 from vcrawl.settings import Settings
+from vcrawl.targets.redis import celery_redis_url, is_sentinel, parse_sentinels
+from vcrawl.targets.redis_tls import RedisTls
 
 DOWNLOAD_QUEUE = "download"
 BROKER_POLL_S = 0.2

@@ -9,7 +9,7 @@ from typing import Any
 from api.http import HttpLimits, make_server
 from api.monitor import ClusterRoutes, Monitor, summarize
 from api.server import JobApi
-from vcrawl.monitor import DEFAULT_CLUSTER_NAME
+from vcrawl.targets.clusters import DEFAULT_CLUSTER_NAME
 
 __all__ = ["HttpLimits", "JobApi", "Monitor", "make_server", "real_api"]
 

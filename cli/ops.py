@@ -12,8 +12,8 @@ from typing import Any
 from cli.run import add_network_option, add_run_options, allowing, resume_job_locally, uses_private_redis
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.jobs import masked_url
-from vcrawl.monitor import CLUSTER_NAME, DEFAULT_CLUSTER_NAME, cluster_urls
 from vcrawl.settings import Settings
+from vcrawl.targets.clusters import CLUSTER_NAME, DEFAULT_CLUSTER_NAME, cluster_urls
 
 __all__ = ["add_ops_commands", "check_serve_options"]
 

@@ -31,8 +31,8 @@ import psycopg
 from psycopg import sql
 
 from vcrawl.errors import RecordsUnavailable
-from vcrawl.records_target import redacted
 from vcrawl.settings import Settings
+from vcrawl.targets.records import redacted
 
 __all__ = ["DEFAULT_TABLE", "PostgresRecords"]
 

@@ -33,8 +33,8 @@ from celeryconfig import celery_settings
 from tasks import deps
 from tasks.redis_clients import probe_redis
 from vcrawl.errors import ClusterDown
-from vcrawl.monitor import shown_url
 from vcrawl.settings import Settings
+from vcrawl.targets.clusters import shown_url
 
 __all__ = ["PROBE_TIMEOUT_S", "ClusterClient"]
 

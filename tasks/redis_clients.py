@@ -6,7 +6,7 @@ seconds), its commands are retried with backoff for up to ``FAILOVER_RETRY_S``, 
 tasks and the API wait for the new primary instead of failing. A command whose reply was lost is
 sent again: vcrawl's scripts are idempotent (admission tokens, leases checked on release).
 
-TLS (``vcrawl.redis_tls``): ``rediss://`` or ``VCRAWL_REDIS_TLS`` for the servers,
+TLS (``vcrawl.targets.redis_tls``): ``rediss://`` or ``VCRAWL_REDIS_TLS`` for the servers,
 ``VCRAWL_REDIS_SENTINEL_TLS`` for the Sentinels, verified against ``VCRAWL_REDIS_TLS_CA_FILE``.
 """
 
@@ -26,9 +26,9 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from cluster.fence import SentinelFence
-from vcrawl.redis_target import is_cluster, is_sentinel, parse_cluster, parse_sentinels
-from vcrawl.redis_tls import RedisTls
 from vcrawl.settings import Settings
+from vcrawl.targets.redis import is_cluster, is_sentinel, parse_cluster, parse_sentinels
+from vcrawl.targets.redis_tls import RedisTls
 
 __all__ = [
     "FAILOVER_RETRY_S",

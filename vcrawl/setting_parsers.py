@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
-from vcrawl.monitor import parse_cluster_entries
 from vcrawl.proxy_sources import ProxySource, load_proxy_sources
+from vcrawl.targets.clusters import parse_cluster_entries
 
 __all__ = ["FIELD_PARSERS", "TYPE_PARSERS", "check_network", "check_url"]
 

@@ -12,10 +12,10 @@ from vcrawl.api_rules import AUTH_PREFIX, check_auth_name
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
 from vcrawl.proxy_sources import ProxySource, dump_proxy_sources
-from vcrawl.records_target import check_records_url
-from vcrawl.redis_target import celery_redis_url, check_frontier_url, is_sentinel, parse_sentinels
-from vcrawl.redis_tls import check_redis_tls
 from vcrawl.setting_parsers import FIELD_PARSERS, TYPE_PARSERS, check_network, check_url
+from vcrawl.targets.records import check_records_url
+from vcrawl.targets.redis import celery_redis_url, check_frontier_url, is_sentinel, parse_sentinels
+from vcrawl.targets.redis_tls import check_redis_tls
 
 __all__ = [
     "DEFAULT_REFERERS",
@@ -63,7 +63,7 @@ class Settings:
     redis_sentinel_master: str = ""
     redis_password: str = field(default="", repr=False)  # the Redis servers' (AUTH); never in the URL
     redis_sentinel_password: str = field(default="", repr=False)  # the Sentinels' own
-    # TLS (vcrawl.redis_tls): rediss:// for one server; behind Sentinel, to the servers and to the Sentinels.
+    # TLS (vcrawl.targets.redis_tls): rediss:// for one server; behind Sentinel, to the servers and to the Sentinels.
     redis_tls: bool = False
     redis_sentinel_tls: bool = False
     redis_tls_ca_file: str | None = None  # CA bundle that verifies the servers (the system's without it)

@@ -177,6 +177,6 @@ def test_verification_off_connects_and_says_so(
 ) -> None:
     settings = Settings(redis_url=f"rediss://127.0.0.1:{tls_redis}/0", redis_tls_verify=False,
                         redis_tls_cert_file=str(tls_files.cert), redis_tls_key_file=str(tls_files.key))  # fmt: skip
-    with caplog.at_level(logging.WARNING, logger="vcrawl.redis_tls"):
+    with caplog.at_level(logging.WARNING, logger="vcrawl.targets.redis_tls"):
         assert make_redis_client(settings).ping()
     assert any("NOT verified" in record.getMessage() for record in caplog.records)

@@ -15,8 +15,8 @@ from api.monitor import ClusterRoutes, Monitor, summarize
 from api.server import JobApi
 from tasks import deps
 from vcrawl.errors import ClusterDown, ConfigError
-from vcrawl.monitor import cluster_urls, parse_cluster_entries, shown_url
 from vcrawl.settings import Settings
+from vcrawl.targets.clusters import cluster_urls, parse_cluster_entries, shown_url
 
 TOKEN = "unit-test-token-0123456789"
 

@@ -6,8 +6,8 @@ import pytest
 
 from celeryconfig import celery_settings
 from vcrawl.errors import ConfigError
-from vcrawl.redis_target import SentinelSet, celery_redis_url, parse_sentinels
 from vcrawl.settings import Settings
+from vcrawl.targets.redis import SentinelSet, celery_redis_url, parse_sentinels
 
 SENTINELS = "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26380;sentinel://10.0.0.3/2"
 

@@ -18,8 +18,8 @@ from redis.sentinel import SentinelManagedConnection
 from celeryconfig import celery_settings
 from tasks.redis_clients import make_redis_client
 from vcrawl.errors import ConfigError
-from vcrawl.redis_tls import RedisTls
 from vcrawl.settings import Settings
+from vcrawl.targets.redis_tls import RedisTls
 
 SENTINELS = "sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26380/2"
 TLS_KEYS = ("broker_use_ssl", "redis_backend_use_ssl", "redbeat_redis_use_ssl")
@@ -141,7 +141,7 @@ def test_the_switches_come_from_the_environment_and_go_to_child_processes(files:
 
 def test_turning_verification_off_is_logged_by_every_client_built(caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings(redis_url="rediss://redis.example:6380/0", redis_tls_verify=False)
-    with caplog.at_level(logging.WARNING, logger="vcrawl.redis_tls"):
+    with caplog.at_level(logging.WARNING, logger="vcrawl.targets.redis_tls"):
         conf = celery_settings(settings)
         make_redis_client(settings)
     assert conf["broker_use_ssl"] == {"ssl_cert_reqs": ssl.CERT_NONE, "ssl_check_hostname": False}
@@ -150,7 +150,7 @@ def test_turning_verification_off_is_logged_by_every_client_built(caplog: pytest
 
 
 def test_verified_tls_logs_no_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="vcrawl.redis_tls"):
+    with caplog.at_level(logging.WARNING, logger="vcrawl.targets.redis_tls"):
         celery_settings(Settings(redis_url="rediss://redis.example:6380/0"))
     assert not caplog.records
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vcrawl.errors import ConfigError
-from vcrawl.redis_target import parse_cluster
 from vcrawl.settings import DEFAULT_USER_AGENTS, Settings, celery_redis_url
+from vcrawl.targets.redis import parse_cluster
 
 
 def test_defaults_without_environment() -> None:

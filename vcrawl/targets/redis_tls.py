@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from vcrawl.errors import ConfigError
-from vcrawl.redis_target import is_sentinel
+from vcrawl.targets.redis import is_sentinel
 
 __all__ = ["RedisTls", "TlsSettings", "check_redis_tls"]
 
