@@ -114,6 +114,22 @@ def test_resizable_threads_run_as_many_calls_at_once_as_their_size_after_growing
         pool.shutdown(wait=True)
 
 
+def test_after_shrinking_and_growing_again_every_slot_is_used() -> None:
+    # Threads start as calls find none idle: the idle count must survive threads leaving after a shrink.
+    pool = ResizableThreads(4)
+    try:
+        assert _most_at_once(pool, 12, 0.05) == 4
+        pool.resize(1)
+        assert _most_at_once(pool, 6, 0.02) == 1
+        pool.resize(4)
+        assert _most_at_once(pool, 12, 0.05) == 4
+        pool.resize(2)
+        pool.resize(5)
+        assert _most_at_once(pool, 15, 0.05) == 5
+    finally:
+        pool.shutdown(wait=True)
+
+
 def test_a_shrink_lets_the_task_in_hand_finish() -> None:
     pool = ResizableThreads(2)
     release = threading.Event()
