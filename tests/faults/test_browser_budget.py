@@ -1,5 +1,5 @@
-"""The shipped browser-actions budget (30 s) ends a page that never stops revealing: the twin of
-tests/integration/test_browser_actions.py's shortened budget, at the default every user runs."""
+"""Browser actions at the shipped limits, the twins of tests/integration/test_browser_actions.py's shortened
+ones: the 30 s budget ends a page that never stops revealing; a wait_for gives up at the lazy timeout (10 s)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,20 @@ from tests.conftest import LOOPBACK_POLICY
 from tests.integration.test_browser_actions import ENDLESS
 from tests.site import Response, TestSite
 from vcrawl.browser_actions import parse_actions
+from vcrawl.errors import FetchFailed
 
 pytestmark = [pytest.mark.faults, pytest.mark.browser]
 
 
-def test_the_shipped_budget_stops_endless_clicking_and_the_page_is_read(fault_report: object) -> None:
+def _shipped() -> BrowserConfig:
     shipped = BrowserConfig()
     if not all(os.access(p, os.X_OK) for p in (shipped.chromium_path, shipped.chromedriver_path)):
         pytest.skip("no Chromium here")
+    return shipped
+
+
+def test_the_shipped_budget_stops_endless_clicking_and_the_page_is_read(fault_report: object) -> None:
+    shipped = _shipped()
     fetcher = BrowserFetcher(shipped, policy=LOOPBACK_POLICY)
     with TestSite() as site:
         url = site.add_page("/endless", ENDLESS)
@@ -38,3 +44,20 @@ def test_the_shipped_budget_stops_endless_clicking_and_the_page_is_read(fault_re
     assert 10 <= clicks < 50, clicks  # 50 clicks would take over a minute: the budget ended them
     assert shipped.actions_timeout_s <= took < shipped.actions_timeout_s + shipped.page_timeout_s, took
     assert "clicked" in result.body.decode()
+
+
+def test_a_wait_for_that_never_comes_fails_at_the_shipped_lazy_timeout() -> None:
+    shipped = _shipped()
+    fetcher = BrowserFetcher(shipped, policy=LOOPBACK_POLICY)
+    with TestSite() as site:
+        url = site.add_page("/list", ENDLESS)
+        try:
+            started = time.monotonic()
+            with pytest.raises(FetchFailed) as failed:
+                fetcher.fetch(FetchRequest(url=url, user_agent="vcrawl-test/1",
+                                           actions=parse_actions([{"wait_for": "a.never"}])))  # fmt: skip
+            took = time.monotonic() - started
+        finally:
+            fetcher.close()
+    assert failed.value.reason == "wait_for_timeout"
+    assert shipped.lazy_timeout_s <= took < shipped.lazy_timeout_s + shipped.page_timeout_s, took

@@ -26,7 +26,6 @@ from tests.conftest import PLUGIN_SITE
 from tests.faults.test_faults import (
     TAKEOVER_S,
     Note,
-    fault_settings,
     lines,
     serve_pages,
     start_job,
@@ -36,6 +35,7 @@ from tests.faults.test_faults import (
 from tests.postgres import PostgresServer
 from tests.site import TestSite
 from tests.waiting import wait_until
+from vcrawl.settings import Settings
 from views.status import job_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -59,7 +59,8 @@ def test_an_analysis_worker_killed_mid_analysis_leaves_one_row_per_page(
     started_log = tmp_path / "analyses-started.txt"
     url = postgres_server.create_database("t_fault_kill").replace("postgres@", f"postgres:{SECRET}@")
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
-        env = {**cluster_env(fault_settings(server, tmp_path / "data")), "VCRAWL_RECORDS_URL": url,
+        shipped = Settings(redis_url=server.url, data=str(tmp_path / "data"))  # the shipped timeouts and backoffs
+        env = {**cluster_env(shipped), "VCRAWL_RECORDS_URL": url,
                "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}", "VCRAWL_TEST_ANALYSIS_LOG": str(started_log),
                "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
         paths = serve_pages(site, 20)
@@ -104,7 +105,8 @@ def test_the_records_database_down_mid_job_holds_the_batches_until_it_is_back(
     with PostgresServer(postgres_server.bindir) as database, LocalRedis(tmp_path / "redis") as server, \
             TestSite() as site:  # fmt: skip
         url = database.create_database("t_fault_down").replace("postgres@", f"postgres:{SECRET}@")
-        env = {**cluster_env(fault_settings(server, tmp_path / "data")), "VCRAWL_RECORDS_URL": url}
+        shipped = Settings(redis_url=server.url, data=str(tmp_path / "data"))  # the shipped timeouts and backoffs
+        env = {**cluster_env(shipped), "VCRAWL_RECORDS_URL": url}
         paths = serve_pages(site, 12)
         job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.02, "jitter": 0},
                "rules": [{"pattern": "", "analyzer": "fields", "fields": {"title": "a"}}]}  # fmt: skip

@@ -138,7 +138,7 @@ def test_an_analysis_batch_out_of_retries_is_finished_by_its_link_error(tmp_path
 def test_a_page_the_storage_refuses_fails_alone_and_its_batch_completes(tmp_path: Path) -> None:
     """A refused page is one page's failure: its batch was failed whole (the errback then counted every
     page of it as ``batch``) because following the page's links read it again and raised."""
-    outcome = crawl_with_an_unreadable_page(tmp_path, Settings(batch_analysis_retries=2), 60, with_a_directory)
+    outcome = crawl_with_an_unreadable_page(tmp_path, Settings(), 60, with_a_directory)  # the shipped retries
     status = outcome.status
 
     assert outcome.retries == 0 and ABANDONED.search(outcome.log) is None, outcome.log

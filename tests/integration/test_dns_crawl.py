@@ -111,7 +111,7 @@ def crawl_named_hosts(tmp_path: Path, lab: Lab, politeness: dict[str, Any], **se
             status = job_status(frontier, job_id)
             return status if status is not None and status["state"] != "running" else None
 
-        status = wait_for(finished, 120, f"job {job_id} finished")
+        status = wait_for(finished, 240, f"job {job_id} finished")
         crawl_s = time.monotonic() - started
         requests = sum(len(site.seen) for site in sites.values())
         a_queries = sum(1 for query in dns.queries if query.qtype == "A")  # the crawl is over: no more come
@@ -149,19 +149,27 @@ def test_a_crawl_of_named_hosts_asks_dns_once_per_name_and_names_unresolvable_ho
     assert node["dns_hits"] >= requests - len(SHOPS), node
 
 
-def test_a_name_is_asked_again_once_its_answer_is_older_than_the_ttl(tmp_path: Path, lab: Lab) -> None:
-    """The same crawl, paced (a request per host every 0.5 s, about 5 s a shop) under a 1 s TTL: each
-    name is asked about once a second, never sooner (the shipped 60 s TTL is the test above)."""
-    crawl = crawl_named_hosts(
-        tmp_path, lab, {"min_interval_s": 0.5, "jitter": 0}, dns_ttl_s=1.0, dns_negative_ttl_s=1.0
-    )
+@pytest.mark.parametrize(
+    ("interval_s", "ttls", "fewest_asks"),
+    [
+        (0.5, {"dns_ttl_s": 1.0, "dns_negative_ttl_s": 1.0}, 3),
+        # The twin at the shipped 60 s TTL: a request per host every 8 s spans more than a minute.
+        pytest.param(8.0, {}, 2, marks=pytest.mark.long, id="shipped"),
+    ],
+)
+def test_a_name_is_asked_again_once_its_answer_is_older_than_the_ttl(
+    tmp_path: Path, lab: Lab, interval_s: float, ttls: dict[str, float], fewest_asks: int
+) -> None:
+    """The same crawl, paced (a request per host every ``interval_s``) past its TTL: each name is asked
+    again once its answer is older than the TTL, never sooner."""
+    crawl = crawl_named_hosts(tmp_path, lab, {"min_interval_s": interval_s, "jitter": 0}, **ttls)
     status, dns = crawl.status, crawl.dns
 
     assert status["state"] == "completed" and status["pages_stored"] == len(SHOPS) * (1 + PAGES)
     for name in SHOPS:
         asked = dns.asked(name)
         span_s = asked[-1].at - asked[0].at
-        assert 3 <= len(asked) <= span_s / crawl.settings.dns_ttl_s + 1, (name, len(asked), span_s)
+        assert fewest_asks <= len(asked) <= span_s / crawl.settings.dns_ttl_s + 1, (name, len(asked), span_s)
         assert all(later.at - earlier.at >= crawl.settings.dns_ttl_s - 0.1 for earlier, later in pairwise(asked))
     assert crawl.node["dns_lookups"] == sum(1 for query in dns.queries if query.qtype == "A")
-    assert crawl.node["dns_hits"] > 0  # requests 0.5 s apart: about every other one finds a fresh answer
+    assert crawl.node["dns_hits"] > 0  # most requests find a fresh answer
