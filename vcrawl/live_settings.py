@@ -11,11 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.setting_parsers import FIELD_PARSERS, TYPE_PARSERS
 from vcrawl.settings import Settings
+from vcrawl.targets.clusters import shown_url
 
 __all__ = ["LIVE_SETTINGS", "apply_overrides", "describe", "live_value", "not_live_reason", "setting_field"]
 
@@ -153,19 +154,12 @@ def _plain(value: Any, field: str) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return dataclasses.asdict(value)
     if isinstance(value, str) and "://" in value:
-        return _shown_url(value, whole=field not in _URL_TOKENS)
+        shown = shown_url(value)  # never a password, in the address or a password= parameter
+        if field in _URL_TOKENS:  # of a webhook, only where it goes: its path is often its token
+            parts = urlsplit(shown)
+            return f"{parts.scheme}://{parts.netloc}/…"
+        return shown
     return value
-
-
-def _shown_url(url: str, whole: bool) -> str:
-    """A URL as listed: never its password; of a webhook, only where it goes (its path is often its token)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    user = f"{parts.username}:***@" if parts.password else f"{parts.username}@" if parts.username else ""
-    netloc = user + host
-    if parts.port is not None:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")) if whole else f"{parts.scheme}://{netloc}/…"
 
 
 _TYPES = {spec.name: spec.type for spec in dataclasses.fields(Settings) if spec.name not in ("given", "api_auth")}
