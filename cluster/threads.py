@@ -115,14 +115,17 @@ class ResizableThreads:
 
     def _serve(self) -> None:
         me = threading.current_thread()
+        item: Any = None
         while True:
-            item = self._work.get()
+            if item is None:
+                item = self._work.get()
             with self._lock:
                 if item is _STOP:
                     if self._closed or len(self._threads) > self._size:
                         self._threads.discard(me)
                         self._idle.acquire(timeout=0)  # it waited as idle: it is not any more
                         return
+                    item = None
                     continue
                 handed_back = self._running >= self._size  # a shrink left size tasks running: not on this thread
                 if handed_back:
@@ -149,4 +152,10 @@ class ResizableThreads:
                         self._threads.discard(me)
             if leave:
                 return
-            self._idle.release()
+            # Idle only if nothing waits: a thread that counted itself idle and then took a call queued
+            # before would leave a count no thread stands for, and a grown pool would start too few.
+            try:
+                item = self._work.get_nowait()
+            except queue.Empty:
+                item = None
+                self._idle.release()

@@ -130,6 +130,18 @@ def test_after_shrinking_and_growing_again_every_slot_is_used() -> None:
         pool.shutdown(wait=True)
 
 
+def test_a_pool_grown_after_running_with_a_queue_starts_every_new_slot() -> None:
+    # Calls queued behind busy threads are taken as each thread finishes: no thread may count itself idle
+    # then, or a later grow finds idle counts no thread stands for and starts too few (seen: 5 of 6 slots).
+    pool = ResizableThreads(2)
+    try:
+        assert _most_at_once(pool, 40, 0.01) == 2
+        pool.resize(6)
+        assert _most_at_once(pool, 12, 0.05) == 6
+    finally:
+        pool.shutdown(wait=True)
+
+
 def test_a_shrink_lets_the_task_in_hand_finish() -> None:
     pool = ResizableThreads(2)
     release = threading.Event()
