@@ -114,7 +114,17 @@ class ScriptLoader:
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Run a script (EVALSHA; loaded again if Redis lost it); its reply."""
-        return self.script(name)(keys=list(keys), args=list(args))
+        return self._call(self.script(name), keys, args)
+
+    def _call(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return script(keys=list(keys), args=list(args))
+        except NoScriptError:
+            if not isinstance(self.client, RedisCluster):
+                raise
+            # A primary added after the scripts were loaded, reached by ASK while a slot moves onto it:
+            # SCRIPT LOAD went to the primaries the client knew. EVAL carries the body (and caches it there).
+            return self.client.eval(script.script, len(keys), *keys, *args)
 
     def run_with_wake(
         self,
@@ -180,7 +190,7 @@ class ScriptLoader:
             # The slot moved, or its primary is gone: through the cluster client, which follows the
             # slot to its owner and waits out a failover (a script run twice is harmless: each checks
             # its lease, token or state first).
-            reply = script(keys=list(keys), args=list(args))
+            reply = self._call(script, keys, args)
         if wake or also:
             pipe = cluster.pipeline(transaction=False)
             if wake:

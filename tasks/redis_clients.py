@@ -12,12 +12,13 @@ TLS (``vcrawl.targets.redis_tls``): ``rediss://`` or ``VCRAWL_REDIS_TLS`` for th
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import redis
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
+from redis.cluster import PRIMARY, ClusterNode, ClusterPipeline, RedisCluster
 from redis.connection import SSLConnection
 from redis.exceptions import ClusterDownError, RedisError
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -126,8 +127,53 @@ def make_redis_client(settings: Settings) -> redis.Redis:
     )
 
 
-class _FailoverWaitingCluster(RedisCluster):
-    """A Redis Cluster client whose commands wait out a shard's failover.
+class _SlotlessPrimaries:
+    """Primaries that serve no slot yet, met by ASK: a slot moving onto a node just added.
+
+    redis-py (8.1) knows only the nodes ``CLUSTER SLOTS`` lists, so it looks such a node up, finds
+    nothing and fails the command with an AttributeError (redis-py issue 4015): mid-batch, a fetch
+    lost that way had its pages fetched twice. Each is known here by address, a few at most.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nodes: dict[str, ClusterNode] = {}
+
+    def named(self, node_name: str) -> ClusterNode | None:
+        address, _, number = node_name.rpartition(":")
+        if not address or not number.isdigit():
+            return None
+        with self._lock:
+            return self._nodes.setdefault(node_name, ClusterNode(address, int(number), PRIMARY))
+
+    def close(self) -> None:
+        with self._lock:
+            nodes, self._nodes = list(self._nodes.values()), {}
+        for node in nodes:
+            if node.redis_connection is not None:
+                node.redis_connection.close()
+
+
+class _FollowsAskToSlotless:
+    """``get_node`` for a cluster client and its pipelines: redis-py's ASK path asks by name alone
+    (redis/cluster.py), for a node it may not know."""
+
+    slotless: _SlotlessPrimaries
+
+    def get_node(self, host: str | None = None, port: int | None = None, node_name: str | None = None) -> Any:
+        node = super().get_node(host, port, node_name)  # type: ignore[misc]
+        if node is None and node_name and not host and not port:
+            return self.slotless.named(node_name)
+        return node
+
+
+class _Pipeline(_FollowsAskToSlotless, ClusterPipeline):
+    pass
+
+
+class _FailoverWaitingCluster(_FollowsAskToSlotless, RedisCluster):
+    """A Redis Cluster client whose commands wait out a shard's failover, and which follows an ASK
+    to a primary that serves no slot yet (``_SlotlessPrimaries``).
 
     redis-py (8.1) retries a command that met a dead primary at once, as many times as its retry
     allows, with no pause: all spent in a moment, long before the replica is promoted
@@ -135,6 +181,20 @@ class _FailoverWaitingCluster(RedisCluster):
     cluster that says it is down is tried again with backoff (0.1 s up to 1 s) for up to
     ``FAILOVER_RETRY_S``, as the Sentinel client does.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.slotless = _SlotlessPrimaries()  # before redis-py's own: a failed start still closes
+        super().__init__(*args, **kwargs)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        pipe = super().pipeline(transaction, shard_hint)
+        pipe.__class__ = _Pipeline  # redis-py builds the pipeline with its many options; only get_node differs
+        pipe.slotless = self.slotless  # type: ignore[attr-defined]
+        return pipe
+
+    def close(self) -> None:
+        super().close()
+        self.slotless.close()
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         deadline = time.monotonic() + FAILOVER_RETRY_S
