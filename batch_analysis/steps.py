@@ -44,6 +44,7 @@ from vcrawl.payloads import FieldRule, field_rules
 
 __all__ = [
     "DEFAULT_CHUNK",
+    "JobView",
     "RunPlan",
     "map_chunk",
     "plan_run",
@@ -173,7 +174,7 @@ def map_chunk(
     else:
         analyzer = get_batch_analyzer(plan.analyzer)
         bodies = _Bodies(store, job_id)
-        partial = analyzer.map([_crawled(bodies, line) for line in lines], _Context(plan.statuses))
+        partial = analyzer.map([_crawled(bodies, line) for line in lines], JobView(plan.statuses))
     location = f"{plan.folder}/part-{index:05d}.json"
     store.write_bytes(location, _dumps(partial))
     runs.chunk_done(job_id, run_id, index, time.time())
@@ -218,8 +219,8 @@ def _cached_plan(store: Storage, folder: str) -> RunPlan:
     return RunPlan(**data)
 
 
-class _Context:
-    """The map's view of the job: canonical URLs and the final status of URLs not stored."""
+class JobView:
+    """The map's view of the job (``MapContext``): canonical URLs and the final status of URLs not stored."""
 
     def __init__(self, statuses: Mapping[str, int]) -> None:
         self._statuses = statuses
