@@ -119,6 +119,12 @@ def _run_on_spark(args: argparse.Namespace, jobs: list[str]) -> int:
     except UnknownComponent as exc:
         print(f"vcrawl: {exc}", file=sys.stderr)
         return 2
+    except (InvalidTask, ConfigError):
+        raise
+    except Exception as exc:  # Spark's own failure (an executor lost for good, storage gone): its last words
+        words = [line for line in str(exc).splitlines() if line.strip()]
+        print(f"vcrawl: the Spark job failed: {type(exc).__name__}: {(words or [''])[-1][:500]}", file=sys.stderr)
+        return 1
     done["elapsed_s"] = round(time.monotonic() - started, 2)
     print(
         f"{args.analyzer}: {done['urls']} URLs, {done['pages']} pages, done in {done['elapsed_s']} s", file=sys.stderr
