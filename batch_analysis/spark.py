@@ -17,7 +17,8 @@ The job, on the executors (``batch_analysis.spark_input``):
 
 The final statuses of the URLs that were not stored (the map's ``final_status``) are gathered on the
 driver and broadcast: a few bytes per failed URL. The result goes where the chord path writes it
-(``jobs/<job>/results/<analyzer>.json``); over several jobs, to ``analyses/<run>/<analyzer>.json``.
+(``jobs/<job>/results/<analyzer>.json``); over several jobs or a span of time, to
+``analyses/<run>/<analyzer>.json``. A span without jobs takes every job in storage.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from analyzers.batch import CrawledUrl
@@ -49,11 +50,19 @@ from batch_analysis.spark_input import (
 )
 from batch_analysis.steps import DEFAULT_CHUNK, JobView, new_run_id
 from engine.fetch_log import LoggedUrl
-from storage import Storage, analyses_result_location, job_fetch_log_location, job_result_location, job_warc_location
+from storage import (
+    JOBS_DIR,
+    Storage,
+    analyses_result_location,
+    job_fetch_log_location,
+    job_result_location,
+    job_warc_location,
+)
+from storage.naming import FETCH_LOG_DIR
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.settings import Settings
 
-__all__ = ["DEFAULT_MASTER", "SparkRequest", "analyze_on_spark", "parse_conf", "spark_problem"]
+__all__ = ["DEFAULT_MASTER", "SparkRequest", "analyze_on_spark", "jobs_in_storage", "parse_conf", "spark_problem"]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -72,8 +81,8 @@ class SparkRequest:
     conf: tuple[tuple[str, str], ...] = ()  # more Spark settings (spark.executor.memory, ...)
 
     def __post_init__(self) -> None:
-        if not self.jobs:
-            raise InvalidTask("jobs", "name at least one job")
+        if not self.jobs and self.since is None and self.until is None:
+            raise InvalidTask("jobs", "name at least one job, or a span (since, until) to take every job in storage")
         if len(set(self.jobs)) != len(self.jobs):
             raise InvalidTask("jobs", f"a job is named twice: {', '.join(self.jobs)}")
         if not 1 <= self.chunk <= 100_000:
@@ -111,6 +120,10 @@ def analyze_on_spark(settings: Settings, request: SparkRequest, now: Callable[[]
         raise ConfigError(problem)
     get_batch_analyzer(request.analyzer)  # an unknown name is refused before Spark starts
     store = Storage.from_settings(settings)
+    if not request.jobs:
+        request = replace(request, jobs=tuple(jobs_in_storage(store)))
+        if not request.jobs:
+            raise InvalidTask("jobs", f"no job in {store.describe()} has a fetch log")
     parts, indexes = _inputs(store, request)
     started = now()
     run_id = new_run_id(request.analyzer, started)
@@ -119,10 +132,13 @@ def analyze_on_spark(settings: Settings, request: SparkRequest, now: Callable[[]
         urls, pages, result = _run(session.sparkContext, StorageRoot.from_settings(settings), request, parts, indexes)
     finally:
         session.stop()
-    single = len(request.jobs) == 1
+    # One job's whole crawl: its own report, where the chord writes it. A span or several jobs: a report
+    # of its own (a span's must not replace the job's).
+    spanned = request.since is not None or request.until is not None
+    single = len(request.jobs) == 1 and not spanned
     head: dict[str, Any] = {"job": request.jobs[0]} if single else {"jobs": list(request.jobs)}
     head.update(analyzer=request.analyzer, cycle=request.cycle, run=run_id, urls=urls)
-    if request.since is not None or request.until is not None:
+    if spanned:
         head.update(since=request.since, until=request.until)
     location = (job_result_location(request.jobs[0], request.analyzer, request.cycle) if single
                 else analyses_result_location(run_id, request.analyzer))  # fmt: skip
@@ -133,6 +149,11 @@ def analyze_on_spark(settings: Settings, request: SparkRequest, now: Callable[[]
             "jobs": list(request.jobs), "cycle": request.cycle, "urls": urls, "pages": pages,
             "result": store.resolve(location, location), "started_at": round(started, 3),
             "finished_at": round(finished, 3)}  # fmt: skip
+
+
+def jobs_in_storage(store: Storage) -> list[str]:
+    """Every job under the data root that has a fetch log (a job folder holds ``fetch-log/`` once it ended a URL)."""
+    return [job for job in store.list_dirs(JOBS_DIR) if FETCH_LOG_DIR in store.list_dirs(f"{JOBS_DIR}/{job}")]
 
 
 def _inputs(store: Storage, request: SparkRequest) -> tuple[list[str], list[str]]:

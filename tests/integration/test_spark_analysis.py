@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ def test_spark_reads_page_files_when_a_job_keeps_no_warc_and_reports_over_severa
     site: TestSite, other_site: TestSite, vcrawl_settings: Settings
 ) -> None:
     build_sites(site, other_site)
+    since = datetime.now(UTC).isoformat()
     first = crawl(site, other_site)["job"]
     site.add_page("/late.html", "<html><body><a href='/missing.html'>m</a></body></html>")
     second = crawl(site, other_site)["job"]
@@ -104,6 +106,10 @@ def test_spark_reads_page_files_when_a_job_keeps_no_warc_and_reports_over_severa
     assert together["jobs"] == [first, second] and "job" not in together
     assert together["urls"] == one["urls"]  # the same URLs, each counted once: its latest line over both jobs
     assert together["totals"]["pages"] == one["totals"]["pages"]
+    spanned = on_spark(vcrawl_settings, "", "site-report", "--since", since)  # no job named: every job in storage
+    over_span = json.loads(Path(spanned["result"]).read_text())
+    assert {first, second} <= set(over_span["jobs"]) and over_span["since"] is not None
+    assert same(over_span) == {**same(together), "jobs": over_span["jobs"], "since": over_span["since"], "until": None}
 
 
 def test_a_standalone_spark_master_and_worker_on_loopback_run_the_analysis(
