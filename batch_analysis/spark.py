@@ -197,17 +197,21 @@ def _run(sc: Any, root: StorageRoot, request: SparkRequest, parts: list[str],
         return ((cycle is None or int(line.get("cycle") or 0) == cycle) and (since is None or at >= since)
                 and (until is None or at < until))  # fmt: skip
 
+    # Spark's task and shuffle costs are fixed per partition: a fetch-log part is small (a batch's lines), so
+    # a task takes several, and every shuffle has two partitions per core.
+    shares = max(2, 2 * sc.defaultParallelism)
     lines = (
-        sc.parallelize(list(enumerate(parts)), len(parts))
+        sc.parallelize(list(enumerate(parts)), min(len(parts), 2 * shares))
         .flatMap(lambda part: log_entries(root, part[0], part[1]))
         .filter(wanted)
         .mapValues(kept)
-        .reduceByKey(later)
+        .reduceByKey(later, numPartitions=shares)
         .mapValues(lambda fold: settle(fold, cycle is None))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
-        urls = lines.count()
+        stored_or_not = lines.map(lambda entry: entry[1].get("outcome") == "stored").countByValue()
+        urls, pages_stored = sum(stored_or_not.values()), stored_or_not.get(True, 0)
         if not urls:
             span = "" if cycle is None else f" in cycle {cycle}"
             span += "" if since is None and until is None else " in the span asked"
@@ -216,31 +220,32 @@ def _run(sc: Any, root: StorageRoot, request: SparkRequest, parts: list[str],
         failed = lines.filter(lambda entry: entry[1].get("outcome") != "stored" and entry[1].get("status") is not None)
         statuses = failed.mapValues(lambda line: int(line["status"])).collectAsMap()
         view = sc.broadcast(dict(statuses))
-        pages = _pages(sc, root, stored, indexes)
+        pages = _pages(sc, root, stored, indexes, shares)
         others = lines.filter(lambda entry: entry[1].get("outcome") != "stored").map(
             lambda entry: crawled(LoggedUrl.from_json(entry[1]), None)
         )
         partials = pages.union(others).mapPartitions(lambda urls_: _map_chunks(name, urls_, chunk, view.value))
         # One task folds every partial (shuffled to it: the maps before it stay parallel).
         reduced = partials.coalesce(1, shuffle=True).mapPartitions(lambda all_: [_reduce(name, all_)]).collect()
-        return urls, stored.count(), json.loads(reduced[0])
+        return urls, pages_stored, json.loads(reduced[0])
     finally:
         lines.unpersist()
 
 
-def _pages(sc: Any, root: StorageRoot, stored: Any, indexes: list[str]) -> Any:
+def _pages(sc: Any, root: StorageRoot, stored: Any, indexes: list[str], shares: int) -> Any:
     """The stored pages as ``CrawledUrl``: from the WARC files that hold them (a task per file), else
     from their page files."""
     if not indexes:
         return stored.map(lambda entry: read_page_file(root, entry[1]))
-    captures = sc.parallelize(indexes, len(indexes)).flatMap(lambda index: index_captures(root, index)).groupByKey()
-    placed = stored.leftOuterJoin(captures).map(
+    captures = (sc.parallelize(indexes, min(len(indexes), 2 * shares))
+                .flatMap(lambda index: index_captures(root, index)).groupByKey(numPartitions=shares))  # fmt: skip
+    placed = stored.leftOuterJoin(captures, numPartitions=shares).map(
         lambda joined: (joined[1][0], capture_of(joined[1][0], joined[1][1] or ()))
     )
     # A task per span of a WARC file (its captures that start there), spread over the cores.
     in_warc = (placed.filter(lambda found: found[1] is not None)
                .map(lambda found: ((found[1][1], found[1][2] // SPAN_BYTES), (found[1][2], found[1][3], found[0])))
-               .groupByKey(numPartitions=max(len(indexes), 2 * sc.defaultParallelism))
+               .groupByKey(numPartitions=shares)
                .flatMap(lambda span: read_captures(root, span[0][0], span[1])))  # fmt: skip
     in_files = placed.filter(lambda found: found[1] is None).map(lambda found: read_page_file(root, found[0]))
     return in_warc.union(in_files)
