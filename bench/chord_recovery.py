@@ -19,15 +19,16 @@ Run: ``.venv/bin/python bench/chord_recovery.py [--pages 3000] [--runs 2]`` (abo
    - ``both killed, new names``: the same with new names (other machines take over: what the dead
      held comes back when they are declared down, after the node timeout).
 
-Measured: the ``vcrawl analyze`` wall time, the seconds from the kill to the report (the CLI's exit),
-the chunks mapped at the kill, the maps that ran more than once (the map messages sent again or
-put back), and how many lost maps the watchdog sent again (its warnings in the workers' logs).
+Measured: whether each report equals the undisturbed runs' (hosts, totals, urls), the ``vcrawl analyze``
+wall time, the seconds from the kill to the report (the CLI's exit), the chunks mapped at the kill,
+and how many lost maps the watchdog sent again (its warnings in the workers' logs).
 Prints a line per run on stderr, then a markdown table (medians) and one JSON line with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -50,6 +51,7 @@ import node_cluster as nc  # the universe helpers, the node environment; puts th
 crawl_universe = nc.crawl_universe
 
 SCENARIOS = ("undisturbed", "one killed", "both killed, restarted", "both killed, new names")
+SAME = {True: "yes", False: "NO"}
 _LOST = re.compile(r"the messages of chunks \[([^\]]*)\] were lost; sent again")
 
 
@@ -220,6 +222,8 @@ def one_run(
         "kill_to_report_s": None if killed_at is None else round(done - killed_at, 2),
         "mapped_at_kill": mapped_at_kill, "lost_maps_sent_again": resent,
         "result_check": f"{result['totals']['hosts']} hosts, {result['totals']['pages']} pages", "run": run["run"],
+        "report_digest": hashlib.sha256(json.dumps({key: result[key] for key in ("hosts", "totals", "urls")},
+                                                   sort_keys=True).encode()).hexdigest()[:16],
     }  # fmt: skip
 
 
@@ -263,6 +267,9 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             values = [row[figure] for row in runs if row[figure] is not None]
             line[figure] = [round(statistics.median(values), 1), min(values), max(values)] if values else None
         line["lost_maps_sent_again"] = sum(row["lost_maps_sent_again"] for row in runs)
+        undisturbed = {row["report_digest"] for row in rows if row["scenario"] == "undisturbed"}
+        line["same_report"] = (all(row["report_digest"] in undisturbed for row in runs) if undisturbed
+                               else None)  # fmt: skip
         out.append(line)
     return out
 
@@ -282,11 +289,13 @@ def print_table(summary: list[dict[str, Any]]) -> None:
     def shown(figure: list[float] | None) -> str:
         return "-" if figure is None else f"{figure[0]} [{figure[1]}-{figure[2]}]"
 
-    print("\n| scenario | runs | pages | chunks | `vcrawl analyze` wall s | kill to report s | lost maps sent again |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| scenario | runs | pages | chunks | `vcrawl analyze` wall s | kill to report s | lost maps sent again "
+          "| report as undisturbed |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for line in summary:
         print(f"| {line['scenario']} | {line['runs']} | {line['pages']} | {line['chunks']} | {shown(line['wall_s'])} "
-              f"| {shown(line['kill_to_report_s'])} | {line['lost_maps_sent_again']} |")  # fmt: skip
+              f"| {shown(line['kill_to_report_s'])} | {line['lost_maps_sent_again']} "
+              f"| {SAME.get(line['same_report'], '-')} |")  # fmt: skip
 
 
 if __name__ == "__main__":
