@@ -4,7 +4,9 @@ Its own redis-server, a crawl worker, then an analysis worker killed while a map
 plugin batch analyzer: the site report, each map sleeping first) and a fresh one started. The
 killed map's message comes back when the killed worker is declared down (the shipped node timeout,
 30 s; the visibility timeout stays at its shipped hour) and runs again; the chord then completes
-with the report an undisturbed run gives.
+with the report an undisturbed run gives. With two analysis workers, one killed and none started,
+the report comes within the node timeout and a little, also when a map message the killed worker
+had taken off the queue without noting it is lost for good (the watchdog sends it again).
 """
 
 from __future__ import annotations
