@@ -112,6 +112,7 @@ def test_every_listening_process_hears_of_a_hold_at_once(private_redis: LocalRed
         frontier.queue.hold_host(job_id, HOST, 3.0)
         wait_until(lambda: there.left_s(job_id, HOST) > 0, 2.0, "the other process hears of the hold")
         heard_after_s = time.monotonic() - sent
+        wait_until(lambda: here.left_s(job_id, HOST) > 0, 2.0, "the setting process hears of it too")  # no race
 
         assert 2.5 < there.left_s(job_id, HOST) <= 3.0 and here.left_s(job_id, HOST) > 2.5
         assert there.left_s(job_id, "b.test") == 0.0 and there.left_s("another-job", HOST) == 0.0

@@ -150,9 +150,10 @@ def test_the_random_pause_spreads_a_hosts_gaps_over_interval_to_interval_times_o
     low, high = interval_s, interval_s * (1 + jitter)
     assert min(gaps) >= low * 0.99, sorted(gaps)[:5]
     # Over the top only by the response's own time and the thread's wake-up (the pause runs from the end
-    # of the previous request): ~10 ms mostly, up to ~30 ms seen on a loaded 2-core machine.
+    # of the previous request): ~10 ms mostly, up to ~30 ms seen on a loaded 2-core machine, once 52 ms
+    # with a benchmark running beside the suite.
     assert sum(gap <= high + 0.01 for gap in gaps) >= 0.9 * len(gaps), sorted(gaps)[-15:]
-    assert max(gaps) <= high + 0.05, sorted(gaps)[-5:]
+    assert max(gaps) <= high + 0.1, sorted(gaps)[-5:]
     # Spread over the whole range, as a uniform draw: a fixed pause, or one stuck at either end, fails.
     position = [(gap - low) / (high - low) for gap in gaps]
     quartiles = Counter(min(3, int(4 * max(0.0, p))) for p in position)
