@@ -28,7 +28,7 @@ from tests.site import TestSite
 from vcrawl.settings import Settings
 from views.status import job_status
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # a lost message: with the fault tests (make test-faults)
 
 LOST_CHUNK = 4
 PAGES = 30  # + the home page: 31 URLs, 11 chunks of 3
