@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup bytecode system-packages browser-packages demo test bench compare lint clean test-faults soak faults-report docs \
+.PHONY: setup bytecode system-packages browser-packages demo test bench compare lint clean test-faults test-spark soak faults-report docs \
 	ring-experiment scale-out bench-analysis bench-polite bench-memory
 
 setup: system-packages $(STAMP) bytecode
@@ -20,12 +20,13 @@ bytecode: $(STAMP)
 
 # Debian's python3 has no venv module without python3-venv; redis-server is a system package.
 # PostgreSQL: the records tests start a private server (tests/postgres.py); Debian keeps initdb
-# off PATH, in /usr/lib/postgresql/<version>/bin.
+# off PATH, in /usr/lib/postgresql/<version>/bin. Java: Spark's runtime (vcrawl analyze --engine spark).
 system-packages:
 	@need=""; \
 	command -v redis-server >/dev/null || need="$$need redis-server"; \
 	compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || need="$$need postgresql"; \
 	test -x $(PY) || $(PYTHON) -c "import ensurepip, venv" 2>/dev/null || need="$$need python3-venv"; \
+	command -v java >/dev/null || test -x "$$JAVA_HOME/bin/java" || need="$$need openjdk-17-jre-headless"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing$$need (apt)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$need; \
@@ -34,7 +35,7 @@ system-packages:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,spark]'
 	touch $(STAMP)
 
 demo: setup
@@ -61,6 +62,11 @@ test-faults: setup
 	if [ $$rc -eq 5 ]; then echo "make test-faults: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 # The twins that wait real minutes at the shipped defaults (a cron minute, ten analysis retries' backoff).
+# Batch analysis on a real Spark (local executors, a standalone master and worker): a JVM per run.
+test-spark: setup
+	@$(PY) -m pytest -n 2 --dist loadfile -m spark tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-spark: pytest collected no tests; that is a failure here"; fi; exit $$rc
+
 test-long: setup
 	@$(PY) -m pytest -n 2 --dist loadfile -m long tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-long: pytest collected no tests; that is a failure here"; fi; exit $$rc

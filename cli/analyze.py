@@ -10,10 +10,11 @@ import argparse
 import json
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vcrawl.errors import AnalysisFailed, InvalidTask
+from vcrawl.errors import AnalysisFailed, ConfigError, InvalidTask, UnknownComponent
 
 __all__ = ["add_analysis_commands", "progress_line"]
 
@@ -29,11 +30,31 @@ def add_analysis_commands(commands: Any) -> None:
         "analysis queue and one reduce. Built-in analyzers: site-report (per host: pages, bytes, status codes, "
         "content types, depth histogram, top outgoing domains, broken links with their referrers) and "
         "near-duplicates (clusters of identical and near-identical pages). The result is written to "
-        "jobs/<job>/results/<analyzer>.json under the data root (jobs/<job>/cycle-<n>/results/ with --cycle); "
-        "its location is printed.",
+        "jobs/<job>/results/<analyzer>.json under the data root (jobs/<job>/cycle-<n>/results/ with --cycle; "
+        "analyses/<run>/ for several jobs); its location is printed. With --engine spark the same analyzer runs "
+        "as a PySpark job over the jobs' WARC files and fetch logs instead (docs/analysis.md).",
     )
-    analyze.add_argument("job", help="the job id")
+    analyze.add_argument("job", nargs="?", help="the job id (or --jobs)")
     analyze.add_argument("--analyzer", required=True, help="the batch analyzer's name (see `vcrawl analyzers`)")
+    analyze.add_argument("--engine", choices=("chord", "spark"), default="chord",
+                         help="chord: the cluster's analysis workers (default); spark: a PySpark job run from here, "
+                         "reading storage itself (pip install 'vcrawl[spark]' and a Java runtime)")  # fmt: skip
+    analyze.add_argument(
+        "--master",
+        default=None,
+        help="with --engine spark: the Spark master, local[*] (default), spark://HOST:PORT or yarn",
+    )
+    analyze.add_argument("--jobs", help="with --engine spark: several jobs at once, A,B,C (one report over them all)")
+    analyze.add_argument("--since", help="with --engine spark: only URLs fetched from this UTC date or time on "
+                         "(2026-11-01 or 2026-11-01T12:00)")  # fmt: skip
+    analyze.add_argument("--until", help="with --engine spark: only URLs fetched before this UTC date or time")
+    analyze.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --engine spark: a Spark setting (repeatable), e.g. spark.executor.memory=4g",
+    )
     analyze.add_argument("--cycle", type=int, help="one cycle of a scheduled job (default: every URL's last visit)")
     analyze.add_argument("--chunk", type=int, default=100, help=_CHUNK_HELP)
     analyze.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the result")
@@ -62,9 +83,61 @@ def add_analysis_commands(commands: Any) -> None:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    try:
+        jobs = _jobs_of(args)
+        if args.engine == "spark":
+            return _run_on_spark(args, jobs)
+        if len(jobs) > 1 or args.master or args.since or args.until or args.spark_conf:
+            raise InvalidTask("engine", "--jobs, --master, --since, --until and --spark-conf need --engine spark")
+    except (InvalidTask, ConfigError) as exc:
+        print(f"vcrawl: {exc}", file=sys.stderr)
+        return 2
     import tasks
 
-    return _run(args, lambda: tasks.start_analysis(args.job, args.analyzer, cycle=args.cycle, chunk=args.chunk))
+    return _run(args, lambda: tasks.start_analysis(jobs[0], args.analyzer, cycle=args.cycle, chunk=args.chunk))
+
+
+def _jobs_of(args: argparse.Namespace) -> list[str]:
+    """The job, or the --jobs list (not both)."""
+    listed = [job.strip() for job in (args.jobs or "").split(",") if job.strip()]
+    if bool(args.job) == bool(listed):
+        raise InvalidTask("jobs", "name one job, or several with --jobs A,B,C")
+    return [args.job] if args.job else listed
+
+
+def _run_on_spark(args: argparse.Namespace, jobs: list[str]) -> int:
+    from batch_analysis.spark import DEFAULT_MASTER, SparkRequest, analyze_on_spark, parse_conf
+    from vcrawl.settings import Settings
+
+    request = SparkRequest(jobs=tuple(jobs), analyzer=args.analyzer, master=args.master or DEFAULT_MASTER,
+                           cycle=args.cycle, since=_moment(args.since, "since"), until=_moment(args.until, "until"),
+                           chunk=args.chunk, conf=parse_conf(args.spark_conf))  # fmt: skip
+    print(f"{args.analyzer}: a Spark job on {request.master} over {', '.join(jobs)}", file=sys.stderr)
+    started = time.monotonic()
+    try:
+        done = analyze_on_spark(Settings.from_env(), request)
+    except UnknownComponent as exc:
+        print(f"vcrawl: {exc}", file=sys.stderr)
+        return 2
+    done["elapsed_s"] = round(time.monotonic() - started, 2)
+    print(
+        f"{args.analyzer}: {done['urls']} URLs, {done['pages']} pages, done in {done['elapsed_s']} s", file=sys.stderr
+    )
+    print(json.dumps(done) if args.json else f"result: {done['result']}")
+    return 0
+
+
+def _moment(text: str | None, option: str) -> float | None:
+    """Unix seconds of a UTC date or date and time given on the command line."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidTask(
+            option, f"expected a date or date and time (2026-11-01, 2026-11-01T12:00), got {text!r}"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
 
 def _cmd_reanalyze(args: argparse.Namespace) -> int:

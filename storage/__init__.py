@@ -6,10 +6,12 @@ from __future__ import annotations
 from storage.base import Backend, BackendFactory
 from storage.local import LocalBackend
 from storage.naming import (
+    ANALYSES_DIR,
     JOBS_DIR,
     PAGES_DIR,
     RESULTS_DIR,
     SINGLE_TASK_AREAS,
+    analyses_result_location,
     job_analysis_run_location,
     job_fetch_log_location,
     job_page_location,
@@ -26,6 +28,7 @@ from storage.warc import REVISIT_MIME, CdxEntry, WarcWriter, lookup, read_respon
 from storage.webhdfs import WebHdfsBackend, webhdfs_factory
 
 __all__ = [
+    "ANALYSES_DIR",
     "BACKENDS",
     "JOBS_DIR",
     "PAGES_DIR",
@@ -39,6 +42,7 @@ __all__ = [
     "Storage",
     "WarcWriter",
     "WebHdfsBackend",
+    "analyses_result_location",
     "job_analysis_run_location",
     "job_fetch_log_location",
     "job_page_location",

@@ -21,11 +21,13 @@ import unicodedata
 from urllib.parse import SplitResult, unquote, urlsplit
 
 __all__ = [
+    "ANALYSES_DIR",
     "FETCH_LOG_DIR",
     "JOBS_DIR",
     "PAGES_DIR",
     "RESULTS_DIR",
     "SINGLE_TASK_AREAS",
+    "analyses_result_location",
     "job_analysis_run_location",
     "job_fetch_log_location",
     "job_page_location",
@@ -44,6 +46,8 @@ RESULTS_DIR = "results"
 """Single tasks' analysis results (``result_location``); a job keeps its own ``results/`` under its folder."""
 JOBS_DIR = "jobs"
 """One folder per crawl job, ``jobs/<job id>/``: everything the job writes."""
+ANALYSES_DIR = "analyses"
+"""Batch analyses over several jobs at once (``analyses_result_location``): they belong to no one job."""
 FETCH_LOG_DIR = "fetch-log"
 """A job's fetch log parts (``jobs/<job>/fetch-log/``): one JSON line per URL it finished."""
 SINGLE_TASK_AREAS = (PAGES_DIR, RESULTS_DIR)
@@ -56,6 +60,7 @@ _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 _DASHES = re.compile(r"-{2,}")
 _PAGE_SUFFIX = re.compile(r"\.html?$", re.IGNORECASE)
 _ANALYZER = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -96,6 +101,15 @@ def job_result_location(job_id: str, analyzer: str, cycle: int | None) -> str:
     'jobs/shop/cycle-3/results/site-report.json'
     """
     return f"{_job_folder(job_id, cycle)}/{RESULTS_DIR}/{analyzer}.json"
+
+
+def analyses_result_location(run_id: str, analyzer: str) -> str:
+    """Where a batch analyzer's result over several jobs is written (``vcrawl analyze --jobs``).
+
+    >>> analyses_result_location("site-report-20261130-101500-spark-3fa2", "site-report")
+    'analyses/site-report-20261130-101500-spark-3fa2/site-report.json'
+    """
+    return f"{ANALYSES_DIR}/{_checked_name(run_id)}/{_checked_name(analyzer)}.json"
 
 
 def job_records_location(job_id: str) -> str:
@@ -166,6 +180,13 @@ def result_location(url: str, analyzer: str) -> str:
     if not _ANALYZER.match(analyzer):
         raise ValueError(f"not an analyzer name: {analyzer!r}")
     return f"{RESULTS_DIR}/{analyzer}/{_stem(url)}.json"
+
+
+def _checked_name(name: str) -> str:
+    """A run's or analyzer's name as one path segment (it names a folder or file of its own)."""
+    if not _NAME.match(name):
+        raise ValueError(f"not a run or analyzer name: {name!r}")
+    return name
 
 
 def _job_folder(job_id: str, cycle: int | None) -> str:
