@@ -31,6 +31,7 @@ line per run on stderr, the table of medians, then one JSON line; exits 1 when t
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import json
 import os
@@ -63,6 +64,7 @@ _spec.loader.exec_module(chord_bench)
 sys.path[:] = _saved_path
 
 CACHE_MARK = ".vcrawl-bench-analysis-engines"
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 UNIVERSE_KEYS = ("hosts", "pages", "port")
 BARE_SPARK = """
 import json, time
@@ -100,6 +102,7 @@ def main() -> int:
     if not 1 <= args.rounds <= 20:
         parser.error("--rounds must be 1..20")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the `finally`s stop what was started
+    become_subreaper()
     from cli.local_redis import LocalRedis
 
     work = Path(tempfile.mkdtemp(prefix="vcrawl-bench-engines-"))
@@ -119,7 +122,7 @@ def main() -> int:
         rows, bare, reports = [], [], {}
         for round_ in range(args.rounds):
             if "spark" in args.engines:
-                bare.append(bare_spark(args, env, work))
+                bare.append(bare_spark(args, env, work, {redis_server.pid}))
                 print(f">>> bare Spark {args.master}, round {round_ + 1}: {bare[-1]}", file=sys.stderr, flush=True)
             for analyzer in args.analyzers:
                 engines = args.engines if round_ % 2 == 0 else list(reversed(args.engines))
@@ -277,7 +280,10 @@ def one_run(
     t0, epoch0 = time.monotonic(), time.time()
     rc, out = chord_bench.run_child(command, env, args.timeout, err)
     wall = time.monotonic() - t0
-    w1, r1, c1, busy1, total1, me1 = snapshot()
+    keep = {pid for pid in (worker_pid, redis_server.pid) if pid is not None}
+    orphans, orphan_wait_s = reap_orphans(keep)
+    w1, r1, c1, busy1, total1, me1 = snapshot()  # after the reaping: the orphans' CPU is ours now
+    span = time.monotonic() - t0
     client.close()
     if rc != 0:
         raise SystemExit(f"vcrawl analyze ({engine}) exited {rc}; see {err}")
@@ -298,8 +304,9 @@ def one_run(
         "wall_s": round(wall, 2), "elapsed_s": run.get("elapsed_s"), "pages_per_s": round(pages / wall, 1),
         "cpu_s": round(cpu, 2), "cores_used": round(cpu / wall, 2), "cli_cpu_s": round(c1 - c0, 2),
         "worker_cpu_s": round(w1 - w0, 2), "redis_cpu_s": round(r1 - r0, 2),
-        "other_cores": round((busy - cpu - (me1 - me0)) / wall, 2),
+        "other_cores": round((busy - cpu - (me1 - me0)) / span, 2),
         "machine_busy": round(busy / max(1e-9, total1 - total0), 3),
+        "orphans": orphans, "orphan_wait_s": orphan_wait_s,
         "report_digest": figures.report_digest(report), "result_check": chord_bench.result_check(analyzer, report),
         "phases_s": phases,
     }, report  # fmt: skip
@@ -313,7 +320,7 @@ def spark_cores(master: str) -> int:
     return int(inside.split(",")[0]) if inside.split(",")[0].isdigit() else 1
 
 
-def bare_spark(args: argparse.Namespace, env: dict[str, str], work: Path) -> dict[str, float]:
+def bare_spark(args: argparse.Namespace, env: dict[str, str], work: Path, keep: set[int]) -> dict[str, float]:
     """Seconds of a bare ``--master`` session: import pyspark, ``getOrCreate``, a 1-row job, ``stop``, and the
     whole process: the fixed cost every Spark run pays before and after its own work."""
     script = BARE_SPARK.replace("MASTER", json.dumps(args.master))
@@ -321,11 +328,59 @@ def bare_spark(args: argparse.Namespace, env: dict[str, str], work: Path) -> dic
     started = time.monotonic()
     python = str(nc.REPO / ".venv" / "bin" / "python")
     rc, out = chord_bench.run_child([python, "-c", script], spark_env(env, work), 300.0, work / "bare-spark.err")
+    orphans, orphan_wait_s = reap_orphans(keep)
     if rc != 0:
         raise SystemExit(f"a bare Spark session exited {rc}; see {work / 'bare-spark.err'}")
     times = {key: round(value, 2) for key, value in json.loads(out.strip().splitlines()[-1]).items()}
     times["process_s"] = round(time.monotonic() - started, 2)
+    times.update(orphans=orphans, orphan_wait_s=orphan_wait_s)
     return times
+
+
+def become_subreaper() -> None:
+    """Make this process the subreaper of what it starts: Spark's JVM outlives ``vcrawl analyze`` (it exits
+    when the driver's pipe closes), and only a process someone reaps has its CPU in RUSAGE_CHILDREN.
+
+    Raises:
+        OSError: prctl refused.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def own_children() -> set[int]:
+    """This process's children now, orphans of a finished run included (/proc/self/task/*/children)."""
+    children: set[int] = set()
+    for task in Path("/proc/self/task").glob("*"):
+        try:
+            children |= {int(pid) for pid in (task / "children").read_text().split()}
+        except OSError:
+            continue
+    return children
+
+
+def reap_orphans(keep: set[int], limit_s: float = 60.0) -> tuple[int, float]:
+    """Wait for every child but ``keep`` (what a run left behind), SIGKILL what is left after ``limit_s``;
+    (how many, seconds waited)."""
+    started = time.monotonic()
+    reaped, killed = 0, False
+    while children := own_children() - keep:
+        for pid in children:
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+            reaped += 1 if done else 0
+        if time.monotonic() - started > limit_s and not killed:
+            print(f">>> SIGKILL of processes a run left behind: {sorted(children)}", file=sys.stderr)
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+            killed = True
+        elif time.monotonic() - started > limit_s + 10:
+            raise SystemExit(f"processes a run left behind do not go: {sorted(children)}")
+        time.sleep(0.05)
+    return reaped, round(time.monotonic() - started, 2)
 
 
 def run_line(row: dict[str, Any]) -> str:
