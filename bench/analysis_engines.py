@@ -22,7 +22,9 @@ What it does:
    Each round also times a bare ``local[2]`` session (import, ``getOrCreate``, a 1-row job, ``stop``).
 
 Per run: wall time of the ``vcrawl analyze`` process, start to exit; pages/s = the job's stored pages /
-wall; CPU s of everything the run used (the CLI and all it started, the chord's worker tree, Redis);
+wall; CPU s of everything the run used (the CLI and all it started, the chord's worker tree, Redis; the
+bench is the subreaper of what it starts and samples its process tree, since Spark's processes outlive
+the CLI and are not all reaped by their parents);
 other work on the machine in cores (each run first waits, at most ``--quiet-wait`` s, for an idle
 machine). Reports are compared without their run ids and times (bench/engine_figures.py). Prints a
 line per run on stderr, the table of medians, then one JSON line; exits 1 when the reports differ.
@@ -42,6 +44,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -278,10 +281,11 @@ def one_run(
     chord_bench.wait_for_quiet(args.quiet_wait)
     w0, r0, c0, busy0, total0, me0 = snapshot()
     t0, epoch0 = time.monotonic(), time.time()
-    rc, out = chord_bench.run_child(command, env, args.timeout, err)
-    wall = time.monotonic() - t0
     keep = {pid for pid in (worker_pid, redis_server.pid) if pid is not None}
-    orphans, orphan_wait_s = reap_orphans(keep)
+    with SampledCpu(keep, args.timeout + 120) as sampled:
+        rc, out = chord_bench.run_child(command, env, args.timeout, err)
+        wall = time.monotonic() - t0
+        orphans, orphan_wait_s = reap_orphans(keep)
     w1, r1, c1, busy1, total1, me1 = snapshot()  # after the reaping: the orphans' CPU is ours now
     span = time.monotonic() - t0
     client.close()
@@ -290,7 +294,8 @@ def one_run(
     run = json.loads(out.strip().splitlines()[-1])
     report = json.loads(Path(run["result"]).read_text())
     (work / f"report-{engine}-{analyzer}-{len(list(work.glob('report-*')))}.json").write_text(json.dumps(report))
-    cpu = (w1 - w0) + (c1 - c0) + (r1 - r0)
+    cli_cpu = max(c1 - c0, sampled.cpu_s)  # the CLI and all it started: reaped, or seen running
+    cpu = (w1 - w0) + cli_cpu + (r1 - r0)
     busy = busy1 - busy0
     pages = crawl["pages_stored"]
     if engine == "spark":
@@ -302,7 +307,8 @@ def one_run(
     return {
         "engine": engine, "analyzer": analyzer, "pages": pages, "run_pages": run.get("pages"),
         "wall_s": round(wall, 2), "elapsed_s": run.get("elapsed_s"), "pages_per_s": round(pages / wall, 1),
-        "cpu_s": round(cpu, 2), "cores_used": round(cpu / wall, 2), "cli_cpu_s": round(c1 - c0, 2),
+        "cpu_s": round(cpu, 2), "cores_used": round(cpu / wall, 2), "cli_cpu_s": round(cli_cpu, 2),
+        "cli_cpu_reaped_s": round(c1 - c0, 2), "cli_cpu_sampled_s": round(sampled.cpu_s, 2),
         "worker_cpu_s": round(w1 - w0, 2), "redis_cpu_s": round(r1 - r0, 2),
         "other_cores": round((busy - cpu - (me1 - me0)) / span, 2),
         "machine_busy": round(busy / max(1e-9, total1 - total0), 3),
@@ -383,12 +389,52 @@ def reap_orphans(keep: set[int], limit_s: float = 60.0) -> tuple[int, float]:
     return reaped, round(time.monotonic() - started, 2)
 
 
+class SampledCpu:
+    """CPU seconds of this process's children but ``keep``, and of their descendants, sampled from /proc
+    every ``interval_s`` (the last value seen per process): a cross-check of RUSAGE_CHILDREN, which misses
+    a process whose parent died before it could reap it. A process's last ``interval_s`` can be missed."""
+
+    def __init__(self, keep: set[int], limit_s: float, interval_s: float = 0.2) -> None:
+        self.keep, self.limit_s, self.interval_s = keep, limit_s, interval_s
+        self.seen: dict[tuple[int, int], float] = {}  # (pid, start time in ticks) -> utime + stime, s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _sample(self) -> None:
+        for child in own_children() - self.keep:
+            for pid in nc.tree_pids(child):
+                try:
+                    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                self.seen[(pid, int(fields[19]))] = (int(fields[11]) + int(fields[12])) / nc.CLK_TCK
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + self.limit_s
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            self._sample()
+            self._stop.wait(self.interval_s)
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self.seen.values())
+
+    def __enter__(self) -> SampledCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def run_line(row: dict[str, Any]) -> str:
     """One run, one line (stderr)."""
     start = f", worker start {row['worker_start_s']} s (not counted)" if "worker_start_s" in row else ""
     return (f"{row['analyzer']} on {row['engine']}, round {row['round']}: {row['pages']} pages in {row['wall_s']} s "
             f"= {row['pages_per_s']} pages/s; CPU {row['cpu_s']} s ({row['cores_used']} cores: CLI "
-            f"{row['cli_cpu_s']}, worker {row['worker_cpu_s']}, Redis {row['redis_cpu_s']}), other work "
+            f"{row['cli_cpu_s']} [reaped {row['cli_cpu_reaped_s']}, sampled {row['cli_cpu_sampled_s']}], worker "
+            f"{row['worker_cpu_s']}, Redis {row['redis_cpu_s']}), other work "
             f"{row['other_cores']} cores{start}; {row['result_check']}; report {row['report_digest']}; "
             f"phases {row['phases_s']}")  # fmt: skip
 
