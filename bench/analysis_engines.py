@@ -122,6 +122,7 @@ def main() -> int:
         if crawl["pages_stored"] < args.min_pages:
             raise SystemExit(f"the crawl stored {crawl['pages_stored']} pages, fewer than --min-pages {args.min_pages}")
         tasks = nc.use_cluster(env)
+        settle_leftovers(redis_server.url, env)
         rows, bare, reports = [], [], {}
         for round_ in range(args.rounds):
             if "spark" in args.engines:
@@ -244,11 +245,40 @@ def measure(
                 raise SystemExit(f"analysis worker did not start; see {log}")
         worker_start_s = round(time.monotonic() - started, 2)
         time.sleep(1.0)  # start-up work (pump, ring keeper, spool recovery) out of the measured part
+        if leftover := queued_analysis(redis_server.url):
+            raise SystemExit(f"{leftover} analysis message(s) queued or unacknowledged before a chord run")
         row, report = one_run(engine, analyzer, crawl, args, env, worker.pid, redis_server, work)
         row["worker_start_s"] = worker_start_s
         return row, report
     finally:
         chord_bench.stop_group(worker)
+
+
+def settle_leftovers(redis_url: str, env: dict[str, str]) -> None:
+    """Fail the analysis runs an interrupted earlier bench left unfinished in the cached Redis, and purge
+    their queued map messages: else the next chord worker maps them too (seen: 69 s of worker CPU in a
+    17 s site-report run) and the workers' watchdog sends them again. The Redis is this bench's own."""
+    from batch_analysis.runs import AnalysisRuns
+    from vcrawl import redis_keys
+
+    with redis.Redis.from_url(redis_url) as client:
+        left = [member.decode().split("\t", 1) for member in client.smembers(redis_keys.analyses_running())]
+        for job_id, run_id in left:
+            AnalysisRuns(client).fail(job_id, run_id, "left unfinished by an interrupted benchmark", time.time())
+    done = subprocess.run([str(nc.CELERY), "-A", "tasks", "purge", "-f", "-Q", "analysis"], env=env, cwd=nc.REPO,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"celery purge of the analysis queue failed: {done.stderr[-1000:]}")
+    if left or "No messages purged" not in done.stdout:
+        print(f">>> left by an earlier run: {len(left)} unfinished analysis run(s) failed; {done.stdout.strip()}",
+              file=sys.stderr)  # fmt: skip
+
+
+def queued_analysis(redis_url: str) -> int:
+    """Messages waiting on the analysis queue or unacknowledged (kombu's Redis layout: a list named as the
+    queue, a hash ``unacked``): a chord run must start with none."""
+    with redis.Redis.from_url(redis_url) as client:
+        return int(client.llen("analysis")) + int(client.hlen("unacked"))
 
 
 def spark_env(env: dict[str, str], work: Path) -> dict[str, str]:
