@@ -137,10 +137,12 @@ def spark_phases(events: Iterable[dict[str, Any]], start: float, end: float, cor
     with a Spark job running; ``between_jobs``: driver work between jobs; ``after_jobs``: last job to
     the application's end (the driver's own work after the jobs, ``stop()`` begins); ``exit``: to the
     process's exit (the rest of ``stop()``, JVM shutdown). ``tasks``: their count, the sum of their
-    executor run time, its share of the jobs' slot time (``cores`` slots), JVM CPU, deserialization, GC.
+    executor run time, its share of the jobs' slot time (``cores`` slots), JVM CPU, deserialization, GC;
+    ``stages``: per stage (in id order), its name (the call site), wall, tasks and their executor run time.
     """
     app_start = app_end = None
     jobs: dict[int, list[float]] = {}
+    stages: dict[int, dict[str, Any]] = {}  # stage id -> name, wall, tasks, executor run time
     tasks = {"count": 0, "run_s": 0.0, "jvm_cpu_s": 0.0, "deserialize_s": 0.0, "gc_s": 0.0}
     for event in events:
         kind = event.get("Event")
@@ -152,8 +154,16 @@ def spark_phases(events: Iterable[dict[str, Any]], start: float, end: float, cor
             jobs.setdefault(event["Job ID"], [0.0, 0.0])[0] = event["Submission Time"] / 1000
         elif kind == "SparkListenerJobEnd":
             jobs.setdefault(event["Job ID"], [0.0, 0.0])[1] = event["Completion Time"] / 1000
+        elif kind == "SparkListenerStageCompleted":
+            info = event["Stage Info"]
+            stage = stages.setdefault(info["Stage ID"], {"tasks": 0, "run_s": 0.0})
+            stage["stage"] = info.get("Stage Name", "")
+            stage["wall_s"] = (info.get("Completion Time", 0) - info.get("Submission Time", 0)) / 1000
         elif kind == "SparkListenerTaskEnd" and event.get("Task Metrics"):
             metrics = event["Task Metrics"]
+            stage = stages.setdefault(event.get("Stage ID", -1), {"tasks": 0, "run_s": 0.0})
+            stage["tasks"] += 1
+            stage["run_s"] += metrics.get("Executor Run Time", 0) / 1000
             tasks["count"] += 1
             tasks["run_s"] += metrics.get("Executor Run Time", 0) / 1000
             tasks["jvm_cpu_s"] += metrics.get("Executor CPU Time", 0) / 1e9
@@ -172,6 +182,8 @@ def spark_phases(events: Iterable[dict[str, Any]], start: float, end: float, cor
     out["spark_jobs"] = len(spans)
     out["tasks"] = {name: round(value, 2) for name, value in tasks.items()}
     out["tasks"]["slot_use"] = round(tasks["run_s"] / (busy * cores), 3) if busy > 0 and cores else None
+    out["stages"] = [{"stage": st.get("stage", ""), "wall_s": round(st.get("wall_s", 0.0), 2), "tasks": st["tasks"],
+                      "run_s": round(st["run_s"], 2)} for _, st in sorted(stages.items())]  # fmt: skip
     return out
 
 

@@ -79,10 +79,16 @@ def write_event_log(folder: Path, files: list[list[dict]]) -> Path:
     return folder / "events"
 
 
-def task_end(run_ms: int, cpu_ns: int, gc_ms: int = 0) -> dict:
+def task_end(run_ms: int, cpu_ns: int, gc_ms: int = 0, stage: int = 0) -> dict:
     metrics = {"Executor Run Time": run_ms, "Executor CPU Time": cpu_ns, "Executor Deserialize Time": 10,
                "JVM GC Time": gc_ms}  # fmt: skip
-    return {"Event": "SparkListenerTaskEnd", "Task Info": {"Launch Time": 0, "Finish Time": 0}, "Task Metrics": metrics}
+    return {"Event": "SparkListenerTaskEnd", "Stage ID": stage, "Task Info": {"Launch Time": 0, "Finish Time": 0},
+            "Task Metrics": metrics}  # fmt: skip
+
+
+def stage_completed(stage: int, name: str, submitted_ms: int, completed_ms: int) -> dict:
+    info = {"Stage ID": stage, "Stage Name": name, "Submission Time": submitted_ms, "Completion Time": completed_ms}
+    return {"Event": "SparkListenerStageCompleted", "Stage Info": info}
 
 
 def test_spark_phases_split_the_wall_time_from_the_event_log(tmp_path):
@@ -92,11 +98,13 @@ def test_spark_phases_split_the_wall_time_from_the_event_log(tmp_path):
         {"Event": "SparkListenerJobStart", "Job ID": 0, "Submission Time": 110_000},
         task_end(7_000, 2_000_000_000),
         task_end(8_000, 3_000_000_000, gc_ms=500),
+        stage_completed(0, "count at spark.py:187", 110_000, 118_000),
         {"Event": "SparkListenerJobEnd", "Job ID": 0, "Completion Time": 118_000},
     ]
     second = [
         {"Event": "SparkListenerJobStart", "Job ID": 1, "Submission Time": 120_000},
-        task_end(4_000, 1_000_000_000),
+        task_end(4_000, 1_000_000_000, stage=1),
+        stage_completed(1, "collect at spark.py:201", 120_000, 124_000),
         {"Event": "SparkListenerJobEnd", "Job ID": 1, "Completion Time": 124_000},
         {"Event": "SparkListenerApplicationEnd", "Timestamp": 127_000},
     ]
@@ -109,6 +117,10 @@ def test_spark_phases_split_the_wall_time_from_the_event_log(tmp_path):
     assert phases["spark_jobs"] == 2
     assert phases["tasks"] == {"count": 3, "run_s": 19.0, "jvm_cpu_s": 6.0, "deserialize_s": 0.03, "gc_s": 0.5,
                                "slot_use": round(19.0 / 24.0, 3)}  # fmt: skip
+    assert phases["stages"] == [
+        {"stage": "count at spark.py:187", "wall_s": 8.0, "tasks": 2, "run_s": 15.0},
+        {"stage": "collect at spark.py:201", "wall_s": 4.0, "tasks": 1, "run_s": 4.0},
+    ]
 
 
 def test_overlapping_jobs_count_once():
