@@ -357,19 +357,23 @@ def spark_cores(master: str) -> int:
 
 
 def bare_spark(args: argparse.Namespace, env: dict[str, str], work: Path, keep: set[int]) -> dict[str, float]:
-    """Seconds of a bare ``--master`` session: import pyspark, ``getOrCreate``, a 1-row job, ``stop``, and the
-    whole process: the fixed cost every Spark run pays before and after its own work."""
+    """Seconds of a bare ``--master`` session: import pyspark, ``getOrCreate``, a 1-row job, ``stop``, the
+    whole process and its CPU: the fixed cost every Spark run pays before and after its own work."""
     script = BARE_SPARK.replace("MASTER", json.dumps(args.master))
     chord_bench.wait_for_quiet(args.quiet_wait)
     started = time.monotonic()
     python = str(nc.REPO / ".venv" / "bin" / "python")
-    rc, out = chord_bench.run_child([python, "-c", script], spark_env(env, work), 300.0, work / "bare-spark.err")
-    orphans, orphan_wait_s = reap_orphans(keep)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with SampledCpu(keep, 420.0) as sampled:
+        rc, out = chord_bench.run_child([python, "-c", script], spark_env(env, work), 300.0, work / "bare-spark.err")
+        orphans, orphan_wait_s = reap_orphans(keep)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    reaped = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     if rc != 0:
         raise SystemExit(f"a bare Spark session exited {rc}; see {work / 'bare-spark.err'}")
     times = {key: round(value, 2) for key, value in json.loads(out.strip().splitlines()[-1]).items()}
     times["process_s"] = round(time.monotonic() - started, 2)
-    times.update(orphans=orphans, orphan_wait_s=orphan_wait_s)
+    times.update(cpu_s=round(max(reaped, sampled.cpu_s), 2), orphans=orphans, orphan_wait_s=orphan_wait_s)
     return times
 
 
