@@ -74,7 +74,7 @@ import json, time
 t0 = time.time()
 from pyspark.sql import SparkSession
 t1 = time.time()
-spark = SparkSession.builder.master(MASTER).getOrCreate()
+spark = SparkSession.builder.master(MASTER).config("spark.ui.enabled", "false").getOrCreate()
 t2 = time.time()
 spark.range(1).count()
 t3 = time.time()
@@ -357,8 +357,8 @@ def spark_cores(master: str) -> int:
 
 
 def bare_spark(args: argparse.Namespace, env: dict[str, str], work: Path, keep: set[int]) -> dict[str, float]:
-    """Seconds of a bare ``--master`` session: import pyspark, ``getOrCreate``, a 1-row job, ``stop``, the
-    whole process and its CPU: the fixed cost every Spark run pays before and after its own work."""
+    """Seconds of a bare ``--master`` session (web UI off, as vcrawl's): import pyspark, ``getOrCreate``, a
+    1-row job, ``stop``, the whole process and its CPU: the fixed cost every Spark run pays around its work."""
     script = BARE_SPARK.replace("MASTER", json.dumps(args.master))
     chord_bench.wait_for_quiet(args.quiet_wait)
     started = time.monotonic()
