@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 
+from batch_analysis.lookout import LookPolicy
 from vcrawl import names, redis_keys
 from vcrawl.redis_replies import text
 
@@ -18,7 +19,8 @@ __all__ = ["RUN_STATES", "AnalysisRuns"]
 
 RUN_STATES = (names.RUN_RUNNING, names.RUN_DONE, names.RUN_FAILED)
 _INT_FIELDS = frozenset({"chunks", "urls", "pages", "cycle", "chunk_size"})
-_FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at", "reducing_at", "progress_at"})
+_FLOAT_FIELDS = frozenset({"started_at", "finished_at", "created_at", "reducing_at", "progress_at", "sent_at",
+                           "looked_at", "look_every", "resent_at", "reduce_sent_at"})  # fmt: skip
 
 
 class AnalysisRuns:
@@ -45,25 +47,38 @@ class AnalysisRuns:
         pipe.hset(redis_keys.analysis_run(job_id, run_id), "progress_at", now)
         pipe.execute()
 
+    def sent(self, job_id: str, run_id: str, now: float) -> None:
+        """Note that the run's chord is wholly sent (every map message published)."""
+        self._redis.hset(redis_keys.analysis_run(job_id, run_id), "sent_at", now)
+
     def touched(self, job_id: str, run_id: str, now: float) -> None:
-        """Note progress without a chunk (a recovery just sent something)."""
+        """Note progress without a chunk (a recovery just sent the reduce)."""
         self._redis.hset(redis_keys.analysis_run(job_id, run_id), "progress_at", now)
 
-    def stalled(self, now: float, stall_s: float, reduce_due_s: float) -> list[tuple[str, str]]:
-        """Runs still running that made no progress for ``stall_s``, or whose every chunk is mapped
-        but whose reduce has not begun ``reduce_due_s`` after; runs no longer running leave the set."""
-        stalled = []
+    def looked(self, job_id: str, run_id: str, now: float, every_s: float) -> None:
+        """Note a look for lost messages, and how long until the next one while nothing moves."""
+        self._redis.hset(redis_keys.analysis_run(job_id, run_id), mapping={"looked_at": now, "look_every": every_s})
+
+    def resending(self, job_id: str, run_id: str, now: float) -> None:
+        """Note that maps are sent again outside the chord: its own reduce may never come."""
+        self._redis.hset(redis_keys.analysis_run(job_id, run_id), "resent_at", now)
+
+    def claim_reduce(self, job_id: str, run_id: str, now: float) -> bool:
+        """True for the one caller that may send the reduce of a run whose maps were sent again."""
+        return bool(self._redis.hsetnx(redis_keys.analysis_run(job_id, run_id), "reduce_sent_at", now))
+
+    def due(self, now: float, policy: LookPolicy) -> list[tuple[str, str]]:
+        """Runs still running that ``policy`` says to look at now; runs no longer running leave the set."""
+        due = []
         for member in self._redis.smembers(redis_keys.analyses_running()):
             job_id, _, run_id = text(member).partition("\t")
             run = self.get(job_id, run_id)
             if run is None or run.get("state") != names.RUN_RUNNING:
                 self._redis.srem(redis_keys.analyses_running(), member)
                 continue
-            moved = max(run.get(name) or 0.0 for name in ("started_at", "progress_at", "reducing_at"))
-            mapped = run["chunks_done"] == run.get("chunks") and not run.get("reducing_at")
-            if now - moved > (reduce_due_s if mapped else stall_s):
-                stalled.append((job_id, run_id))
-        return stalled
+            if policy.is_due(run, now):
+                due.append((job_id, run_id))
+        return due
 
     def reducing(self, job_id: str, run_id: str, now: float) -> None:
         """Note that the run's reduce has begun."""

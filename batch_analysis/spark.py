@@ -17,7 +17,8 @@ The job, on the executors (``batch_analysis.spark_input``):
 
 The final statuses of the URLs that were not stored (the map's ``final_status``) are gathered on the
 driver and broadcast: a few bytes per failed URL. The result goes where the chord path writes it
-(``jobs/<job>/results/<analyzer>.json``); over several jobs, to ``analyses/<run>/<analyzer>.json``.
+(``jobs/<job>/results/<analyzer>.json``); over several jobs or a span of time, to
+``analyses/<run>/<analyzer>.json``. A span without jobs takes every job in storage.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from analyzers.batch import CrawledUrl
@@ -49,11 +50,19 @@ from batch_analysis.spark_input import (
 )
 from batch_analysis.steps import DEFAULT_CHUNK, JobView, new_run_id
 from engine.fetch_log import LoggedUrl
-from storage import Storage, analyses_result_location, job_fetch_log_location, job_result_location, job_warc_location
+from storage import (
+    JOBS_DIR,
+    Storage,
+    analyses_result_location,
+    job_fetch_log_location,
+    job_result_location,
+    job_warc_location,
+)
+from storage.naming import FETCH_LOG_DIR
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.settings import Settings
 
-__all__ = ["DEFAULT_MASTER", "SparkRequest", "analyze_on_spark", "parse_conf", "spark_problem"]
+__all__ = ["DEFAULT_MASTER", "SparkRequest", "analyze_on_spark", "jobs_in_storage", "parse_conf", "spark_problem"]
 
 DEFAULT_MASTER = "local[*]"
 
@@ -72,8 +81,8 @@ class SparkRequest:
     conf: tuple[tuple[str, str], ...] = ()  # more Spark settings (spark.executor.memory, ...)
 
     def __post_init__(self) -> None:
-        if not self.jobs:
-            raise InvalidTask("jobs", "name at least one job")
+        if not self.jobs and self.since is None and self.until is None:
+            raise InvalidTask("jobs", "name at least one job, or a span (since, until) to take every job in storage")
         if len(set(self.jobs)) != len(self.jobs):
             raise InvalidTask("jobs", f"a job is named twice: {', '.join(self.jobs)}")
         if not 1 <= self.chunk <= 100_000:
@@ -111,6 +120,10 @@ def analyze_on_spark(settings: Settings, request: SparkRequest, now: Callable[[]
         raise ConfigError(problem)
     get_batch_analyzer(request.analyzer)  # an unknown name is refused before Spark starts
     store = Storage.from_settings(settings)
+    if not request.jobs:
+        request = replace(request, jobs=tuple(jobs_in_storage(store)))
+        if not request.jobs:
+            raise InvalidTask("jobs", f"no job in {store.describe()} has a fetch log")
     parts, indexes = _inputs(store, request)
     started = now()
     run_id = new_run_id(request.analyzer, started)
@@ -119,10 +132,13 @@ def analyze_on_spark(settings: Settings, request: SparkRequest, now: Callable[[]
         urls, pages, result = _run(session.sparkContext, StorageRoot.from_settings(settings), request, parts, indexes)
     finally:
         session.stop()
-    single = len(request.jobs) == 1
+    # One job's whole crawl: its own report, where the chord writes it. A span or several jobs: a report
+    # of its own (a span's must not replace the job's).
+    spanned = request.since is not None or request.until is not None
+    single = len(request.jobs) == 1 and not spanned
     head: dict[str, Any] = {"job": request.jobs[0]} if single else {"jobs": list(request.jobs)}
     head.update(analyzer=request.analyzer, cycle=request.cycle, run=run_id, urls=urls)
-    if request.since is not None or request.until is not None:
+    if spanned:
         head.update(since=request.since, until=request.until)
     location = (job_result_location(request.jobs[0], request.analyzer, request.cycle) if single
                 else analyses_result_location(run_id, request.analyzer))  # fmt: skip
@@ -133,6 +149,11 @@ def analyze_on_spark(settings: Settings, request: SparkRequest, now: Callable[[]
             "jobs": list(request.jobs), "cycle": request.cycle, "urls": urls, "pages": pages,
             "result": store.resolve(location, location), "started_at": round(started, 3),
             "finished_at": round(finished, 3)}  # fmt: skip
+
+
+def jobs_in_storage(store: Storage) -> list[str]:
+    """Every job under the data root that has a fetch log (a job folder holds ``fetch-log/`` once it ended a URL)."""
+    return [job for job in store.list_dirs(JOBS_DIR) if FETCH_LOG_DIR in store.list_dirs(f"{JOBS_DIR}/{job}")]
 
 
 def _inputs(store: Storage, request: SparkRequest) -> tuple[list[str], list[str]]:
@@ -176,17 +197,21 @@ def _run(sc: Any, root: StorageRoot, request: SparkRequest, parts: list[str],
         return ((cycle is None or int(line.get("cycle") or 0) == cycle) and (since is None or at >= since)
                 and (until is None or at < until))  # fmt: skip
 
+    # Spark's task and shuffle costs are fixed per partition: a fetch-log part is small (a batch's lines), so
+    # a task takes several, and every shuffle has two partitions per core.
+    shares = max(2, 2 * sc.defaultParallelism)
     lines = (
-        sc.parallelize(list(enumerate(parts)), len(parts))
+        sc.parallelize(list(enumerate(parts)), min(len(parts), 2 * shares))
         .flatMap(lambda part: log_entries(root, part[0], part[1]))
         .filter(wanted)
         .mapValues(kept)
-        .reduceByKey(later)
+        .reduceByKey(later, numPartitions=shares)
         .mapValues(lambda fold: settle(fold, cycle is None))
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
-        urls = lines.count()
+        stored_or_not = lines.map(lambda entry: entry[1].get("outcome") == "stored").countByValue()
+        urls, pages_stored = sum(stored_or_not.values()), stored_or_not.get(True, 0)
         if not urls:
             span = "" if cycle is None else f" in cycle {cycle}"
             span += "" if since is None and until is None else " in the span asked"
@@ -195,31 +220,32 @@ def _run(sc: Any, root: StorageRoot, request: SparkRequest, parts: list[str],
         failed = lines.filter(lambda entry: entry[1].get("outcome") != "stored" and entry[1].get("status") is not None)
         statuses = failed.mapValues(lambda line: int(line["status"])).collectAsMap()
         view = sc.broadcast(dict(statuses))
-        pages = _pages(sc, root, stored, indexes)
+        pages = _pages(sc, root, stored, indexes, shares)
         others = lines.filter(lambda entry: entry[1].get("outcome") != "stored").map(
             lambda entry: crawled(LoggedUrl.from_json(entry[1]), None)
         )
         partials = pages.union(others).mapPartitions(lambda urls_: _map_chunks(name, urls_, chunk, view.value))
         # One task folds every partial (shuffled to it: the maps before it stay parallel).
         reduced = partials.coalesce(1, shuffle=True).mapPartitions(lambda all_: [_reduce(name, all_)]).collect()
-        return urls, stored.count(), json.loads(reduced[0])
+        return urls, pages_stored, json.loads(reduced[0])
     finally:
         lines.unpersist()
 
 
-def _pages(sc: Any, root: StorageRoot, stored: Any, indexes: list[str]) -> Any:
+def _pages(sc: Any, root: StorageRoot, stored: Any, indexes: list[str], shares: int) -> Any:
     """The stored pages as ``CrawledUrl``: from the WARC files that hold them (a task per file), else
     from their page files."""
     if not indexes:
         return stored.map(lambda entry: read_page_file(root, entry[1]))
-    captures = sc.parallelize(indexes, len(indexes)).flatMap(lambda index: index_captures(root, index)).groupByKey()
-    placed = stored.leftOuterJoin(captures).map(
+    captures = (sc.parallelize(indexes, min(len(indexes), 2 * shares))
+                .flatMap(lambda index: index_captures(root, index)).groupByKey(numPartitions=shares))  # fmt: skip
+    placed = stored.leftOuterJoin(captures, numPartitions=shares).map(
         lambda joined: (joined[1][0], capture_of(joined[1][0], joined[1][1] or ()))
     )
     # A task per span of a WARC file (its captures that start there), spread over the cores.
     in_warc = (placed.filter(lambda found: found[1] is not None)
                .map(lambda found: ((found[1][1], found[1][2] // SPAN_BYTES), (found[1][2], found[1][3], found[0])))
-               .groupByKey(numPartitions=max(len(indexes), 2 * sc.defaultParallelism))
+               .groupByKey(numPartitions=shares)
                .flatMap(lambda span: read_captures(root, span[0][0], span[1])))  # fmt: skip
     in_files = placed.filter(lambda found: found[1] is None).map(lambda found: read_page_file(root, found[0]))
     return in_warc.union(in_files)

@@ -46,7 +46,7 @@ def add_analysis_commands(commands: Any) -> None:
     )
     analyze.add_argument("--jobs", help="with --engine spark: several jobs at once, A,B,C (one report over them all)")
     analyze.add_argument("--since", help="with --engine spark: only URLs fetched from this UTC date or time on "
-                         "(2026-11-01 or 2026-11-01T12:00)")  # fmt: skip
+                         "(2026-11-01 or 2026-11-01T12:00); without a job, over every job in storage")  # fmt: skip
     analyze.add_argument("--until", help="with --engine spark: only URLs fetched before this UTC date or time")
     analyze.add_argument(
         "--spark-conf",
@@ -98,10 +98,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def _jobs_of(args: argparse.Namespace) -> list[str]:
-    """The job, or the --jobs list (not both)."""
+    """The job, or the --jobs list (not both); none: with --engine spark and a span, every job in storage."""
     listed = [job.strip() for job in (args.jobs or "").split(",") if job.strip()]
-    if bool(args.job) == bool(listed):
+    if args.job and listed:
         raise InvalidTask("jobs", "name one job, or several with --jobs A,B,C")
+    if not args.job and not listed and not (args.engine == "spark" and (args.since or args.until)):
+        raise InvalidTask("jobs", "name one job, or several with --jobs A,B,C (or, with --engine spark, a span "
+                          "with --since/--until: every job in storage)")  # fmt: skip
     return [args.job] if args.job else listed
 
 
@@ -112,13 +115,20 @@ def _run_on_spark(args: argparse.Namespace, jobs: list[str]) -> int:
     request = SparkRequest(jobs=tuple(jobs), analyzer=args.analyzer, master=args.master or DEFAULT_MASTER,
                            cycle=args.cycle, since=_moment(args.since, "since"), until=_moment(args.until, "until"),
                            chunk=args.chunk, conf=parse_conf(args.spark_conf))  # fmt: skip
-    print(f"{args.analyzer}: a Spark job on {request.master} over {', '.join(jobs)}", file=sys.stderr)
+    print(f"{args.analyzer}: a Spark job on {request.master} over {', '.join(jobs) or 'every job in storage'}",
+          file=sys.stderr)  # fmt: skip
     started = time.monotonic()
     try:
         done = analyze_on_spark(Settings.from_env(), request)
     except UnknownComponent as exc:
         print(f"vcrawl: {exc}", file=sys.stderr)
         return 2
+    except (InvalidTask, ConfigError):
+        raise
+    except Exception as exc:  # Spark's own failure (an executor lost for good, storage gone): its last words
+        words = [line for line in str(exc).splitlines() if line.strip()]
+        print(f"vcrawl: the Spark job failed: {type(exc).__name__}: {(words or [''])[-1][:500]}", file=sys.stderr)
+        return 1
     done["elapsed_s"] = round(time.monotonic() - started, 2)
     print(
         f"{args.analyzer}: {done['urls']} URLs, {done['pages']} pages, done in {done['elapsed_s']} s", file=sys.stderr

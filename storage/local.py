@@ -197,6 +197,22 @@ class LocalBackend:
             return []
         return [os.path.join(path, n) for n in names if not n.startswith(".") and os.path.isfile(os.path.join(path, n))]
 
+    def list_dirs(self, location: str) -> list[str]:
+        """Return the names of the directories directly in the directory `location`, sorted (hidden ones
+        left out; none if it is missing).
+
+        Raises:
+            StorageRefused: the location is refused.
+        """
+        real = os.path.realpath(location) if os.path.isabs(location) else ""
+        if "\x00" in location or not real or not self._is_inside(real):
+            raise _refuse(location, f"is not a directory inside the storage root {self.root}")
+        try:
+            names = sorted(os.listdir(real))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [n for n in names if not n.startswith(".") and os.path.isdir(os.path.join(real, n))]
+
     def _is_inside(self, path: str) -> bool:
         return path == self.root or path.startswith(self.root.rstrip(os.sep) + os.sep)
 

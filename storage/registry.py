@@ -146,6 +146,19 @@ class Storage:
         # A directory is not a file location: the backend checks it itself.
         return self._root_backend().list_files(self._candidate(location))
 
+    def list_dirs(self, location: str) -> list[str]:
+        """Return the names of the directories directly in the directory `location`, sorted.
+
+        Raises:
+            StorageRefused: the location is refused.
+            ConfigError: the data root's backend cannot list directories (a plug-in backend).
+        """
+        backend = self._root_backend()
+        lister = getattr(backend, "list_dirs", None)
+        if lister is None:
+            raise ConfigError(f"the storage backend of {self._root} cannot list directories")
+        return list(lister(self._candidate(location)))
+
     def _checked_by_backend(self, location: str, call: Callable[[Backend, str], _T]) -> _T:
         """``call(backend, candidate)``: a backend checks every location it is given (``storage.base``),
         so the location is not resolved here first too (a local resolve is five system calls, and

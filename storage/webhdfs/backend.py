@@ -240,6 +240,29 @@ class WebHdfsBackend:
             if status.get("type") == "FILE" and not name.startswith(".")
         )
 
+    def list_dirs(self, location: str) -> list[str]:
+        """Return the names of the directories directly in the directory `location`, sorted (none if missing).
+
+        Raises:
+            StorageRefused: the location is refused or HDFS denies access.
+            StorageFailed: HDFS still failed after the retries.
+        """
+        namenode, path = self._check(location.rstrip("/"))
+        client = self._client(namenode)
+
+        def listing() -> list[tuple[str, dict[str, Any]]]:
+            try:
+                return client.list(path, status=True)
+            except hdfs.HdfsError as e:
+                if e.exception == "FileNotFoundException":
+                    return []
+                raise
+
+        entries = self._retrying(location, "list", listing)
+        return sorted(
+            name for name, status in entries if status.get("type") == "DIRECTORY" and not name.startswith(".")
+        )
+
     def _check(self, location: str) -> tuple[str, str]:
         return confine(location, self.root, self._root_path, self.allowed_namenodes)
 

@@ -341,27 +341,53 @@ def test_site_report_map_and_reduce_without_celery() -> None:
 
 def test_a_run_that_lost_a_map_message_is_sent_again(site: TestSite, other_site: TestSite) -> None:
     """A killed worker can lose a message between kombu's BRPOP and its unacked note: simulated by
-    planning a run whose chord is never sent, and mapping all chunks but one here."""
+    planning a run whose chord is never sent, and mapping all chunks but one here. The look comes
+    10 s after the last progress, whatever the visibility timeout; the resent map sends the reduce."""
     build_sites(site, other_site)
     status = crawl(site, other_site)
     expected = json.loads(Path(tasks.analyze_job(status["job"], "site-report", chunk=3, timeout_s=60)).read_text())
     store, runs = tasks.deps.storage(), batch_tasks.runs()
     plan = batch_analysis.plan_run(store, runs, status["job"], "site-report", chunk_size=3)
+    runs.sent(status["job"], plan.run, time.time())
     for index in range(plan.chunks):
         if index != 1:
             batch_analysis.map_chunk(store, runs, status["job"], plan.run, index)
 
     client = tasks.deps.redis_client()
     client.delete(redis_keys.analyses_watch())  # the session worker's watchdog may have just looked
-    assert batch_tasks.watch_runs(now=time.time() + 60) == 0  # not stalled yet: the broker may still redeliver
+    soon = time.time() + batch_tasks.LOOKS.first_look_s - 2
+    assert batch_tasks.watch_runs(now=soon) == 0  # a chunk was mapped a moment ago: not looked at yet
     client.delete(redis_keys.analyses_watch())
-    later = time.time() + batch_tasks.stall_s() + 1
+    later = time.time() + batch_tasks.LOOKS.first_look_s + 1
     assert batch_tasks.watch_runs(now=later) == 1  # chunk 1: neither queued nor unacked, sent again
-    # The worker's own watchdog sends the reduce once every chunk is mapped and none came (15 s).
+    sent_at = time.monotonic()
     run = tasks.analysis_facade.wait_for_run(status["job"], plan.run, timeout_s=60)
+    # The resent map ran outside the chord, so the chord's reduce never comes: the map sent it, at once.
+    assert time.monotonic() - sent_at < batch_tasks.REDUCE_DUE_S
+    assert run["state"] == "done" and run.get("reduce_sent_at") is not None
 
     result = json.loads(Path(run["result"]).read_text())
     assert {key: result[key] for key in ("hosts", "totals")} == {key: expected[key] for key in ("hosts", "totals")}
+
+
+def test_a_run_whose_maps_all_wait_their_turn_is_not_sent_again(site: TestSite, other_site: TestSite) -> None:
+    """A look finds the messages where they wait: one pass over the queue, nothing sent twice."""
+    build_sites(site, other_site)
+    status = crawl(site, other_site)
+    store, runs = tasks.deps.storage(), batch_tasks.runs()
+    plan = batch_analysis.plan_run(store, runs, status["job"], "site-report", chunk_size=3)
+    runs.sent(status["job"], plan.run, time.time())
+    client = tasks.deps.redis_client()
+    waiting = {batch_tasks.map_task_id(plan.run, index) for index in range(plan.chunks)}
+    later = time.time() + batch_tasks.LOOKS.first_look_s + 1
+
+    assert batch_tasks.recover_run(status["job"], plan.run, now=later, present=lambda: waiting) == 0
+    looked = runs.get(status["job"], plan.run)
+    assert looked is not None and looked["looked_at"] == later and not looked.get("resent_at")
+    assert looked["look_every"] == batch_tasks.LOOKS.first_look_s  # the session's queue is short: no back-off
+    assert not batch_tasks.LOOKS.is_due(looked, later + 1)
+    assert batch_tasks.maps_present(client).isdisjoint(waiting)  # nothing was sent
+    runs.fail(status["job"], plan.run, "test: never sent", time.time())  # the session's watchdog leaves it
 
 
 def test_the_command_line_analyzes_replays_and_lists(

@@ -16,7 +16,7 @@ from kombu import Connection
 
 from celeryconfig import ANALYSIS_QUEUE
 from tasks import batches as analysis_tasks
-from tasks.batch_analysis import batch_map, map_task_id, message_exists
+from tasks.batch_analysis import batch_map, map_task_id, maps_present, message_exists
 from tasks.batches import analysis_batch_failed, analysis_batches_failed, analyze_batch, analyze_batches
 from tasks.broker.lost_analyses import analysis_ids_present, analysis_task_id
 
@@ -67,6 +67,25 @@ def test_a_batch_analysis_map_is_found_by_its_task_id_queued_and_unacknowledged(
         assert message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 3))  # unacknowledged now
         taken.ack()
         assert not message_exists(client, ANALYSIS_QUEUE, map_task_id("run-1", 3))
+        queue.close()
+
+
+def test_the_maps_of_every_run_are_found_in_one_pass_queued_and_unacknowledged(spare_broker: str) -> None:
+    client = redis.Redis.from_url(spare_broker, decode_responses=True)
+    with Connection(spare_broker) as connection:
+        for run_id, index in (("run-1", 0), ("run-1", 2), ("run-2", 0)):
+            batch_map.apply_async(("job-x", run_id, index), task_id=map_task_id(run_id, index),
+                                  connection=connection, ignore_result=True, queue=ANALYSIS_QUEUE,
+                                  parent_id=map_task_id("run-9", 9))  # fmt: skip
+        analyze_batch.apply_async(({"job": "job-x", "batch": "4"},), task_id=analysis_task_id("job-x", "4"),
+                                  connection=connection, queue=ANALYSIS_QUEUE)  # fmt: skip
+        expected = {map_task_id("run-1", 0), map_task_id("run-1", 2), map_task_id("run-2", 0)}
+        assert maps_present(client) == expected  # not the analysis, not a parent's id
+        queue = connection.SimpleQueue(ANALYSIS_QUEUE)
+        taken = queue.get(timeout=5)
+        assert client.hlen("unacked") == 1 and maps_present(client) == expected
+        taken.ack()
+        assert len(maps_present(client)) == 2
         queue.close()
 
 

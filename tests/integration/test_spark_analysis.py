@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ def test_spark_reads_page_files_when_a_job_keeps_no_warc_and_reports_over_severa
     site: TestSite, other_site: TestSite, vcrawl_settings: Settings
 ) -> None:
     build_sites(site, other_site)
+    since = datetime.now(UTC).isoformat()
     first = crawl(site, other_site)["job"]
     site.add_page("/late.html", "<html><body><a href='/missing.html'>m</a></body></html>")
     second = crawl(site, other_site)["job"]
@@ -104,6 +106,42 @@ def test_spark_reads_page_files_when_a_job_keeps_no_warc_and_reports_over_severa
     assert together["jobs"] == [first, second] and "job" not in together
     assert together["urls"] == one["urls"]  # the same URLs, each counted once: its latest line over both jobs
     assert together["totals"]["pages"] == one["totals"]["pages"]
+    spanned = on_spark(vcrawl_settings, "", "site-report", "--since", since)  # no job named: every job in storage
+    over_span = json.loads(Path(spanned["result"]).read_text())
+    assert {first, second} <= set(over_span["jobs"]) and over_span["since"] is not None
+    assert same(over_span) == {**same(together), "jobs": over_span["jobs"], "since": over_span["since"], "until": None}
+
+
+def test_a_scheduled_jobs_cycles_read_from_warc_captures_give_the_chords_reports(
+    site: TestSite, vcrawl_settings: Settings
+) -> None:
+    """Two cycles: /b changed in the second, / and /a were unchanged (revisit records). Each stored line's
+    page is its own cycle's capture; the view across cycles takes an unchanged page's last stored version."""
+    from tests.integration.test_cycles import ALWAYS_DUE, run_cycle
+    from tests.integration.test_cycles import job as scheduled_job
+    from tests.integration.test_cycles import page as cycle_page
+
+    site.add_versioned("/", cycle_page("/a", "/b", "/gone", title="home"))
+    site.add_versioned("/a", cycle_page(title="a"))
+    b = site.add_versioned("/b", cycle_page(title="b"))
+    spec = scheduled_job(site, "spark-cycles", revisit=ALWAYS_DUE, warc=True)
+    run_cycle(spec)
+    b.change(cycle_page("/a", title="b, second edition"))
+    run_cycle(spec)
+    chord = {cycle: json.loads(Path(tasks.analyze_job("spark-cycles", "site-report", cycle=cycle,
+                                                      timeout_s=60)).read_text())
+             for cycle in (None, 1, 2)}  # fmt: skip
+    tasks.deps.close_warc()
+    folder = Path(vcrawl_settings.data) / "jobs" / "spark-cycles"
+    for path in [*folder.glob("pages/**/*"), *folder.glob("cycle-*/pages/**/*")]:
+        if path.is_file():
+            path.unlink()  # only the WARC files hold the pages now
+
+    for cycle, expected in chord.items():
+        more = () if cycle is None else ("--cycle", str(cycle))
+        run = on_spark(vcrawl_settings, "spark-cycles", "site-report", "--master", "local[2]", *more)
+        assert same(json.loads(Path(run["result"]).read_text())) == same(expected), cycle
+    assert chord[2]["totals"]["pages"] == 1 and chord[None]["totals"]["pages"] == 3
 
 
 def test_a_standalone_spark_master_and_worker_on_loopback_run_the_analysis(

@@ -99,6 +99,15 @@ def test_list_files_sees_only_the_files_of_a_directory(store: Storage) -> None:
     assert store.list_files("no-such-dir") == []
 
 
+def test_list_dirs_sees_only_the_directories_of_a_directory(store: Storage) -> None:
+    for name in ("jobs/b/fetch-log/p.jsonl", "jobs/a/records/r.jsonl", "jobs/top.json", "jobs/.hidden/x"):
+        store.write_bytes(name, b"{}\n")
+
+    assert store.list_dirs("jobs") == ["a", "b"]  # names, sorted; files and hidden directories left out
+    assert store.list_dirs("jobs/b") == ["fetch-log"]
+    assert store.list_dirs("no-such-dir") == []
+
+
 def test_resolve_is_idempotent(store: Storage) -> None:
     once = store.resolve("pages/./example.com//a.html", "unused")
     assert once.endswith("/pages/example.com/a.html")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -54,3 +57,18 @@ def test_a_stored_line_gets_the_capture_nearest_its_fetch_time() -> None:
     assert capture_of({"fetched_at": "2026-11-08T12:00:00+00:00"}, [first, second]) == second
     assert capture_of({}, [first, second]) == second  # no fetch time: the latest
     assert capture_of({"fetched_at": "2026-11-01T12:00:00+00:00"}, []) is None
+
+
+def test_without_java_the_spark_engine_says_what_to_install_in_one_line(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if key != "JAVA_HOME"}
+    env.update(PATH=str(tmp_path), VCRAWL_DATA=str(tmp_path / "data"))  # no java on this PATH
+    done = subprocess.run([sys.executable, "-m", "cli", "analyze", "any-job", "--analyzer", "site-report",
+                           "--engine", "spark"], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "vcrawl: --engine spark needs a Java runtime (17 or later) for Spark: install one (Debian: apt install "
+        "openjdk-17-jre-headless) or set JAVA_HOME"
+    )
+    args = [sys.executable, "-m", "cli", "analyze", "any-job", "--analyzer", "site-report", "--master", "local[2]"]
+    chord_only = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert chord_only.returncode == 2 and "need --engine spark" in chord_only.stderr
