@@ -67,6 +67,12 @@ if [ "${1:-}" = analysis ]; then
   exec .venv/bin/python bench/batch_analysis.py "$@"
 fi
 
+# `bench/run.sh engines [options]`: batch analysis pages/s on the chord and on Spark local[2], one cached 20k-page crawl.
+if [ "${1:-}" = engines ]; then
+  shift
+  exec .venv/bin/python bench/analysis_engines.py "$@"
+fi
+
 # `bench/run.sh dead-worker [options]`: seconds from a killed worker or a restarted Redis to the job's completion.
 if [ "${1:-}" = dead-worker ]; then
   shift
