@@ -86,7 +86,7 @@ def parse_actions(value: Any, where: str = "actions") -> tuple[BrowserAction, ..
 
 def _action(item: Any, where: str) -> BrowserAction:
     if not isinstance(item, Mapping):
-        raise InvalidTask(where, f"must be an object like {{\"click\": \"#more\"}}, got {kind_of(item)}")
+        raise InvalidTask(where, f'must be an object like {{"click": "#more"}}, got {kind_of(item)}')
     verbs = [key for key in item if key in _OPTIONS]
     if len(verbs) != 1:
         found = f"got {sorted(map(str, verbs))}" if verbs else f"got keys {sorted(map(str, item))}"

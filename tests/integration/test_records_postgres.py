@@ -35,7 +35,8 @@ def _rows(url: str, job: str = "j") -> list[tuple[Any, ...]]:
     with psycopg.connect(url) as connection:
         return connection.execute(
             "SELECT url_id, record_index, data, written_at FROM vcrawl_records WHERE job = %s "
-            "ORDER BY url_id, record_index", [job]
+            "ORDER BY url_id, record_index",
+            [job],
         ).fetchall()
 
 

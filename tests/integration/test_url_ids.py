@@ -57,7 +57,8 @@ def job_outputs(job_id: str) -> dict[str, dict[str, str]]:
                 for record in ArchiveIterator(stream):
                     if record.rec_type in ("response", "request"):
                         warc[record.rec_headers.get_header("WARC-Target-URI")] = record.rec_headers.get_header(
-                            URL_ID_HEADER)
+                            URL_ID_HEADER
+                        )
         elif location.endswith(".cdxj"):
             for line in Path(location).read_text().splitlines():
                 entry = json.loads(line.split(" ", 2)[2])
