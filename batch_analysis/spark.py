@@ -39,7 +39,6 @@ from batch_analysis.spark_input import (
     SPAN_BYTES,
     StorageRoot,
     capture_of,
-    crawled,
     index_captures,
     kept,
     later,
@@ -48,7 +47,7 @@ from batch_analysis.spark_input import (
     read_page_file,
     settle,
 )
-from batch_analysis.steps import DEFAULT_CHUNK, JobView, new_run_id
+from batch_analysis.steps import DEFAULT_CHUNK, JobView, crawled_url, new_run_id
 from engine.fetch_log import LoggedUrl
 from storage import (
     JOBS_DIR,
@@ -222,7 +221,7 @@ def _run(sc: Any, root: StorageRoot, request: SparkRequest, parts: list[str],
         view = sc.broadcast(dict(statuses))
         pages = _pages(sc, root, stored, indexes, shares)
         others = lines.filter(lambda entry: entry[1].get("outcome") != "stored").map(
-            lambda entry: crawled(LoggedUrl.from_json(entry[1]), None)
+            lambda entry: crawled_url(LoggedUrl.from_json(entry[1]), None)
         )
         partials = pages.union(others).mapPartitions(lambda urls_: _map_chunks(name, urls_, chunk, view.value))
         # One task folds every partial (shuffled to it: the maps before it stay parallel).

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from io import BytesIO
 from typing import Any
-from urllib.parse import urlsplit
 
 from warcio.archiveiterator import ArchiveIterator
 
-from analyzers import Page
 from analyzers.batch import CrawledUrl
+from batch_analysis.steps import crawled_url
 from engine.fetch_log import LoggedUrl
 from storage import BACKENDS, CdxEntry, Storage
 from storage.webhdfs import webhdfs_factory
@@ -40,7 +39,6 @@ __all__ = [
     "LogKey",
     "StorageRoot",
     "capture_of",
-    "crawled",
     "index_captures",
     "kept",
     "later",
@@ -163,7 +161,7 @@ def read_captures(
         span_end = max(offset + length for offset, length, _ in captures[start:end])
         data = store.read_bytes(warc, span_start, span_end - span_start)
         for offset, length, line in captures[start:end]:
-            yield crawled(LoggedUrl.from_json(line), _payload(data, offset - span_start, length, warc, offset))
+            yield crawled_url(LoggedUrl.from_json(line), _payload(data, offset - span_start, length, warc, offset))
         start = end
 
 
@@ -181,21 +179,4 @@ def read_page_file(root: StorageRoot, line: dict[str, Any]) -> CrawledUrl:
         body: bytes | None = root.open().read_bytes(logged.location)
     except MissingPage:
         body = None
-    return crawled(logged, body)
-
-
-def crawled(line: LoggedUrl, body: bytes | None) -> CrawledUrl:
-    """What a batch analyzer's map is given for one URL (as the chord path builds it)."""
-    page = None if body is None else Page(url=line.final_url or line.url, body=body, content_type=line.content_type)
-    return CrawledUrl(
-        url=line.url,
-        host=urlsplit(line.url).netloc,
-        outcome=line.outcome,
-        status=line.status,
-        depth=line.depth,
-        bytes=line.bytes,
-        content_type=line.content_type,
-        reason=line.reason,
-        target=line.target,
-        page=page,
-    )
+    return crawled_url(logged, body)

@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_CHUNK",
     "JobView",
     "RunPlan",
+    "crawled_url",
     "map_chunk",
     "plan_run",
     "reduce_run",
@@ -268,7 +269,11 @@ class _Bodies:
 
 
 def _crawled(bodies: _Bodies, line: LoggedUrl) -> CrawledUrl:
-    body = bodies.read(line) if line.stored and line.location else None  # None: deleted since, counted
+    return crawled_url(line, bodies.read(line) if line.stored and line.location else None)  # None: deleted since
+
+
+def crawled_url(line: LoggedUrl, body: bytes | None) -> CrawledUrl:
+    """What a batch analyzer's map is given for one URL: its fetch-log line, and its stored body if any."""
     page = None if body is None else Page(url=line.final_url or line.url, body=body, content_type=line.content_type)
     return CrawledUrl(
         url=line.url,

@@ -222,18 +222,7 @@ class WebHdfsBackend:
             StorageRefused: the location is refused or HDFS denies access.
             StorageFailed: HDFS still failed after the retries.
         """
-        namenode, path = self._check(location.rstrip("/"))
-        client = self._client(namenode)
-
-        def listing() -> list[tuple[str, dict[str, Any]]]:
-            try:
-                return client.list(path, status=True)
-            except hdfs.HdfsError as e:
-                if e.exception == "FileNotFoundException":
-                    return []
-                raise
-
-        entries = self._retrying(location, "list", listing)
+        namenode, path, entries = self._listing(location)
         return sorted(
             f"hdfs://{namenode}{posixpath.join(path, name)}"
             for name, status in entries
@@ -247,6 +236,13 @@ class WebHdfsBackend:
             StorageRefused: the location is refused or HDFS denies access.
             StorageFailed: HDFS still failed after the retries.
         """
+        _, _, entries = self._listing(location)
+        return sorted(
+            name for name, status in entries if status.get("type") == "DIRECTORY" and not name.startswith(".")
+        )
+
+    def _listing(self, location: str) -> tuple[str, str, list[tuple[str, dict[str, Any]]]]:
+        """(NameNode, path, LISTSTATUS entries) of the directory `location`; a missing one has none."""
         namenode, path = self._check(location.rstrip("/"))
         client = self._client(namenode)
 
@@ -258,10 +254,7 @@ class WebHdfsBackend:
                     return []
                 raise
 
-        entries = self._retrying(location, "list", listing)
-        return sorted(
-            name for name, status in entries if status.get("type") == "DIRECTORY" and not name.startswith(".")
-        )
+        return namenode, path, self._retrying(location, "list", listing)
 
     def _check(self, location: str) -> tuple[str, str]:
         return confine(location, self.root, self._root_path, self.allowed_namenodes)
