@@ -51,6 +51,15 @@ def analyze(env: dict[str, str], job_id: str, analyzer: str, chunk: int) -> subp
     return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def stop_everything(analysis: subprocess.Popen[str] | None, workers: list[subprocess.Popen[bytes]]) -> None:
+    """The test's `vcrawl analyze` (if still running) and its workers, stopped."""
+    if analysis is not None and analysis.poll() is None:
+        analysis.kill()
+        analysis.wait(10)
+    for worker in workers:
+        stop_worker(worker)
+
+
 def result_of(process: subprocess.Popen[str]) -> dict:
     out, err = process.communicate(timeout=180)
     assert process.returncode == 0, err
@@ -88,11 +97,7 @@ def test_an_analysis_worker_killed_mid_chord_loses_nothing(tmp_path: Path, fault
             finished_s = time.monotonic() - killed_at
             undisturbed = result_of(analyze(env, job_id, "site-report", chunk=100))
         finally:
-            if analysis is not None and analysis.poll() is None:
-                analysis.kill()
-                analysis.wait(10)
-            for worker in workers:
-                stop_worker(worker)
+            stop_everything(analysis, workers)
     runs = Counter(lines(started_log))
     fault_report(fault="analysis worker SIGKILLed mid-chord", chunks=len(runs), interrupted_map_runs=runs[interrupted],
                  finished_s_after_kill=round(finished_s, 1))  # fmt: skip
@@ -153,11 +158,7 @@ def test_one_of_two_analysis_workers_killed_mid_chord_delays_the_report_by_the_n
             finished_s = time.monotonic() - killed_at
             undisturbed = result_of(analyze(env, job_id, "site-report", chunk=100))
         finally:
-            if analysis is not None and analysis.poll() is None:
-                analysis.kill()
-                analysis.wait(10)
-            for worker in workers:
-                stop_worker(worker)
+            stop_everything(analysis, workers)
     runs = Counter(lines(started_log))
     fault_report(fault="one of two analysis workers SIGKILLed mid-chord", lost_queued_map=lost, chunks=len(runs),
                  finished_s_after_kill=round(finished_s, 1))  # fmt: skip

@@ -23,7 +23,8 @@ from celeryconfig import ANALYSIS_QUEUE, queue_lists
 from cli.local_redis import LocalRedis
 from frontier import Frontier
 from tasks.batch_analysis import map_task_id
-from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
+from tests.cluster import REPO, cluster_env, start_job, start_worker
+from tests.faults.test_batch_analysis_kill import stop_everything
 from tests.site import TestSite
 from vcrawl.settings import Settings
 from views.status import job_status
@@ -104,11 +105,7 @@ def test_a_map_message_lost_off_the_queue_is_sent_again_within_the_node_timeout(
             finished_s = time.monotonic() - consuming_at
             _, undisturbed = report_of(analyze(env, job_id, chunk=100))
         finally:
-            if analysis is not None and analysis.poll() is None:
-                analysis.kill()
-                analysis.wait(10)
-            for worker in workers:
-                stop_worker(worker)
+            stop_everything(analysis, workers)
     log = (tmp_path / "analyst.log").read_text()
     assert f"the messages of chunks [{LOST_CHUNK}] were lost; sent again" in log
     assert run["chunks"] == 11 and run.get("resent_at") is not None
