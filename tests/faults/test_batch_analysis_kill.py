@@ -33,7 +33,6 @@ from tests.conftest import PLUGIN_SITE
 from tests.faults.test_faults import (
     TAKEOVER_S,
     Note,
-    fault_settings,
     lines,
     serve_pages,
     start_job,
@@ -41,6 +40,7 @@ from tests.faults.test_faults import (
     wait_done,
 )
 from tests.site import TestSite
+from vcrawl.settings import Settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
 
@@ -60,6 +60,23 @@ def stop_everything(analysis: subprocess.Popen[str] | None, workers: list[subpro
         stop_worker(worker)
 
 
+def shipped_env(server: LocalRedis, tmp_path: Path, started_log: Path) -> dict[str, str]:
+    """A worker's environment at the shipped settings (the node and visibility timeouts above all: the
+    recovery path), with the slow plug-in analyzer's maps logged to ``started_log``."""
+    settings = Settings(redis_url=server.url, data=str(tmp_path / "data"))
+    return {**cluster_env(settings), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
+            "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
+
+
+def reports_after_the_kill(
+    analysis: subprocess.Popen[str], killed_at: float, env: dict[str, str], job_id: str
+) -> tuple[dict, float, dict]:
+    """The interrupted run's report, the seconds from the kill to it, and an undisturbed run's report."""
+    disturbed = result_of(analysis)
+    finished_s = time.monotonic() - killed_at
+    return disturbed, finished_s, result_of(analyze(env, job_id, "site-report", chunk=100))
+
+
 def result_of(process: subprocess.Popen[str]) -> dict:
     out, err = process.communicate(timeout=180)
     assert process.returncode == 0, err
@@ -71,9 +88,7 @@ def result_of(process: subprocess.Popen[str]) -> dict:
 def test_an_analysis_worker_killed_mid_chord_loses_nothing(tmp_path: Path, fault_report: Note) -> None:
     started_log = tmp_path / "maps-started.log"
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
-        settings = fault_settings(server, tmp_path / "data")
-        env = {**cluster_env(settings), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
-               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
+        env = shipped_env(server, tmp_path, started_log)
         serve_pages(site, 30)
         workers = [start_worker(env, "crawler", tmp_path / "crawler.log")]
         analysis: subprocess.Popen[str] | None = None
@@ -93,9 +108,7 @@ def test_an_analysis_worker_killed_mid_chord_loses_nothing(tmp_path: Path, fault
             workers[0].wait(10)
             interrupted = lines(started_log)[-1]
             workers.append(start_worker(env, "analyst-1", tmp_path / "analyst-1.log", queues="analysis"))
-            disturbed = result_of(analysis)
-            finished_s = time.monotonic() - killed_at
-            undisturbed = result_of(analyze(env, job_id, "site-report", chunk=100))
+            disturbed, finished_s, undisturbed = reports_after_the_kill(analysis, killed_at, env, job_id)
         finally:
             stop_everything(analysis, workers)
     runs = Counter(lines(started_log))
@@ -127,9 +140,7 @@ def test_one_of_two_analysis_workers_killed_mid_chord_delays_the_report_by_the_n
     queue without noting it (``lose_a_queued_map``) is found by the watchdog sooner."""
     started_log = tmp_path / "maps-started.log"
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
-        settings = fault_settings(server, tmp_path / "data")
-        env = {**cluster_env(settings), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
-               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
+        env = shipped_env(server, tmp_path, started_log)
         client = redis.Redis.from_url(server.url, decode_responses=True)
         serve_pages(site, 30)
         workers = [start_worker(env, "crawler", tmp_path / "crawler.log")]
@@ -154,9 +165,7 @@ def test_one_of_two_analysis_workers_killed_mid_chord_delays_the_report_by_the_n
                 lost = take_off_the_queue(client, run["run"])
                 assert lost is not None, "no map message waited on the queue"
             workers[0].wait(10)
-            disturbed = result_of(analysis)
-            finished_s = time.monotonic() - killed_at
-            undisturbed = result_of(analyze(env, job_id, "site-report", chunk=100))
+            disturbed, finished_s, undisturbed = reports_after_the_kill(analysis, killed_at, env, job_id)
         finally:
             stop_everything(analysis, workers)
     runs = Counter(lines(started_log))
