@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import importlib.util
 import json
 import os
 import resource
@@ -56,15 +55,8 @@ import engine_figures as figures
 import node_cluster as nc  # process-tree CPU, machine busy, the universe helpers; puts the repo first on sys.path
 
 crawl_universe = nc.crawl_universe
-# bench/batch_analysis.py's helpers (run a child, stop a worker group, the chord's phases, wait for quiet);
-# loaded from its file: the name `batch_analysis` is the project's package. It puts bench/ first on sys.path,
-# where bench/storage.py would hide the project's `storage`: the path is put back.
-_spec = importlib.util.spec_from_file_location("bench_batch_analysis", nc.HERE / "batch_analysis.py")
-assert _spec is not None and _spec.loader is not None
-chord_bench = importlib.util.module_from_spec(_spec)
-_saved_path = list(sys.path)
-_spec.loader.exec_module(chord_bench)
-sys.path[:] = _saved_path
+# bench/batch_analysis.py's helpers (run a child, stop a worker group, the chord's phases, wait for quiet).
+chord_bench = nc.bench_module("batch_analysis")
 
 CACHE_MARK = ".vcrawl-bench-analysis-engines"
 PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h

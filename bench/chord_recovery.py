@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import node_cluster as nc  # the universe helpers, the node environment; puts the project first on sys.path
 
 crawl_universe = nc.crawl_universe
+# bench/batch_analysis.py's crawl of the universe and its worker-group stop.
+chord_bench = nc.bench_module("batch_analysis")
 
 SCENARIOS = ("undisturbed", "one killed", "both killed, restarted", "both killed, new names")
 SAME = {True: "yes", False: "NO"}
@@ -84,7 +86,7 @@ def main() -> int:
         site = crawl_universe.universe_row("recovery", state)
         redis_server = LocalRedis(work / "redis").start()
         env = nc.base_env(redis_server.url, data)
-        crawl = crawl_once(args, state, env, work)
+        crawl = chord_bench.crawl_once(args, state, env, work)
         print(f">>> crawl: job {crawl['job']} {crawl['state']}, {crawl['pages_stored']} pages stored in "
               f"{crawl['elapsed_s']} s", file=sys.stderr, flush=True)  # fmt: skip
         crawl_universe.stop_universe(server)  # analysis fetches nothing
@@ -116,36 +118,6 @@ def main() -> int:
             print(f">>> logs in {work}", file=sys.stderr)
 
 
-def crawl_once(args: argparse.Namespace, state: Path, env: dict[str, str], work: Path) -> dict[str, Any]:
-    """Crawl the whole universe with ``vcrawl crawl --job`` on our Redis; its ``--json`` summary."""
-    manifest = json.loads(Path(json.loads(state.read_text())["manifest"]).read_text())
-    job_file = work / "job.json"
-    job_file.write_text(json.dumps(nc.job_for(manifest, delay_s=0.0, per_host=16)))
-    out = nc.vcrawl(env, "crawl", "--job", str(job_file), "--data", env["VCRAWL_DATA"], "--json", "--log-dir",
-                    str(work / "crawl-logs"), "--allow-network", nc.LOOPBACK, timeout_s=args.timeout)  # fmt: skip
-    summary = json.loads(out.strip().splitlines()[-1])
-    if summary.get("state") != "completed":
-        raise SystemExit(f"the crawl ended {summary.get('state')}: {summary}")
-    return {key: summary.get(key) for key in ("job", "state", "pages_stored", "pages_fetched", "elapsed_s")}
-
-
-def stop_group(process: subprocess.Popen[Any]) -> None:
-    """Warm shutdown of a process group (SIGTERM), SIGKILL of the group after 20 s (pool children too)."""
-    for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # the leader is gone; its pool children may not be
-    except ProcessLookupError:
-        return
-
-
 class AnalysisWorker:
     """One ``celery -A tasks worker -Q analysis`` in a process group of its own (killed as a machine dies)."""
 
@@ -172,7 +144,7 @@ def start_workers(names: list[str], env: dict[str, str], tasks: Any, log_dir: Pa
     while tasks.ping_workers([w.name for w in workers]) != {w.name for w in workers}:
         if any(w.process.poll() is not None for w in workers) or time.monotonic() > deadline:
             for worker in workers:
-                stop_group(worker.process)
+                chord_bench.stop_group(worker.process)
             raise SystemExit(f"analysis workers did not start; see {log_dir}")
     return workers
 
@@ -205,12 +177,12 @@ def one_run(
                     workers += start_workers(names, env, tasks, log_dir, args.concurrency)
             out, _ = cli.communicate(timeout=max(1.0, args.timeout - (time.monotonic() - t0)))
         except BaseException:
-            stop_group(cli)
+            chord_bench.stop_group(cli)
             raise
         done = time.monotonic()
     finally:
         for worker in workers:
-            stop_group(worker.process)
+            chord_bench.stop_group(worker.process)
     if cli.returncode != 0:
         raise SystemExit(f"vcrawl analyze exited {cli.returncode}; see {err}")
     run = json.loads(out.strip().splitlines()[-1])

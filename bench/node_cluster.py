@@ -8,6 +8,7 @@ check 12-scale-out; with a weight it gets ``VCRAWL_NODE_WEIGHT`` and joins the h
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
@@ -141,6 +143,19 @@ def vcrawl(env: dict[str, str], *args: str, timeout_s: float = 60.0) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"vcrawl {' '.join(args)}: exit {done.returncode}: {done.stderr[-1000:]}")
     return done.stdout
+
+
+def bench_module(name: str) -> ModuleType:
+    """The bench script ``bench/<name>.py`` loaded from its file as ``bench_<name>``: bench/batch_analysis.py
+    has the name of the project's package. Loading it puts bench/ first on sys.path, where bench/storage.py
+    would hide the project's ``storage``: the path is put back."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", HERE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    saved = list(sys.path)
+    spec.loader.exec_module(module)
+    sys.path[:] = saved
+    return module
 
 
 def job_for(manifest: dict[str, Any], delay_s: float, per_host: int, jitter: float = 0.0) -> dict[str, Any]:
