@@ -17,7 +17,6 @@ import glob
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -26,6 +25,8 @@ from types import TracebackType
 
 import psycopg
 import pytest
+
+from tests.ports import free_port
 
 __all__ = ["PostgresServer", "postgres_server", "records_database"]
 
@@ -43,12 +44,6 @@ def postgres_bin() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 class PostgresServer:
     """One private ``postgres`` on loopback; a context manager that stops it and removes its files."""
 
@@ -63,7 +58,7 @@ class PostgresServer:
         try:
             self._initdb()
             for _ in range(_PORT_TRIES):  # another process may take the port between the probe and the start
-                self.port = _free_port()
+                self.port = free_port()
                 if self.start(check=False):
                     return self
             raise RuntimeError(f"postgres did not start; log:\n{self.log()}")

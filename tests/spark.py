@@ -5,24 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
 
 from batch_analysis.spark import spark_problem
+from tests.ports import free_port
 
 __all__ = ["SPARK_MISSING", "StandaloneSpark"]
 
 SPARK_MISSING = spark_problem()  # None where PySpark and Java are installed (make setup does both)
 _START_TIMEOUT_S = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class StandaloneSpark:
@@ -33,7 +27,7 @@ class StandaloneSpark:
 
         self.directory = directory
         self.spark_class = Path(pyspark.__file__).parent / "bin" / "spark-class"
-        self.port = _free_port()
+        self.port = free_port()
         self._processes: list[subprocess.Popen[bytes]] = []
 
     @property
@@ -44,10 +38,10 @@ class StandaloneSpark:
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
             self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                        str(self.port), "--webui-port", str(_free_port()))  # fmt: skip
+                        str(self.port), "--webui-port", str(free_port()))  # fmt: skip
             self._wait_for("master", "I have been elected leader")
             self._start("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port",
-                        str(_free_port()), "--cores", "2", "--memory", "1g", "--work-dir",
+                        str(free_port()), "--cores", "2", "--memory", "1g", "--work-dir",
                         str(self.directory / "work"), self.master_url)  # fmt: skip
             self._wait_for("worker", "Successfully registered with master")
         except BaseException:

@@ -10,7 +10,6 @@ notice the old connection is dead and reconnect (``ANSWER_SLACK_S``).
 from __future__ import annotations
 
 import itertools
-import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ import requests
 from tests.cluster import REPO, cluster_env, stop_worker
 from tests.faults.test_failover import PROMOTION_LIMIT_S, Note, sentinel_settings
 from tests.faults.test_faults import stop_gracefully
+from tests.ports import free_port
 from tests.sentinel_cluster import SentinelCluster, start_sentinel_worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.faults]
@@ -33,12 +33,6 @@ TOKEN = "failover-test-token-0123"
 FLOWER_AUTH = ("ops", "failover-pass")
 ANSWER_SLACK_S = 3.0  # after the promotion: a poll period, a client timeout and a reconnect
 PROBE_EVERY_S = 0.25
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Prober:
@@ -101,7 +95,7 @@ def test_flower_and_the_job_api_answer_again_within_the_failover_time(tmp_path: 
         env = cluster_env(sentinel_settings(cluster, tmp_path / "data"))
         worker = start_sentinel_worker(env, "services", tmp_path / "worker.log", concurrency=2)
         stack.callback(stop_worker, worker)
-        flower_port, api_port = _free_port(), _free_port()
+        flower_port, api_port = free_port(), free_port()
         for process in (
             _start(["-m", "cli", "flower", "--port", str(flower_port)],
                    {**env, "FLOWER_BASIC_AUTH": ":".join(FLOWER_AUTH)}, tmp_path / "flower.log"),

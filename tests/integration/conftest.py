@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -37,6 +36,7 @@ from tasks.embedded import EmbeddedWorker
 from tests.celery_setup import LocalRedisProcess, LocalWorkerProcess, VcrawlTestSetup
 from tests.cluster import cluster_env
 from tests.conftest import TEST_ALLOWED_NETWORKS
+from tests.ports import free_port
 from tests.site import TestSite
 from tests.waiting import wait_until
 from vcrawl import redis_keys
@@ -83,12 +83,6 @@ class _SmtpHandler:
         return "250 OK"
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
     """A real redis-server on a free loopback port for the whole session."""
@@ -100,7 +94,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedi
 def alert_sinks() -> Iterator[AlertSinks]:
     """A real SMTP server (aiosmtpd) and an HTTP webhook receiver on loopback."""
     sinks = AlertSinks()
-    sinks.smtp_port = _free_port()  # aiosmtpd checks readiness by connecting, so port 0 won't do
+    sinks.smtp_port = free_port()  # aiosmtpd checks readiness by connecting, so port 0 won't do
     smtp = Controller(_SmtpHandler(sinks), hostname="127.0.0.1", port=sinks.smtp_port)
     smtp.start()
 

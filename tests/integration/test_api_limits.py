@@ -27,6 +27,7 @@ import pytest
 import tasks
 from api import HttpLimits
 from tests.cluster import REPO, cluster_env
+from tests.ports import free_port
 from tests.waiting import wait_until
 from vcrawl.settings import Settings
 
@@ -54,7 +55,7 @@ class Served:
 def served(vcrawl_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     """``vcrawl -v serve`` with a token, on the session's Redis, logging to a file; stopped by PID."""
     log = tmp_path_factory.mktemp("serve") / "serve.log"
-    port = _free_port()
+    port = free_port()
     env = {**cluster_env(vcrawl_settings), "VCRAWL_API_TOKEN": TOKEN}
     with log.open("wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "cli", "-v", "serve", "--port", str(port)],
@@ -69,12 +70,6 @@ def served(vcrawl_settings: Settings, tmp_path_factory: pytest.TempPathFactory) 
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _answers(port: int) -> bool:

@@ -12,7 +12,6 @@ import json
 import logging
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from tasks.redis_clients import make_redis_client
 from telemetry.log_context import ContextFilter, log_context
 from telemetry.log_stream import JOB_STREAM_TTL_S, StreamShipper
 from tests.cluster import REPO, cluster_env, start_job, start_worker, stop_worker
+from tests.ports import free_port
 from vcrawl.settings import Settings
 
 _API_TOKEN = "cluster-logs-token-0123"  # vcrawl serve wants 16 characters at least
@@ -53,12 +53,6 @@ def log_worker(vcrawl_settings: Settings, tmp_path_factory: pytest.TempPathFacto
             yield {"env": env, "log": log, "dir": directory}
         finally:
             stop_worker(process)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _vcrawl(env: dict[str, str], *args: str) -> str:
@@ -93,7 +87,7 @@ def _messages(env: dict[str, str], job: str, *options: str) -> str:
 
 
 def test_a_warning_in_a_task_is_read_back_with_vcrawl_logs(log_worker: dict[str, Any]) -> None:
-    env, port, job = log_worker["env"], _free_port(), f"logs-{uuid.uuid4().hex[:8]}"
+    env, port, job = log_worker["env"], free_port(), f"logs-{uuid.uuid4().hex[:8]}"
     start_job(env, {"id": job, "seeds": [f"http://127.0.0.1:{port}/nothing-listens-here"],
                     "scope": {"hosts": ["127.0.0.1"]}, "allowed_networks": ["127.0.0.0/8"]})  # fmt: skip
 
@@ -136,7 +130,7 @@ def _api_server(env: dict[str, str], token: str) -> Iterator[str]:
 def test_a_level_changed_live_takes_effect_without_a_restart(log_worker: dict[str, Any]) -> None:
     env = log_worker["env"]
     # A job narrowed to another address: its host is refused, logged at INFO ("refused by the network policy").
-    refused = {"seeds": [f"http://127.0.0.1:{_free_port()}/x"], "scope": {"hosts": ["127.0.0.1"]},
+    refused = {"seeds": [f"http://127.0.0.1:{free_port()}/x"], "scope": {"hosts": ["127.0.0.1"]},
                "allowed_networks": ["127.0.0.2/32"]}  # fmt: skip
     before, after = f"lv-{uuid.uuid4().hex[:8]}", f"lv-{uuid.uuid4().hex[:8]}"
     try:
@@ -164,7 +158,7 @@ def test_a_level_changed_live_takes_effect_without_a_restart(log_worker: dict[st
 
 
 def test_worker_lines_are_json_with_context(log_worker: dict[str, Any]) -> None:
-    port, job = _free_port(), f"json-{uuid.uuid4().hex[:8]}"
+    port, job = free_port(), f"json-{uuid.uuid4().hex[:8]}"
     _submit(log_worker, {"id": job, "seeds": [f"http://127.0.0.1:{port}/x"], "scope": {"hosts": ["127.0.0.1"]},
                          "allowed_networks": ["127.0.0.0/8"]})  # fmt: skip
     _wait_for_line(log_worker["env"], job, f":{port}", timeout_s=30)
@@ -220,7 +214,7 @@ def test_the_stream_and_a_jobs_stream_are_bounded(vcrawl_settings: Settings) -> 
 
 
 def test_redis_down_drops_lines_and_local_logging_goes_on() -> None:
-    dead = f"redis://127.0.0.1:{_free_port()}/0"  # nobody listens: Redis is down for the shipper
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nobody listens: Redis is down for the shipper
     shipper = _shipper(lambda: redis.Redis.from_url(dead, socket_connect_timeout=1), queue_size=100)
     local: list[logging.LogRecord] = []
     capture = logging.Handler()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import requests
 
 from cli.local_redis import LocalRedis
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker, submit, wait_all
+from tests.ports import free_port
 from tests.site import TestSite
 from vcrawl.settings import Settings
 
@@ -36,12 +36,6 @@ class Flower:
     env: dict[str, str]
     site: TestSite
     log: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _session(auth: tuple[str, str] | None = None) -> requests.Session:
@@ -85,7 +79,7 @@ def flower(tmp_path: Path) -> Iterator[Flower]:
         env.pop("FLOWER_BASIC_AUTH", None)
         worker = start_worker(env, WORKER, tmp_path / "worker.log")
         try:
-            port = _free_port()
+            port = free_port()
             log = tmp_path / "flower.log"
             with open(log, "ab") as out:
                 process = subprocess.Popen(
@@ -165,7 +159,7 @@ def test_flower_sees_the_worker_and_a_finished_fetch_behind_basic_auth(flower: F
 def test_flower_refuses_to_start_without_credentials(args: tuple[str, ...], message: str) -> None:
     env = {name: value for name, value in os.environ.items() if not name.startswith(("VCRAWL_", "FLOWER_"))}
     done = subprocess.run(
-        [sys.executable, "-m", "cli", "flower", "--port", str(_free_port()), *args],
+        [sys.executable, "-m", "cli", "flower", "--port", str(free_port()), *args],
         env={**env, "PYTHONPATH": str(REPO)}, cwd=REPO, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert done.returncode == 2

@@ -8,7 +8,6 @@ with their error while the other goes on; the dashboard in real headless Chromiu
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from selenium.webdriver.support.ui import Select
 from tests.celery_setup import LocalRedisProcess
 from tests.cluster import REPO, cluster_env, identify_clients, start_worker, stop_worker
 from tests.integration import test_dashboard as dashboard
+from tests.ports import free_port
 from tests.site import TestSite, link_page
 from tests.waiting import wait_until
 from vcrawl import redis_keys
@@ -50,12 +50,6 @@ class Monitor:
     workers: dict[str, subprocess.Popen[bytes]]
     site: TestSite
     log: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def call(url: str, method: str = "GET", body: Any = None, timeout_s: float = 15.0) -> tuple[int, Any]:
@@ -87,8 +81,8 @@ def monitor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitor]:
                 env = cluster_env(Settings(redis_url=servers[name].url, data=str(root / f"data-{name}")))
                 workers[name] = start_worker(env, f"{name}@monitor", root / f"worker-{name}.log", concurrency=4)
             identify_clients(site, {process.pid: name for name, process in workers.items()})
-            port, log = _free_port(), root / "serve.log"
-            gone = f"gone=redis://:{GONE_PASSWORD}@127.0.0.1:{_free_port()}/0"
+            port, log = free_port(), root / "serve.log"
+            gone = f"gone=redis://:{GONE_PASSWORD}@127.0.0.1:{free_port()}/0"
             settings = Settings(redis_url=servers["east"].url, data=str(root / "data-east"), api_token=TOKEN,
                                 monitor_clusters=(gone,))  # fmt: skip
             with log.open("wb") as out:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,17 +24,12 @@ from celeryconfig import DOWNLOAD_QUEUE, celery_settings
 from frontier import Frontier
 from tasks.redis_clients import make_redis_client
 from tests.cluster import cluster_env, start_job, stop_worker
+from tests.ports import free_port
 from tests.sentinel_cluster import SentinelCluster, start_sentinel_worker
 from tests.site import TestSite, link_page
 from tests.tls_files import TlsFiles, make_tls_files
 from vcrawl.settings import Settings
 from views.status import job_status
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +41,7 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 def tls_redis(tmp_path_factory: pytest.TempPathFactory, tls_files: TlsFiles) -> Iterator[int]:
     """A redis-server that speaks TLS only and wants a client certificate; yields its port."""
     directory = tmp_path_factory.mktemp("tls-redis")
-    port = _free_port()
+    port = free_port()
     with open(directory / "log", "ab") as log:
         server = subprocess.Popen(
             ["redis-server", "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1", "--save", "",
