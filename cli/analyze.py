@@ -89,7 +89,7 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
             return _run_on_spark(args, jobs)
         if len(jobs) > 1 or args.master or args.since or args.until or args.spark_conf:
             raise InvalidTask("engine", "--jobs, --master, --since, --until and --spark-conf need --engine spark")
-    except (InvalidTask, ConfigError) as exc:
+    except (InvalidTask, ConfigError, UnknownComponent) as exc:
         print(f"vcrawl: {exc}", file=sys.stderr)
         return 2
     import tasks
@@ -120,12 +120,9 @@ def _run_on_spark(args: argparse.Namespace, jobs: list[str]) -> int:
     started = time.monotonic()
     try:
         done = analyze_on_spark(Settings.from_env(), request)
-    except UnknownComponent as exc:
-        print(f"vcrawl: {exc}", file=sys.stderr)
-        return 2
-    except (InvalidTask, ConfigError):
-        raise
-    except Exception as exc:  # Spark's own failure (an executor lost for good, storage gone): its last words
+    except (InvalidTask, ConfigError, UnknownComponent):
+        raise  # a refusal: the caller says it in one line, exit 2
+    except Exception as exc:  # Spark's or storage's failure (an executor lost for good, storage gone): its last words
         words = [line for line in str(exc).splitlines() if line.strip()]
         print(f"vcrawl: the Spark job failed: {type(exc).__name__}: {(words or [''])[-1][:500]}", file=sys.stderr)
         return 1
