@@ -5,6 +5,7 @@ Real processes: a RabbitMQ node (and its own epmd) on loopback ports; a consumer
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 import kombu
 import pytest
 
-from tests.rabbitmq import RABBITMQ_MISSING, LocalRabbitMQ
+from tests.rabbitmq import RABBITMQ_MISSING, LocalRabbitMQ, RabbitCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(RABBITMQ_MISSING), reason=RABBITMQ_MISSING or "")]
 
@@ -63,3 +64,34 @@ def test_a_killed_consumers_unacknowledged_message_is_delivered_again_at_once(tm
 
     assert payload == {"n": 2}
     assert again_after_s < 2.0, again_after_s  # no visibility timeout: the broker requeues on the close
+
+
+def test_a_quorum_queue_keeps_every_message_when_its_leaders_node_is_sigkilled(tmp_path: Path) -> None:
+    with RabbitCluster(tmp_path / "rabbits", size=3) as cluster:
+        queue = kombu.Queue("quorum-work", durable=True, queue_arguments={"x-queue-type": "quorum"})
+        with kombu.Connection(cluster.urls[0]) as connection:
+            producer = connection.Producer()
+            for n in range(20):
+                producer.publish({"n": n}, routing_key=queue.name, declare=[queue], delivery_mode=2,
+                                 serializer="json", confirm_publish=True)  # fmt: skip
+        leader = cluster.leader_of(queue.name)
+        leader.kill()
+        elsewhere = next(node.url for node in cluster.nodes if node is not leader)
+        got: list[int] = []
+        deadline = time.monotonic() + 60
+        with kombu.Connection(elsewhere) as connection:
+            channel = connection.default_channel
+            while len(got) < 20 and time.monotonic() < deadline:
+                try:
+                    message = channel.basic_get(queue.name, no_ack=False)
+                except Exception:  # the queue has no leader yet: its channel is closed; open another
+                    time.sleep(0.5)
+                    channel = connection.channel()
+                    continue
+                if message is None:
+                    time.sleep(0.2)
+                    continue
+                got.append(json.loads(message.body)["n"])
+                channel.basic_ack(message.delivery_tag)
+
+    assert sorted(got) == list(range(20))
