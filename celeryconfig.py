@@ -7,6 +7,7 @@ own. Importing this module reads nothing.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 from kombu import Exchange, Queue
@@ -15,6 +16,7 @@ from vcrawl import schedules
 from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.redis_keys import SCHEDULE_PREFIX
 from vcrawl.settings import Settings
+from vcrawl.targets.broker import RABBITMQ_MAX_PRIORITY
 from vcrawl.targets.redis import celery_redis_url, is_sentinel, parse_sentinels
 from vcrawl.targets.redis_tls import RedisTls
 
@@ -103,6 +105,8 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": transport_options,
         "result_backend_transport_options": backend_options,
         **_tls(tls),
+        "task_queues": _queues(),
+        **(_rabbitmq(settings) if settings.amqp_broker else {}),
         "broker_connection_retry_on_startup": True,
         # Retry for as long as Redis is away (Celery's default gives up after 100 tries): a worker
         # outlives any Redis outage and goes on by itself when it is back.
@@ -118,11 +122,6 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "result_accept_content": ["json"],
         # The status trail in Redis is the record of outcomes; results only linger briefly.
         "result_expires": 3600,
-        "task_queues": [
-            Queue(DOWNLOAD_QUEUE, Exchange(DOWNLOAD_QUEUE), routing_key=DOWNLOAD_QUEUE),
-            Queue(DYNAMIC_QUEUE, Exchange(DYNAMIC_QUEUE), routing_key=DYNAMIC_QUEUE),
-            Queue(ANALYSIS_QUEUE, Exchange(ANALYSIS_QUEUE), routing_key=ANALYSIS_QUEUE),
-        ],
         "task_default_queue": DOWNLOAD_QUEUE,
         "task_default_exchange": DOWNLOAD_QUEUE,
         "task_default_routing_key": DOWNLOAD_QUEUE,
@@ -173,6 +172,51 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": settings.task_events,
     }
+
+
+def _queues(arguments: dict[str, Any] | None = None) -> list[Queue]:
+    return [Queue(name, Exchange(name), routing_key=name, queue_arguments=arguments)
+            for name in (DOWNLOAD_QUEUE, DYNAMIC_QUEUE, ANALYSIS_QUEUE)]  # fmt: skip
+
+
+def _rabbitmq(settings: Settings) -> dict[str, Any]:
+    """Celery's messages through RabbitMQ (``VCRAWL_BROKER_URL``); the results, beat and the rest stay in Redis.
+
+    Queues are durable and messages persistent (Celery's defaults), and every publish waits for the
+    broker's confirm: a message is on disk (on a quorum of nodes) before ``crawl.delay`` or the pump
+    goes on. A dead worker's unacknowledged messages go back the moment its connection closes.
+    """
+    if settings.rabbitmq_quorum:  # replicated (Raft); no priorities before RabbitMQ 4 (then two levels)
+        arguments: dict[str, Any] = {"x-queue-type": "quorum"}
+        kinds = {"task_default_queue_type": "quorum", "task_create_missing_queue_type": "quorum"}
+    else:  # paced batches are served before bulk ones (tasks/batches.py), as on Redis
+        arguments, kinds = {"x-max-priority": RABBITMQ_MAX_PRIORITY}, {"task_queue_max_priority": RABBITMQ_MAX_PRIORITY}
+    return {
+        "broker_url": settings.broker_url,
+        "broker_transport_options": {
+            "confirm_publish": True,
+            # Reconnect at once, then every 0.5-2 s, as on Redis: workers are back soon after the broker.
+            "interval_start": 0,
+            "interval_step": 0.5,
+            "interval_max": 2,
+        },
+        # A worker cut off by a partition: RabbitMQ closes its connection (and hands its messages back)
+        # after one to two heartbeats of silence, past the node timeout when the ring has already taken
+        # over its leases, so a message put back finds its batch handed over and fetches nothing twice.
+        "broker_heartbeat": settings.node_timeout_s,
+        "broker_use_ssl": _amqps(settings.broker_url),
+        "task_queues": _queues(arguments),
+        **kinds,
+    }
+
+
+def _amqps(url: str | None) -> Any:
+    # amqps:// verifies the server's certificate and name against the system's CAs (py-amqp's own
+    # context loads no CA at all; server_hostname None: kombu names the URL's host for the check).
+    if url is None or not url.startswith("amqps://"):
+        return False
+    paths = ssl.get_default_verify_paths()
+    return {"cert_reqs": ssl.CERT_REQUIRED, "ca_certs": paths.cafile or paths.openssl_cafile, "server_hostname": None}
 
 
 def _harvest_schedule(settings: Settings) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from tasks.app import app
 from tasks.batch_analysis import batch_map, batch_reduce, start_batch_analysis
 from tasks.batches import analyze_batch, fetch_batch
 from tasks.broker import queues as _queues
+from tasks.broker.amqp import amqp_queue_lengths
 from tasks.broker.holdings import BrokerHoldings
 from tasks.broker.redelivery import requeue_unacked as _requeue_unacked
 from tasks.clusters import ClusterClient
@@ -326,6 +327,8 @@ def cluster_settings() -> list[dict[str, Any]]:
 
 def queue_lengths() -> dict[str, int]:
     """Messages waiting on each queue (``download``, ``download.dynamic``, ``analysis``)."""
+    if deps.settings().amqp_broker:
+        return amqp_queue_lengths(deps.celery_app())
     return _queues.queue_lengths(deps.redis_client())
 
 
@@ -374,8 +377,11 @@ def forget_node(name: str) -> bool:
 def requeue_unacked() -> int:
     """Put every message that stopped workers took and never acknowledged back on its queue; return how many.
 
-    Only while no worker consumes from this broker: a running worker's messages would run twice.
+    Only while no worker consumes from this broker: a running worker's messages would run twice. On
+    RabbitMQ there are none to put back: it did so itself when their connections closed.
     """
+    if deps.settings().amqp_broker:
+        return 0
     return _requeue_unacked(deps.celery_app())
 
 

@@ -23,6 +23,7 @@ from frontier import Batch, BatchRelease
 from tasks import deps
 from tasks.app import app
 from vcrawl.errors import ConfigError, InvalidTask, PermanentError, RecordsUnavailable
+from vcrawl.targets.broker import broker_priority
 
 __all__ = [
     "analysis_batch_failed",
@@ -197,7 +198,7 @@ def analyze_batches(self: Task, gathered: list[dict]) -> dict:
         analyze_batch.apply_async((dict(fetched), retry.carried.to_dict()), countdown=retry.delay_s,
                                   task_id=analysis_task_id(job_id, str(fetched["batch"])),
                                   retries=retry.carried.attempt - 1, link_error=[analysis_batch_failed.s()],
-                                  priority=PACED_PRIORITY)  # fmt: skip
+                                  priority=_priority(paced=True))  # fmt: skip
     return outcome.summary
 
 
@@ -258,13 +259,18 @@ PACED_PRIORITY = 0
 BULK_PRIORITY = 6
 
 
+def _priority(paced: bool) -> int:
+    """A batch's message priority in the broker's terms (RabbitMQ serves its highest number first)."""
+    return broker_priority(PACED_PRIORITY if paced else BULK_PRIORITY, deps.settings().amqp_broker)
+
+
 def dispatch_batch(job_id: str, batch: Batch, producer: Any = None, queue: str | None = None) -> None:
     """Send a leased batch to its download queue, linked to its analysis.
 
     Browser pages go to the dynamic queue; others to the queue of their host's ring node, or to
     the shared download queue while no ring node is alive.
     """
-    priority = PACED_PRIORITY if batch.paced else BULK_PRIORITY
+    priority = _priority(batch.paced)
     # Its task id names the job and the batch: a lost analysis message is found and sent again
     # (``tasks.broker.lost_analyses``).
     then_analyze = analyze_batch.s().set(link_error=[analysis_batch_failed.s()], priority=priority,
@@ -299,7 +305,7 @@ def dispatch_batches(job_id: str, batches: list[Batch], producer: Any = None) ->
     if bundle:  # even one: a bundle leases more due hosts while its batch waits (engine.fetch_bundle)
         task_id = fetch_task_id(job_id, BUNDLE_SEPARATOR.join(batch.batch_id for batch in bundle))
         fetch_bundle.apply_async((job_id, [batch.to_dict() for batch in bundle]), producer=producer,
-                                 queue=DOWNLOAD_QUEUE, priority=PACED_PRIORITY, task_id=task_id)  # fmt: skip
+                                 queue=DOWNLOAD_QUEUE, priority=_priority(paced=True), task_id=task_id)  # fmt: skip
 
 
 def _queue_for(job_id: str, batch: Batch) -> str:
@@ -313,7 +319,7 @@ def _queue_for(job_id: str, batch: Batch) -> str:
 def send_analysis(fetched: dict) -> None:
     """Send a released batch's analysis again (its message was lost), under its usual task id."""
     analyze_batch.apply_async((fetched,), task_id=analysis_task_id(str(fetched["job"]), str(fetched["batch"])),
-                              link_error=[analysis_batch_failed.s()], priority=PACED_PRIORITY)  # fmt: skip
+                              link_error=[analysis_batch_failed.s()], priority=_priority(paced=True))  # fmt: skip
 
 
 def send_gathered(gathered: list[dict]) -> None:
@@ -324,7 +330,7 @@ def send_gathered(gathered: list[dict]) -> None:
         return
     batch_ids = BUNDLE_SEPARATOR.join(str(fetched["batch"]) for fetched in gathered)
     analyze_batches.apply_async((gathered,), task_id=analysis_task_id(str(gathered[0]["job"]), batch_ids),
-                                link_error=[analysis_batches_failed.s()], priority=PACED_PRIORITY)  # fmt: skip
+                                link_error=[analysis_batches_failed.s()], priority=_priority(paced=True))  # fmt: skip
 
 
 def ring_node_queue(queue: str | None) -> bool:

@@ -112,17 +112,21 @@ def _start_pump(sender: Any = None, **_: Any) -> None:
     deps.output_shipper().start()
     # A member (on the ring if a ring node): it beats, says which messages it holds, watches for
     # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
+    # On RabbitMQ the broker hands a closed connection's messages back itself, and never loses one between
+    # queue and consumer: the keepers of Redis's broker (holdings, watchdog, primary watch) stay off.
+    redis_broker = not deps.settings().amqp_broker
     name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
-    holdings = BrokerHoldings(app, consumer=sender)
+    holdings = BrokerHoldings(app, consumer=sender) if redis_broker else None
     keeper = deps.ring_keeper(name, holdings, pool_size=lambda: _pool_size(sender))
-    if name:
+    if name and holdings is not None:
         try:
             holdings.reclaim_own(name, hand_back=keeper.hand_back)
         except Exception:
             logging.getLogger("vcrawl").exception("could not put back what the previous %s held", name)
     _keeper["keeper"] = keeper.start()
-    _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
-    _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
+    if redis_broker:
+        _watchdog.start()  # batch analysis runs and crawl analyses that lost a message with a killed worker
+        _primary_watch.start()  # after a Redis failover or restart: what was taken from the old server goes back
     if (fence := make_fence(deps.settings())) is not None:  # Redis behind Sentinel
         _fence["fence"] = fence.start()  # no write lands on an old primary about to be wiped
     try:  # records and WARC files a killed worker on this machine spooled but never shipped

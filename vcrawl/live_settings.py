@@ -43,13 +43,14 @@ LIVE_SETTINGS: Mapping[str, str] = {
 }  # fmt: skip
 
 _SECRETS = frozenset({"redis_password", "redis_sentinel_password", "smtp_password", "smtp_user", "api_token",
-                      "records_url"})  # fmt: skip
+                      "records_url", "broker_url"})  # fmt: skip
 _REASONS: Mapping[str, str] = {
     **dict.fromkeys(("redis_url", "redis_sentinel_master", "frontier_url", "redis_tls", "redis_sentinel_tls",
                      "redis_tls_ca_file", "redis_tls_cert_file", "redis_tls_key_file", "redis_tls_verify", "data",
-                     "hdfs_user", "hdfs_namenodes", "hdfs_kerberos", "records_url"),
+                     "hdfs_user", "hdfs_namenodes", "hdfs_kerberos", "records_url", "broker_url"),
                     "where a process connects or stores: set it in each node's environment and restart"),
-    **dict.fromkeys(("total_timeout_s", "visibility_timeout_s", "task_events", "max_retry_after_s"),
+    **dict.fromkeys(("total_timeout_s", "visibility_timeout_s", "task_events", "max_retry_after_s",
+                     "rabbitmq_quorum", "rabbitmq_consumer_timeout_s"),
                     "Celery's configuration is derived from it when a worker starts: restart to change it"),
     **dict.fromkeys(("pump", "ring", "node_weight", "node_timeout_s", "frontier_batch", "frontier_inflight",
                      "schedules_file", "beat_lock_timeout_s", "proxy_harvest_every_s"),

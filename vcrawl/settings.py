@@ -13,6 +13,7 @@ from vcrawl.errors import ConfigError, InvalidTask
 from vcrawl.header_values import header_value_problem
 from vcrawl.proxy_sources import ProxySource, dump_proxy_sources
 from vcrawl.setting_parsers import FIELD_PARSERS, TYPE_PARSERS, check_network, check_url
+from vcrawl.targets.broker import check_broker_url, is_amqp
 from vcrawl.targets.records import check_records_url
 from vcrawl.targets.redis import celery_redis_url, check_frontier_url, is_sentinel, parse_sentinels
 from vcrawl.targets.redis_tls import check_redis_tls
@@ -76,6 +77,13 @@ class Settings:
     # The frontier's own Redis or Redis Cluster (job queues, leases, politeness, Bloom filters, robots); the
     # broker and the cluster's keeping stay on redis_url. Unset: it shares redis_url. Same password, TLS.
     frontier_url: str | None = None
+    # RabbitMQ for Celery's messages (amqp:// or amqps://, docs/cluster.md "Which broker"); unset: they go
+    # through redis_url. Everything else stays in Redis either way. May hold a password: never in a repr.
+    broker_url: str | None = field(default=None, repr=False)
+    rabbitmq_quorum: bool = False  # vcrawl's queues as quorum queues (a RabbitMQ cluster), else classic
+    # The RabbitMQ server's consumer_timeout (rabbitmq.conf; 30 min by default): every task, with its
+    # longest retry wait, must be acknowledged well within it, or RabbitMQ closes the channel and redelivers.
+    rabbitmq_consumer_timeout_s: float = 1800.0
     data: str = "./crawl-data"
     user_agents: tuple[str, ...] = DEFAULT_USER_AGENTS
     referers: tuple[str, ...] = DEFAULT_REFERERS
@@ -213,6 +221,11 @@ class Settings:
                 check_frontier_url(self.frontier_url)
             except ValueError as exc:
                 raise ConfigError(f"VCRAWL_FRONTIER_URL: {exc}") from None  # no echo: it may hold a password
+        if self.broker_url is not None:
+            try:
+                check_broker_url(self.broker_url)
+            except ValueError as exc:
+                raise ConfigError(f"VCRAWL_BROKER_URL {exc}") from None
         check_redis_tls(self)
         self._check_records_target()
         if self.redis_replica_wait_ms < 0:
@@ -280,6 +293,15 @@ class Settings:
             raise ConfigError(
                 f"VCRAWL_VISIBILITY_TIMEOUT_S={self.visibility_timeout_s:g} must exceed "
                 f"VCRAWL_MAX_RETRY_AFTER_S + VCRAWL_TOTAL_TIMEOUT_S = {longest_task_s:g}"
+            )
+        # On RabbitMQ the bound is its consumer timeout: a message held past it is delivered twice. Held
+        # longest: a retry's wait and its fetch, a task at its time limit, a proxy harvest at its own.
+        held_s = max(longest_task_s, self.total_timeout_s * 2 + 60, self.proxy_harvest_every_s + 120)
+        if self.amqp_broker and self.rabbitmq_consumer_timeout_s <= held_s + 60:
+            raise ConfigError(
+                f"VCRAWL_RABBITMQ_CONSUMER_TIMEOUT_S={self.rabbitmq_consumer_timeout_s:g} (RabbitMQ's "
+                f"consumer_timeout) must exceed {held_s + 60:g} s, the longest a task holds its message "
+                "plus a minute: raise consumer_timeout in rabbitmq.conf, then this setting"
             )
 
     def _check_header_values(self) -> None:
@@ -358,6 +380,15 @@ class Settings:
         False
         """
         return name in self.given
+
+    @property
+    def amqp_broker(self) -> bool:
+        """True if Celery's messages go through RabbitMQ (``VCRAWL_BROKER_URL``), not Redis.
+
+        >>> Settings(broker_url="amqp://127.0.0.1:5672//").amqp_broker, Settings().amqp_broker
+        (True, False)
+        """
+        return is_amqp(self.broker_url)
 
     @property
     def ring_weight(self) -> int:

@@ -17,10 +17,12 @@ from cluster.outputs import OutputLedger, OutputShipper
 from fetchers.netguard import connections_opened
 from frontier.scripts import ScriptLoader
 from storage.warc import WarcWriter
+from tasks.broker.amqp import amqp_move_queue
 from tasks.broker.queues import move_queue
 from tasks.deps.clients import (
     alert,
     base_settings,
+    celery_app,
     dns_cache,
     made,
     once,
@@ -134,8 +136,7 @@ def ring_keeper(
         current = settings()
         # A dead node's messages (and those its unacknowledged ones come back as, after the visibility
         # timeout) go to the shared queue; whoever takes one passes it on to its host's owner now.
-        watcher = NodeWatcher(frontier(), node_registry(), runtimes(),
-                              lambda name: move_queue(redis_client(), name, DOWNLOAD_QUEUE), alert=alert,
+        watcher = NodeWatcher(frontier(), node_registry(), runtimes(), _drain_to_shared_queue, alert=alert,
                               holdings=holdings)  # fmt: skip
         registration = registration_for(node_name, max(0, current.ring_weight)) if node_name else None
         beat_s = min(2.0, current.node_timeout_s / 5)
@@ -147,6 +148,13 @@ def ring_keeper(
                           holdings=holdings, stats=node_stats_writer())  # fmt: skip
 
     return once("ring_keeper", build)
+
+
+def _drain_to_shared_queue(node_queue: str) -> int:
+    """Move a dead ring node's queue onto the shared download queue (whichever broker holds them)."""
+    if settings().amqp_broker:
+        return amqp_move_queue(celery_app(), node_queue, DOWNLOAD_QUEUE)
+    return move_queue(redis_client(), node_queue, DOWNLOAD_QUEUE)
 
 
 def _process_counters() -> dict[str, int]:
