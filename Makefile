@@ -21,16 +21,15 @@ bytecode: $(STAMP)
 # Debian's python3 has no venv module without python3-venv; redis-server is a system package.
 # PostgreSQL: the records tests start a private server (tests/postgres.py); Debian keeps initdb
 # off PATH, in /usr/lib/postgresql/<version>/bin. Java: Spark's runtime (vcrawl analyze --engine spark).
+# RabbitMQ: the broker tests start private nodes (tests/rabbitmq.py); .ci/apt-install starts no service.
 system-packages:
 	@need=""; \
 	command -v redis-server >/dev/null || need="$$need redis-server"; \
 	compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || command -v initdb >/dev/null || need="$$need postgresql"; \
 	test -x $(PY) || $(PYTHON) -c "import ensurepip, venv" 2>/dev/null || need="$$need python3-venv"; \
 	command -v java >/dev/null || test -x "$$JAVA_HOME/bin/java" || need="$$need openjdk-17-jre-headless"; \
-	if [ -n "$$need" ]; then \
-	  echo "installing$$need (apt)"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$need; \
-	fi
+	test -x /usr/lib/rabbitmq/bin/rabbitmq-server || need="$$need rabbitmq-server"; \
+	.ci/apt-install $$need
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -46,10 +45,7 @@ browser-packages:
 	@need=""; \
 	command -v chromium >/dev/null || need="$$need chromium"; \
 	command -v chromedriver >/dev/null || need="$$need chromium-driver"; \
-	if [ -n "$$need" ]; then \
-	  echo "installing$$need (apt)"; \
-	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$need; \
-	fi
+	.ci/apt-install $$need
 
 # Two processes (pytest-xdist), each with its own Redis and worker; a file's tests stay together.
 test: setup browser-packages
