@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup bytecode system-packages browser-packages demo test bench compare lint clean test-faults test-spark soak faults-report docs \
+.PHONY: setup bytecode system-packages browser-packages demo test bench compare lint clean test-faults test-spark test-rabbitmq soak faults-report docs \
 	ring-experiment scale-out bench-analysis bench-polite bench-memory
 
 setup: system-packages $(STAMP) bytecode
@@ -54,7 +54,7 @@ test: setup browser-packages
 
 # Workers SIGKILLed, Redis restarted, hosts going down, hostile sites: real processes, ~2 minutes.
 test-faults: setup
-	@$(PY) -m pytest -n 2 --dist loadfile -m 'faults and not long' tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
+	@$(PY) -m pytest -n 2 --dist loadfile -m 'faults and not long and not rabbitmq' tests/faults tests/integration/test_hostile_sites.py; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-faults: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 # The twins that wait real minutes at the shipped defaults (a cron minute, ten analysis retries' backoff).
@@ -62,6 +62,12 @@ test-faults: setup
 test-spark: setup
 	@$(PY) -m pytest -n 2 --dist loadfile -m spark tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-spark: pytest collected no tests; that is a failure here"; fi; exit $$rc
+
+# Celery's messages through RabbitMQ (private nodes on loopback): the fault tests' RabbitMQ half, a
+# three-node quorum cluster, the ring, chords, beat, Flower and the API on it.
+test-rabbitmq: setup
+	@$(PY) -m pytest -n 2 --dist loadfile -m rabbitmq tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-rabbitmq: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 test-long: setup
 	@$(PY) -m pytest -n 2 --dist loadfile -m long tests; rc=$$?; \

@@ -86,8 +86,10 @@ class LocalRabbitMQ:
         """Start the node (and its epmd) and wait until it serves AMQP.
 
         Raises:
-            AssertionError: it did not start within a minute (its log's tail is in the message).
+            AssertionError: it did not start within a minute (its log's tail is in the message), or
+                RabbitMQ is not installed (a test of the ``rabbitmq`` marker fails then, never skips).
         """
+        assert RABBITMQ_MISSING is None, RABBITMQ_MISSING
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "enabled_plugins").write_text("[].\n")
         (self.directory / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{self.port}\n")

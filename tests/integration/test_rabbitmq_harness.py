@@ -14,9 +14,9 @@ from pathlib import Path
 import kombu
 import pytest
 
-from tests.rabbitmq import RABBITMQ_MISSING, LocalRabbitMQ, RabbitCluster
+from tests.rabbitmq import LocalRabbitMQ, RabbitCluster
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(bool(RABBITMQ_MISSING), reason=RABBITMQ_MISSING or "")]
+pytestmark = [pytest.mark.slow, pytest.mark.rabbitmq]
 
 
 def publish(url: str, queue: str, body: dict) -> None:
