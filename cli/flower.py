@@ -3,7 +3,7 @@
 Flower 2.2 reads every ``FLOWER_<OPTION>`` variable itself (``flower.command.apply_env_options``;
 ``FLOWER_BASIC_AUTH=u1:p1,u2:p2`` is split on commas), so credentials reach it through the
 environment and never appear on a command line that ``ps`` shows. The broker URL travels the
-same way (``CELERY_BROKER_URL``), since it may hold Redis's password too.
+same way (``CELERY_BROKER_URL``), since it may hold Redis's (or RabbitMQ's) password too.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def flower_env(environ: Mapping[str, str], settings: Settings, options: FlowerOp
         )
     env = {name: value for name, value in environ.items() if name not in _CELERY_OVERRIDES}
     url = celery_redis_url(settings.redis_url, settings.redis_password)
-    env["CELERY_BROKER_URL"] = url
+    env["CELERY_BROKER_URL"] = settings.broker_url or url  # RabbitMQ's when Celery's messages go through it
     env["CELERY_RESULT_BACKEND"] = url
     return env
 

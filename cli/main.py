@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
     fire.add_argument("name")
     fire.set_defaults(run=_cmd_schedule_run)
 
-    flower = commands.add_parser("flower", help="start Flower on $VCRAWL_REDIS_URL, behind $FLOWER_BASIC_AUTH")
+    flower = commands.add_parser("flower", help="start Flower on the broker, behind $FLOWER_BASIC_AUTH")
     flower.add_argument("--port", type=int, default=5555, help="port to listen on (default 5555)")
     flower.add_argument("--address", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     flower.add_argument("--insecure-local", action="store_true",

@@ -178,8 +178,8 @@ class LocalWorkerProcess:
 
     @property
     def celeryconfig(self) -> dict[str, Any]:
-        """The worker's broker, as the node API reports it."""
-        url = celery_redis_url(self.env["VCRAWL_REDIS_URL"])
+        """The worker's broker, as the node API reports it: RabbitMQ's when ``VCRAWL_BROKER_URL`` is set."""
+        url = self.env.get("VCRAWL_BROKER_URL") or celery_redis_url(self.env["VCRAWL_REDIS_URL"])
         return {"url": url, "host_url": url}
 
     def ready(self) -> bool:

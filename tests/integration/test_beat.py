@@ -23,6 +23,7 @@ import yaml
 
 from cli.local_redis import LocalRedis
 from frontier import Frontier
+from tests.brokers import BROKERS, broker_overrides
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.site import TestSite
 from tests.waiting import wait_until
@@ -49,12 +50,13 @@ def job(site: TestSite, path: str = "/") -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """A private Redis, a local site, a schedules file and one worker process."""
+@pytest.fixture(params=BROKERS)
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """A private Redis, a local site, a schedules file and one worker process; Celery's messages on
+    Redis or on a private RabbitMQ (beat's schedules and lock stay in Redis either way)."""
     site = TestSite()
     processes: list[subprocess.Popen[bytes]] = []
-    with LocalRedis(tmp_path / "redis") as server, site:
+    with LocalRedis(tmp_path / "redis") as server, site, broker_overrides(request.param, tmp_path) as broker:
         site.add_versioned("/", page("/a", "/b", title="home"))
         site.add_versioned("/a", page(title="a"))
         site.add_versioned("/b", page(title="b"), validators="last-modified")
@@ -65,6 +67,7 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Any]]:
             data=str(tmp_path / "data"),
             schedules_file=str(schedules),
             beat_lock_timeout_s=LOCK_TIMEOUT_S,
+            **broker,
         )
         env = cluster_env(settings)
         client = redis.Redis.from_url(server.url)

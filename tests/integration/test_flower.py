@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from cli.local_redis import LocalRedis
+from tests.brokers import BROKERS, broker_overrides
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker, submit, wait_all
 from tests.ports import free_port
 from tests.site import TestSite
@@ -71,11 +72,16 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(10)
 
 
-@pytest.fixture
-def flower(tmp_path: Path) -> Iterator[Flower]:
-    """A private redis-server, a local site, a `celery worker` and `vcrawl flower` on a free port."""
-    with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
-        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data"), min_interval_s=0.0))
+@pytest.fixture(params=BROKERS)
+def flower(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Flower]:
+    """A private redis-server, a local site, a `celery worker` and `vcrawl flower` on a free port; Celery's
+    messages (and so Flower's events) on Redis or on a private RabbitMQ."""
+    with (
+        LocalRedis(tmp_path / "redis") as server,
+        TestSite() as site,
+        broker_overrides(request.param, tmp_path) as broker,
+    ):
+        env = cluster_env(Settings(redis_url=server.url, data=str(tmp_path / "data"), min_interval_s=0.0, **broker))
         env.pop("FLOWER_BASIC_AUTH", None)
         worker = start_worker(env, WORKER, tmp_path / "worker.log")
         try:
