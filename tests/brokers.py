@@ -16,9 +16,10 @@ import pytest
 
 from tests.rabbitmq import LocalRabbitMQ
 
-__all__ = ["BROKERS", "broker_overrides"]
+__all__ = ["BROKERS", "broker_overrides", "rabbitmq_queues"]
 
 BROKERS = ["redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)]
+_NODES: dict[str, LocalRabbitMQ] = {}  # the running nodes by URL, for rabbitmq_queues
 
 
 @contextmanager
@@ -29,4 +30,15 @@ def broker_overrides(kind: str, directory: Path) -> Iterator[dict[str, Any]]:
         return
     assert kind == "rabbitmq", kind
     with LocalRabbitMQ(directory / "rabbitmq") as node:
-        yield {"broker_url": node.url}
+        _NODES[node.url] = node
+        try:
+            yield {"broker_url": node.url}
+        finally:
+            _NODES.pop(node.url, None)
+
+
+def rabbitmq_queues(overrides: dict[str, Any]) -> dict[str, int]:
+    """The queues on the RabbitMQ node of ``overrides`` (``broker_overrides``), with their ready messages."""
+    listing = _NODES[overrides["broker_url"]].ctl("list_queues", "name", "messages", "--no-table-headers", "-q")
+    rows = (line.split("\t") for line in listing.stdout.decode().splitlines() if "\t" in line)
+    return {name: int(count) for name, count in rows}

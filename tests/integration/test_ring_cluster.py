@@ -23,6 +23,7 @@ import redis
 
 from cli.local_redis import LocalRedis
 from frontier import Frontier
+from tests.brokers import BROKERS, broker_overrides, rabbitmq_queues
 from tests.cluster import cluster_env, identify_clients, ring_listing, start_job, start_worker, stop_worker
 from tests.site import NOT_PAGES, TestSite, link_page
 from tests.webhdfs_server import WebHdfsTestServer
@@ -60,9 +61,14 @@ def wait_completed(url: str, job_id: str, timeout_s: float) -> dict[str, Any]:
     raise AssertionError(f"job {job_id} not done within {timeout_s}s: {status}")
 
 
-def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites: list[TestSite]) -> None:
-    with LocalRedis(tmp_path / "redis") as server, WebHdfsTestServer() as hdfs:
-        settings = Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl")
+@pytest.mark.parametrize("broker", BROKERS)
+def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites: list[TestSite], broker: str) -> None:
+    with (
+        LocalRedis(tmp_path / "redis") as server,
+        WebHdfsTestServer() as hdfs,
+        broker_overrides(broker, tmp_path) as overrides,
+    ):
+        settings = Settings(redis_url=server.url, data=f"hdfs://{hdfs.namenode}/crawl", hdfs_user="vcrawl", **overrides)
         base = cluster_env(settings)  # the shipped timeouts
         workers = {}
         try:
@@ -84,6 +90,7 @@ def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites:
             during = ring_listing(base)  # the owners the pumps route by, while the job runs
             status = wait_completed(server.url, job_id, 120)
             after = ring_listing(base)
+            node_queues = rabbitmq_queues(overrides) if overrides else {}
         finally:
             for process in workers.values():  # a warm shutdown ships each node's WARC file to HDFS
                 process.terminate()
@@ -111,6 +118,8 @@ def test_three_ring_nodes_each_fetch_only_their_own_hosts(tmp_path: Path, sites:
         gaps = [b - a for a, b in itertools.pairwise(times)]
         assert min(gaps) >= INTERVAL_S - 0.02, (host, min(gaps))
     assert {host: fetchers for host, fetchers in fetched_by.items() if fetchers != {owner_of[host]}} == {}
+    if overrides:  # each ring node's own queue is a queue on RabbitMQ
+        assert {f"download.node.{name}@" for name in WEIGHTS} <= {queue.split("@")[0] + "@" for queue in node_queues}
     # Hosts hash with their (random) ports: a node may own none of 12 (r2: 8 % of runs), but two do.
     assert len(set(owner_of.values())) >= 2
     # each node's page count in the listing is what the sites saw it fetch
