@@ -38,6 +38,7 @@ from vcrawl import names
 from vcrawl.errors import ConfigError
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings, child_environment
+from vcrawl.targets.broker import redacted
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -305,6 +306,8 @@ class _LocalRun:
         self.stack.callback(self._workers.stop, grace_s=_WORKER_STOP_S, hurry=lambda: self.signals.count > 1)
         self._workers.start()
         print(f"started {self.args.workers} worker processes (pids {self._workers.pids})", file=sys.stderr)
+        if self.settings.broker_url is not None:
+            print(f"Celery's messages go through RabbitMQ at {redacted(self.settings.broker_url)}", file=sys.stderr)
 
     def resume_hint(self, job_id: str, note: bool = True) -> str:
         """How to go on with ``job_id`` after an interrupt, for the messages."""

@@ -295,8 +295,8 @@ class Settings:
                 f"VCRAWL_MAX_RETRY_AFTER_S + VCRAWL_TOTAL_TIMEOUT_S = {longest_task_s:g}"
             )
         # On RabbitMQ the bound is its consumer timeout: a message held past it is delivered twice. Held
-        # longest: a retry's wait and its fetch, a task at its time limit, a proxy harvest at its own.
-        held_s = max(longest_task_s, self.total_timeout_s * 2 + 60, self.proxy_harvest_every_s + 120)
+        # longest: a retry's wait, then the task up to its time limit; or a proxy harvest up to its own.
+        held_s = max(self.max_retry_after_s + self.total_timeout_s * 2 + 60, self.proxy_harvest_every_s + 120)
         if self.amqp_broker and self.rabbitmq_consumer_timeout_s <= held_s + 60:
             raise ConfigError(
                 f"VCRAWL_RABBITMQ_CONSUMER_TIMEOUT_S={self.rabbitmq_consumer_timeout_s:g} (RabbitMQ's "
