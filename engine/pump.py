@@ -141,6 +141,12 @@ class FrontierPump:
             try:
                 if result.batches:
                     self._dispatch(job_id, list(result.batches), producer)
+            except Exception:
+                # The broker refused or stayed away past the publish retries: the batches go back to the
+                # frontier now rather than when their leases run out (minutes). One that was sent after
+                # all finds its lease gone and fetches nothing.
+                self._frontier.queue.hand_over(job_id, [batch.batch_id for batch in result.batches], interval_ms)
+                raise
             finally:
                 if producer is not None:
                     producer.release()
