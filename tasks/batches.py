@@ -22,6 +22,7 @@ from engine.fetch_failed import give_back_failed_fetch
 from frontier import Batch, BatchRelease
 from tasks import deps
 from tasks.app import app
+from tasks.broker.bundle_ledger import BundleLedger
 from vcrawl.errors import ConfigError, InvalidTask, PermanentError, RecordsUnavailable
 from vcrawl.targets.broker import broker_priority
 
@@ -108,6 +109,11 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
             mine.append(batch)
     env, settings = deps.crawl_env(), deps.settings()
     runtime = env.runtimes.get(job_id, mine[0].cycle if mine else 0)
+    interval_ms = runtime.spec.politeness.min_interval_s * 1000
+    # An earlier run of this message died (its worker killed): what it leased for itself goes back first.
+    ledger = BundleLedger(deps.redis_client(), deps.frontier(), job_id, str(self.request.id),
+                          keep_s=jobs.lease_s(runtime) + 60)  # fmt: skip
+    ledger.take_over(interval_ms, send_analysis)
 
     static_paced = runtime.spec.politeness.min_interval_s > 0 and not runtime.spec.has_dynamic_rules()
 
@@ -117,11 +123,12 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
         ahead = static_paced and deps.ring_queue("") is None
         leased = deps.frontier().queue.pump(
             job_id, max_batches=_REFILL_MOST_BATCHES if ahead else 8, batch_size=runtime.batch_size,
-            per_host=runtime.spec.politeness.per_host, interval_ms=runtime.spec.politeness.min_interval_s * 1000,
+            per_host=runtime.spec.politeness.per_host, interval_ms=interval_ms,
             lease_ms=jobs.lease_ms(runtime), cap=settings.frontier_inflight * 32,
             ahead_ms=REFILL_AHEAD_S * 1000 if ahead else 0, owner=owner if ahead else "",
         )  # fmt: skip
         if ahead:
+            ledger.note(batch.batch_id for batch in leased.batches)
             return list(leased.batches), leased.next_due_s, True
         kept = []
         for batch in leased.batches:
@@ -129,6 +136,7 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
                 kept.append(batch)
             else:
                 dispatch_batch(job_id, batch)
+        ledger.note(batch.batch_id for batch in kept)
         return kept, leased.next_due_s, False
 
     gathered = AnalysisGatherer(send_gathered)  # a hand-over is kept by its release until analysed
@@ -145,6 +153,7 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
         raise
     finally:
         gathered.send_all()
+    ledger.close()  # not on an error: a retry or redelivery of this message takes over what is left
     return len(results)
 
 

@@ -323,6 +323,12 @@ def lost_fetches_watch() -> str:
     return f"{PREFIX}:lost-fetches:watch"
 
 
+def bundle_ledger(task_id: str) -> str:
+    """Set: the batches a fetch bundle's run leased for itself, by its message's task id
+    (``tasks.broker.bundle_ledger``)."""
+    return f"{PREFIX}:bundle-ledger:{task_id}"
+
+
 def lost_analyses_watch() -> str:
     """Hash: "<job> <batch>" -> when to look at a released batch's analysis message next (JSON)."""
     return f"{PREFIX}:lost-analyses:watch"
