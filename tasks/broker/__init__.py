@@ -1,4 +1,4 @@
-"""The broker's keepers, bound to Celery and kombu: no message is lost or held by nobody.
+"""The broker's keepers, bound to Celery and kombu: no message is lost or held by nobody (Redis or RabbitMQ).
 
 - ``tasks.broker.holdings``: who holds which unacknowledged message (kombu's ``unacked``), swept back
   when its holder is dead.
@@ -8,4 +8,7 @@
 - ``tasks.broker.guard``: patches of kombu's Redis transport (QoS guard, client reuse, reconnect pace).
 - ``tasks.broker.redis_check``: what vcrawl needs from Redis to lose nothing, checked at worker start.
 - ``tasks.broker.queues``: how many messages wait on each queue.
+- ``tasks.broker.amqp``: the same on RabbitMQ, and a dead ring node's queue moved (where the keepers above
+  of Redis's broker are off: RabbitMQ hands a closed connection's messages back itself).
+- ``tasks.broker.bundle_ledger``: what a fetch bundle leased for itself, taken over when its message comes back.
 """
