@@ -1,0 +1,89 @@
+"""vcrawl on RabbitMQ quorum queues (``VCRAWL_RABBITMQ_QUORUM=true``): a three-node cluster loses nothing
+when the node leading the ``download`` queue is SIGKILLed mid-crawl, and a task retried with a countdown
+waits in the broker (Celery's native delayed delivery), not in a worker.
+
+Real processes: RabbitMQ nodes on loopback (tests/rabbitmq.py), a redis-server, ``celery worker``
+subprocesses and test sites on distinct 127.0.0.x addresses. Marker ``rabbitmq``: ``make test-rabbitmq``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from celeryconfig import ANALYSIS_QUEUE, DOWNLOAD_QUEUE, DYNAMIC_QUEUE
+from cli.local_redis import LocalRedis
+from engine.trail import TERMINAL_STATES
+from tests.cluster import cluster_env, start_worker, stop_worker, submit, wait_all
+from tests.faults.test_faults import Note, fault_settings
+from tests.rabbitmq import LocalRabbitMQ
+from tests.site import Response, TestSite
+from tests.waiting import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.rabbitmq]
+
+VCRAWL_QUEUES = (DOWNLOAD_QUEUE, DYNAMIC_QUEUE, ANALYSIS_QUEUE)
+
+
+def queue_listing(node: LocalRabbitMQ, *columns: str) -> list[dict]:
+    """``rabbitmqctl list_queues COLUMNS`` of ``node`` as dicts."""
+    done = node.ctl("list_queues", "name", *columns, "--formatter", "json")
+    assert done.returncode == 0, done.stderr
+    return list(json.loads(done.stdout or b"[]"))
+
+
+def quorum_env(redis_server: LocalRedis, data: Path, broker_urls: list[str], **changes: Any) -> dict[str, str]:
+    """The fault tests' settings (short fetch timeouts), vcrawl's queues as quorum queues on ``broker_urls``
+    (Celery fails over between them in their order)."""
+    settings = replace(fault_settings(redis_server, data), broker_url=";".join(broker_urls), rabbitmq_quorum=True)
+    return cluster_env(replace(settings, **changes))
+
+
+def test_a_countdown_retry_waits_in_the_broker_and_the_worker_goes_on(tmp_path: Path, fault_report: Note) -> None:
+    """A 503 with ``Retry-After: 6`` is retried 6 s later through the ``celery_delayed_*`` quorum queues,
+    while the worker (one thread: prefetch 1) fetches other pages; a sub-second backoff is retried too.
+
+    Held in the worker instead (direct exchanges: Celery's ETA path), the retry would take its one
+    prefetch slot: with global QoS off on quorum queues, Celery's raised prefetch never reaches the
+    running consumer, and the other pages would wait the 6 s out.
+    """
+    with LocalRabbitMQ(tmp_path / "rabbit") as node, LocalRedis(tmp_path / "redis") as server, \
+            TestSite("127.0.0.5") as busy, TestSite("127.0.0.6") as other:  # fmt: skip
+        # Retry-After up to 10 s is waited for; one host's pages back to back (its own politeness aside).
+        env = quorum_env(server, tmp_path / "data", [node.url], max_retry_after_s=10.0, min_interval_s=0.0)
+        later = busy.add_sequence("/later", [Response(b"busy", 503, {"Retry-After": "6"}), Response(b"<p>ok</p>")])
+        flaky = busy.add_sequence("/flaky", [Response(b"busy", 503), Response(b"<p>ok</p>")])  # backoff 0.2 s
+        others = [other.add_page(f"/o{n}", "<p>other</p>") for n in range(5)]
+        worker = start_worker(env, "single", tmp_path / "worker.log", concurrency=1)
+        try:
+            [later_id] = submit(env, [{"url": later}])
+            wait_until(lambda: busy.requests_to("/later"), 20, "the first request to /later")
+            delayed = wait_until(lambda: [q["name"] for q in queue_listing(node, "messages")
+                                          if q["name"].startswith("celery_delayed_") and q["messages"]],
+                                 5, "the retry in a celery_delayed_* queue", poll_s=0.2)  # fmt: skip
+            other_ids = submit(env, [{"url": url} for url in others])
+            records = wait_all(env, other_ids, set(TERMINAL_STATES), 20)
+            [flaky_id] = submit(env, [{"url": flaky}])
+            records |= wait_all(env, [later_id, flaky_id], set(TERMINAL_STATES), 30)
+            assert worker.poll() is None
+        finally:
+            stop_worker(worker)
+    first, second = busy.requests_to("/later")
+    other_fetched = sorted(seen.at for seen in other.seen if seen.path.startswith("/o"))
+    fault_report(
+        retry_waited_s=round(second.at - first.at, 2),
+        delayed_queues=delayed,
+        others_fetched_within_s=round(other_fetched[-1] - first.at, 2),
+        flaky_retry_after_s=round(busy.requests_to("/flaky")[1].at - busy.requests_to("/flaky")[0].at, 2),
+    )
+    assert {records[i]["state"] for i in (later_id, flaky_id, *other_ids)} == {"analyzed"}, records
+    assert records[later_id]["attempts"] == 2 and records[flaky_id]["attempts"] == 2
+    assert second.at - first.at >= 6.0  # Retry-After honoured: the ETA header holds the exact time
+    assert len(other_fetched) == 5 and other_fetched[-1] < second.at  # the worker was not held by the retry
+    # A 0.2 s backoff goes through the broker as one second (Celery refuses a countdown under 1 s there).
+    flaky_first, flaky_second = busy.requests_to("/flaky")
+    assert 0.9 <= flaky_second.at - flaky_first.at < 5.0
