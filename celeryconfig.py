@@ -191,8 +191,12 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
         # Topic exchanges: Celery's native delayed delivery (the only way to a countdown on quorum queues,
         # which have no per-queue prefetch for ETA messages held by a worker) routes only through them.
         exchange_type = "topic"
-        kinds = {"task_default_queue_type": "quorum", "task_create_missing_queue_type": "quorum",
-                 "task_default_exchange_type": "topic", "task_create_missing_queue_exchange_type": "topic"}
+        kinds = {
+            "task_default_queue_type": "quorum",
+            "task_create_missing_queue_type": "quorum",
+            "task_default_exchange_type": "topic",
+            "task_create_missing_queue_exchange_type": "topic",
+        }
     else:  # paced batches are served before bulk ones (tasks/batches.py), as on Redis
         arguments, kinds = {"x-max-priority": RABBITMQ_MAX_PRIORITY}, {"task_queue_max_priority": RABBITMQ_MAX_PRIORITY}
         exchange_type = "direct"
