@@ -52,28 +52,28 @@ def quorum_env(redis_server: LocalRedis, data: Path, broker_urls: list[str], **c
 
 
 def test_a_countdown_retry_waits_in_the_broker_and_the_worker_goes_on(tmp_path: Path, fault_report: Note) -> None:
-    """A 503 with ``Retry-After: 6`` is retried 6 s later through the ``celery_delayed_*`` quorum queues,
+    """A 503 with ``Retry-After: 8`` is retried 8 s later through the ``celery_delayed_*`` quorum queues,
     while the worker (one thread: prefetch 1) fetches other pages; a sub-second backoff is retried too.
 
     Held in the worker instead (direct exchanges: Celery's ETA path), the retry would take its one
     prefetch slot: with global QoS off on quorum queues, Celery's raised prefetch never reaches the
-    running consumer, and the other pages would wait the 6 s out.
+    running consumer, and the other pages would wait the 8 s out.
     """
     with LocalRabbitMQ(tmp_path / "rabbit") as node, LocalRedis(tmp_path / "redis") as server, \
             TestSite("127.0.0.5") as busy, TestSite("127.0.0.6") as other:  # fmt: skip
         # Retry-After up to 10 s is waited for; one host's pages back to back (its own politeness aside).
         env = quorum_env(server, tmp_path / "data", [node.url], max_retry_after_s=10.0, min_interval_s=0.0)
-        later = busy.add_sequence("/later", [Response(b"busy", 503, {"Retry-After": "6"}), Response(b"<p>ok</p>")])
+        later = busy.add_sequence("/later", [Response(b"busy", 503, {"Retry-After": "8"}), Response(b"<p>ok</p>")])
         flaky = busy.add_sequence("/flaky", [Response(b"busy", 503), Response(b"<p>ok</p>")])  # backoff 0.2 s
         others = [other.add_page(f"/o{n}", "<p>other</p>") for n in range(5)]
         worker = start_worker(env, "single", tmp_path / "worker.log", concurrency=1)
         try:
             [later_id] = submit(env, [{"url": later}])
             wait_until(lambda: busy.requests_to("/later"), 20, "the first request to /later")
+            other_ids = submit(env, [{"url": url} for url in others])  # while the retry waits
             delayed = wait_until(lambda: [q["name"] for q in queue_listing(node, "messages")
                                           if q["name"].startswith("celery_delayed_") and q["messages"]],
                                  5, "the retry in a celery_delayed_* queue", poll_s=0.2)  # fmt: skip
-            other_ids = submit(env, [{"url": url} for url in others])
             records = wait_all(env, other_ids, set(TERMINAL_STATES), 20)
             [flaky_id] = submit(env, [{"url": flaky}])
             records |= wait_all(env, [later_id, flaky_id], set(TERMINAL_STATES), 30)
@@ -90,7 +90,7 @@ def test_a_countdown_retry_waits_in_the_broker_and_the_worker_goes_on(tmp_path: 
     )
     assert {records[i]["state"] for i in (later_id, flaky_id, *other_ids)} == {"analyzed"}, records
     assert records[later_id]["attempts"] == 2 and records[flaky_id]["attempts"] == 2
-    assert second.at - first.at >= 6.0  # Retry-After honoured: the ETA header holds the exact time
+    assert second.at - first.at >= 8.0  # Retry-After honoured: the ETA header holds the exact time
     assert len(other_fetched) == 5 and other_fetched[-1] < second.at  # the worker was not held by the retry
     # A 0.2 s backoff goes through the broker as one second (Celery refuses a countdown under 1 s there).
     flaky_first, flaky_second = busy.requests_to("/flaky")
