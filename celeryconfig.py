@@ -174,8 +174,8 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _queues(arguments: dict[str, Any] | None = None) -> list[Queue]:
-    return [Queue(name, Exchange(name), routing_key=name, queue_arguments=arguments)
+def _queues(arguments: dict[str, Any] | None = None, exchange_type: str = "direct") -> list[Queue]:
+    return [Queue(name, Exchange(name, type=exchange_type), routing_key=name, queue_arguments=arguments)
             for name in (DOWNLOAD_QUEUE, DYNAMIC_QUEUE, ANALYSIS_QUEUE)]  # fmt: skip
 
 
@@ -188,9 +188,18 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
     """
     if settings.rabbitmq_quorum:  # replicated (Raft); no priorities before RabbitMQ 4 (then two levels)
         arguments: dict[str, Any] = {"x-queue-type": "quorum"}
-        kinds = {"task_default_queue_type": "quorum", "task_create_missing_queue_type": "quorum"}
+        # Topic exchanges: Celery's native delayed delivery (the only way to a countdown on quorum queues,
+        # which have no per-queue prefetch for ETA messages held by a worker) routes only through them.
+        exchange_type = "topic"
+        kinds = {
+            "task_default_queue_type": "quorum",
+            "task_create_missing_queue_type": "quorum",
+            "task_default_exchange_type": "topic",
+            "task_create_missing_queue_exchange_type": "topic",
+        }
     else:  # paced batches are served before bulk ones (tasks/batches.py), as on Redis
         arguments, kinds = {"x-max-priority": RABBITMQ_MAX_PRIORITY}, {"task_queue_max_priority": RABBITMQ_MAX_PRIORITY}
+        exchange_type = "direct"
     return {
         "broker_url": settings.broker_url,
         "broker_transport_options": {
@@ -205,7 +214,7 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
         # over its leases, so a message put back finds its batch handed over and fetches nothing twice.
         "broker_heartbeat": settings.node_timeout_s,
         "broker_use_ssl": _amqps(settings.broker_url),
-        "task_queues": _queues(arguments),
+        "task_queues": _queues(arguments, exchange_type),
         **kinds,
     }
 

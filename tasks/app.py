@@ -18,6 +18,7 @@ from celeryconfig import celery_settings
 from tasks.broker.guard import guard_redis_qos, reconnect_at_transport_pace, reuse_redis_clients
 from vcrawl.errors import ConfigError
 from vcrawl.settings import Settings
+from vcrawl.targets.broker import delayed_delivery_countdown
 
 __all__ = ["app"]
 
@@ -62,7 +63,18 @@ class _EnvironmentSettings(Mapping[str, Any]):
         return len(self._settings())
 
 
-app = Celery("vcrawl", include=[*_TASK_MODULES, "tasks.boot"])
+class _VcrawlCelery(Celery):
+    """Celery whose countdowns suit RabbitMQ's native delayed delivery when vcrawl's queues are quorum queues."""
+
+    def send_task(self, name: str, *args: Any, **options: Any) -> Any:
+        # Every retry and countdown of vcrawl's tasks comes through here (apply_async, Task.retry).
+        countdown = options.get("countdown")
+        if countdown and self.conf.task_default_queue_type == "quorum":
+            options["countdown"] = delayed_delivery_countdown(float(countdown))
+        return super().send_task(name, *args, **options)
+
+
+app = _VcrawlCelery("vcrawl", include=[*_TASK_MODULES, "tasks.boot"])
 # Celery's ``threads`` pool can neither grow nor shrink; every worker of this app (``-P threads``, the
 # pool vcrawl ships) runs vcrawl's, which can (``tasks.pool``). A name, not an import: Celery imports
 # it when a worker starts, so importing the app imports no pool.

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import celery
+import kombu.exceptions
 import redis
 from celery import Celery
 from pytest_celery import CeleryTestSetup
@@ -191,7 +192,7 @@ class LocalWorkerProcess:
         with Celery(broker=self.celeryconfig["url"], set_as_current=False) as app:
             try:
                 return bool(app.control.ping(destination=[self.name], timeout=0.5, limit=1))
-            except (redis.exceptions.ConnectionError, OSError):
+            except (redis.exceptions.ConnectionError, OSError, kombu.exceptions.OperationalError):
                 return False
 
     def logs(self) -> str:

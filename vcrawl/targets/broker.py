@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-__all__ = ["AMQP_SCHEMES", "RABBITMQ_MAX_PRIORITY", "broker_priority", "check_broker_url", "is_amqp", "redacted"]
+__all__ = [
+    "AMQP_SCHEMES",
+    "RABBITMQ_MAX_PRIORITY",
+    "broker_priority",
+    "check_broker_url",
+    "delayed_delivery_countdown",
+    "is_amqp",
+    "redacted",
+]
 
 AMQP_SCHEMES = ("amqp", "amqps")
 # A classic queue's priorities on RabbitMQ: 0..9, 9 served first (Redis's kombu serves 0 first).
@@ -64,3 +72,16 @@ def broker_priority(redis_priority: int, amqp: bool) -> int:
     (9, 3, 6)
     """
     return RABBITMQ_MAX_PRIORITY - redis_priority if amqp else redis_priority
+
+
+def delayed_delivery_countdown(countdown_s: float) -> float:
+    """A task's countdown as RabbitMQ's native delayed delivery (quorum queues) can take it: 0, or 1 s and more.
+
+    Celery routes a delayed message through whole-second ``celery_delayed_*`` queues and refuses a
+    countdown under a second (``ValueError: countdown must be a positive number``); its ETA header then
+    holds the exact time. A wait of a fraction of a second (a host's next slot) becomes one second.
+
+    >>> delayed_delivery_countdown(0.3), delayed_delivery_countdown(2.5), delayed_delivery_countdown(0)
+    (1.0, 2.5, 0)
+    """
+    return max(1.0, countdown_s) if countdown_s > 0 else countdown_s
