@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import celery
+import kombu.exceptions
 import redis
 from celery import Celery
 from pytest_celery import CeleryTestSetup
@@ -178,8 +179,8 @@ class LocalWorkerProcess:
 
     @property
     def celeryconfig(self) -> dict[str, Any]:
-        """The worker's broker, as the node API reports it."""
-        url = celery_redis_url(self.env["VCRAWL_REDIS_URL"])
+        """The worker's broker, as the node API reports it: RabbitMQ's when ``VCRAWL_BROKER_URL`` is set."""
+        url = self.env.get("VCRAWL_BROKER_URL") or celery_redis_url(self.env["VCRAWL_REDIS_URL"])
         return {"url": url, "host_url": url}
 
     def ready(self) -> bool:
@@ -191,7 +192,7 @@ class LocalWorkerProcess:
         with Celery(broker=self.celeryconfig["url"], set_as_current=False) as app:
             try:
                 return bool(app.control.ping(destination=[self.name], timeout=0.5, limit=1))
-            except (redis.exceptions.ConnectionError, OSError):
+            except (redis.exceptions.ConnectionError, OSError, kombu.exceptions.OperationalError):
                 return False
 
     def logs(self) -> str:
