@@ -20,6 +20,7 @@ from typing import Any
 
 from celery.signals import (
     celeryd_after_setup,
+    task_prerun,
     worker_init,
     worker_process_init,
     worker_process_shutdown,
@@ -31,6 +32,7 @@ from analyzers import load_plugins
 from cluster.fence import SentinelFence
 from cluster.membership import RingKeeper, node_queue
 from cluster.periodic import Periodic
+from engine.fetch_batch import FETCH_ID_PREFIX
 from frontier import load_filters
 from tasks import check_settings, deps
 from tasks import log_setup as _log_setup  # noqa: F401 - connects the logging signals
@@ -38,6 +40,7 @@ from tasks import pool as _pool  # noqa: F401 - registers the vcrawl_resize remo
 from tasks.app import app
 from tasks.batch_analysis import run_watchdog
 from tasks.batches import dispatch_batches
+from tasks.broker.amqp_holdings import AmqpHoldings
 from tasks.broker.holdings import BrokerHoldings
 from tasks.broker.primary_watch import primary_watch
 from tasks.broker.redis_check import check_redis_persistence
@@ -113,12 +116,15 @@ def _start_pump(sender: Any = None, **_: Any) -> None:
     # A member (on the ring if a ring node): it beats, says which messages it holds, watches for
     # members that went silent and sweeps messages nobody holds. A dead predecessor's go back first.
     # On RabbitMQ the broker hands a closed connection's messages back itself, and never loses one between
-    # queue and consumer: the keepers of Redis's broker (holdings, watchdog, primary watch) stay off.
+    # queue and consumer: the keepers of Redis's broker (holdings sweep, watchdog, primary watch) stay off;
+    # a worker says only which fetch batches it holds: their leases go back when it is declared down.
     redis_broker = not deps.settings().amqp_broker
     name = _node.get("name") or str(getattr(sender, "hostname", "") or "") or None
-    holdings = BrokerHoldings(app, consumer=sender) if redis_broker else None
+    holdings = BrokerHoldings(app, consumer=sender) if redis_broker else AmqpHoldings()
+    if isinstance(holdings, AmqpHoldings):
+        _amqp_holdings["holdings"] = holdings
     keeper = deps.ring_keeper(name, holdings, pool_size=lambda: _pool_size(sender))
-    if name and holdings is not None:
+    if name and isinstance(holdings, BrokerHoldings):
         try:
             holdings.reclaim_own(name, hand_back=keeper.hand_back)
         except Exception:
@@ -133,6 +139,18 @@ def _start_pump(sender: Any = None, **_: Any) -> None:
         deps.recover_spools()
     except Exception:
         logging.getLogger("vcrawl").exception("could not ship the spools of stopped workers")
+
+
+_amqp_holdings: dict[str, AmqpHoldings] = {}  # this worker's on RabbitMQ, once it is ready
+
+
+@task_prerun.connect
+def _say_a_fetch_is_held(task_id: str | None = None, **_: Any) -> None:
+    # On RabbitMQ, also before each fetch starts its lease, not only with the next heartbeat: a worker
+    # killed within a second of taking a fetch is known to hold it when it is declared down.
+    holdings, name = _amqp_holdings.get("holdings"), _node.get("name")
+    if holdings is not None and name and str(task_id or "").startswith(FETCH_ID_PREFIX):
+        holdings.report(name, int(time.time() * 1000))
 
 
 @worker_ready.connect

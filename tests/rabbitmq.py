@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -51,10 +52,12 @@ class LocalRabbitMQ:
     """One RabbitMQ node in ``directory``: ``start``, ``stop``, ``kill`` (SIGKILL), ``restart``; ``url``."""
 
     def __init__(self, directory: Path, name: str = "vcrawl-test", epmd_port: int | None = None,
-                 home: Path | None = None) -> None:  # fmt: skip
+                 home: Path | None = None, listen_also: Sequence[str] = ()) -> None:  # fmt: skip
         """``epmd_port`` and ``home`` (the Erlang cookie's): a cluster's nodes share both, and the cluster
-        runs the epmd; a lone node starts its own."""
+        runs the epmd; a lone node starts its own. ``listen_also``: addresses besides loopback where the node
+        serves AMQP on its port (a network namespace's link, tests/netns.py); ``guest`` may log in there too."""
         self.directory = directory
+        self.listen_also = tuple(listen_also)
         self.node = f"{name}@localhost"
         self.port = _free_port()
         self._dist_port = _free_port()
@@ -67,7 +70,11 @@ class LocalRabbitMQ:
     @property
     def url(self) -> str:
         """The AMQP URL of the node (the ``guest`` user may log in from loopback)."""
-        return f"amqp://guest:guest@127.0.0.1:{self.port}//"
+        return self.url_on("127.0.0.1")
+
+    def url_on(self, address: str) -> str:
+        """The AMQP URL of the node at ``address``: loopback or one of ``listen_also``."""
+        return f"amqp://guest:guest@{address}:{self.port}//"
 
     def __enter__(self) -> LocalRabbitMQ:
         try:
@@ -92,7 +99,7 @@ class LocalRabbitMQ:
         assert RABBITMQ_MISSING is None, RABBITMQ_MISSING
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "enabled_plugins").write_text("[].\n")
-        (self.directory / "rabbitmq.conf").write_text(f"listeners.tcp.default = 127.0.0.1:{self.port}\n")
+        (self.directory / "rabbitmq.conf").write_text(self._config())
         env = self._env()
         if self._own_epmd and (self._epmd is None or self._epmd.poll() is not None):
             self._epmd = start_epmd(self._epmd_port, env)
@@ -144,6 +151,13 @@ class LocalRabbitMQ:
     def _ctl(self, *args: str) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run([str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.node, *args], env=self._env(),
                               capture_output=True, timeout=30)  # fmt: skip
+
+    def _config(self) -> str:
+        lines = [f"listeners.tcp.default = 127.0.0.1:{self.port}"]
+        lines += [f"listeners.tcp.also{n} = {address}:{self.port}" for n, address in enumerate(self.listen_also)]
+        if self.listen_also:  # guest logs in from loopback only by default
+            lines.append("loopback_users = none")
+        return "".join(line + "\n" for line in lines)
 
     def _env(self) -> dict[str, str]:
         base = self.directory

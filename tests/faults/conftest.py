@@ -10,9 +10,13 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.faults.brokers import broker_node
+from tests.rabbitmq import LocalRabbitMQ
 
 REPORT_ENV = "VCRAWL_FAULTS_REPORT"
 
@@ -42,3 +46,10 @@ def fault_report(request: pytest.FixtureRequest) -> Iterator[Callable[..., None]
     }
     with open(path, "a", encoding="utf-8") as out:
         out.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+@pytest.fixture
+def rabbitmq(broker: str, tmp_path: Path) -> Iterator[LocalRabbitMQ | None]:
+    """The test's RabbitMQ node when it runs with ``broker`` "rabbitmq" (tests/faults/brokers.py), else None."""
+    with broker_node(broker, tmp_path / "rabbitmq") as node:
+        yield node

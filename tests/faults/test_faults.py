@@ -3,7 +3,8 @@ killed, Redis restarted mid-job, a host down and back.
 
 Each test runs its own redis-server (AOF on), `celery worker` subprocesses and local sites, and
 checks the job completes with exactly the pages of an undisturbed run. `make test-faults` runs
-them (marker ``faults``); `make test` leaves them out.
+them (marker ``faults``); `make test` leaves them out. Those parametrised with a ``broker`` run also
+with Celery's messages through a private RabbitMQ node (``[rabbitmq]``: `make test-rabbitmq`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from storage import Storage
 from storage.records import read_records
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.conftest import PLUGIN_SITE
-from tests.site import NOT_PAGES, TestSite
+from tests.faults.brokers import BROKERS, on_broker
+from tests.rabbitmq import LocalRabbitMQ
+from tests.site import NOT_PAGES, Response, TestSite
 from tests.waiting import wait_until
 from vcrawl.settings import Settings
 from views.status import job_status
@@ -90,12 +93,25 @@ def fetches(site: TestSite) -> Counter[str]:
     return Counter(seen.path for seen in site.seen if seen.path not in NOT_PAGES)
 
 
-def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path, fault_report: Note) -> None:
+@pytest.mark.parametrize("broker", BROKERS)
+def test_download_workers_sigkilled_again_and_again_lose_nothing(
+    tmp_path: Path, fault_report: Note, rabbitmq: LocalRabbitMQ | None
+) -> None:
     with LocalRedis(tmp_path / "redis") as server, TestSite("127.0.0.1") as a, TestSite("127.0.0.2") as b:
-        env = cluster_env(fault_settings(server, tmp_path / "data"))
+        # On RabbitMQ a killed worker's message comes back at once and its copy finds the batch started
+        # ("taken"): the batch's lease goes back when the worker is declared down. The shipped fetch
+        # limits there (a paced batch's lease of 9 minutes), so it is not a short lease running out.
+        settings = fault_settings(server, tmp_path / "data") if rabbitmq is None else Settings(
+            redis_url=server.url, data=str(tmp_path / "data"))  # fmt: skip
+        env = cluster_env(on_broker(settings, rabbitmq))
         expected = {site.base: serve_pages(site, 40) for site in (a, b)}
+        limits = {"total_timeout_s": 2.0, "read_timeout_s": 1.5} if rabbitmq is None else {}
+        if rabbitmq is not None:  # at the shipped limits the job ran out before the first kill: pages take a while
+            for site in (a, b):
+                for path in expected[site.base][1:]:
+                    site.add_response(path, Response(page("/").encode(), delay_s=0.2))
         job = {"seeds": [a.url("/"), b.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0},
-               "limits": {"total_timeout_s": 2.0, "read_timeout_s": 1.5}}  # fmt: skip
+               "limits": limits}  # fmt: skip
         steady = start_worker(env, "steady", tmp_path / "steady.log")
         victims: list[subprocess.Popen[bytes]] = []
         kills = 0
@@ -118,8 +134,11 @@ def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path,
                 stop_worker(process)
     seen_all = [fetches(site) for site in (a, b)]
     fault_report(state=status["state"], pages_expected=82, pages_stored=status["pages_stored"],
-                 refetched=sum(sum(seen.values()) - len(seen) for seen in seen_all))  # fmt: skip
+                 refetched=sum(sum(seen.values()) - len(seen) for seen in seen_all),
+                 lease_expired=status["lease_expired"])  # fmt: skip
     assert status["state"] == "completed", status
+    # The dead worker's batches went back when it was declared down, not when their leases ran out.
+    assert rabbitmq is None or status["lease_expired"] == 0, status
     assert status["pages_stored"] == 82 and status["failed"] == {}
     for site in (a, b):
         seen = fetches(site)
@@ -130,32 +149,53 @@ def test_download_workers_sigkilled_again_and_again_lose_nothing(tmp_path: Path,
         assert duplicates <= kills * paced_batch_size(0.05, Settings().frontier_batch), (site.base, seen.most_common(3))
 
 
+# Redis stopped as ever (SIGTERM: it writes its AOF); RabbitMQ stopped by its operator's command
+# (``rabbitmqctl stop``) or SIGKILLed (a crash: only what it confirmed, on disk, must come back).
+BROKER_RESTARTS = [
+    pytest.param("redis", "stop", id="redis"),
+    pytest.param("rabbitmq", "stop", id="rabbitmq", marks=pytest.mark.rabbitmq),
+    pytest.param("rabbitmq", "kill", id="rabbitmq-sigkill", marks=pytest.mark.rabbitmq),
+]
+
+
 @pytest.mark.parametrize(
     "limits",
     [{"total_timeout_s": 2.0, "read_timeout_s": 1.5}, {}],
     ids=["short-fetch-timeouts", "shipped-limits"],  # the latter: a paced batch's lease of 9 minutes
 )
-def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(
-    tmp_path: Path, fault_report: Note, limits: dict[str, float]
+@pytest.mark.parametrize(("broker", "how"), BROKER_RESTARTS)
+def test_the_broker_restarted_mid_job_workers_reconnect_and_nothing_is_lost(
+    tmp_path: Path, fault_report: Note, limits: dict[str, float], how: str, rabbitmq: LocalRabbitMQ | None
 ) -> None:
+    """The broker goes away mid-job and comes back 1 s later on the same port and data: Redis (frontier,
+    membership and broker at once) on the Redis broker, RabbitMQ alone (Redis untouched) on RabbitMQ."""
     with TestSite() as site:
         paths = serve_pages(site, 60)
         job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.05, "jitter": 0}, "limits": limits}
         server = LocalRedis(tmp_path / "redis").start()
         port = server.port
-        env = cluster_env(fault_settings(server, tmp_path / "data"))
+        env = cluster_env(on_broker(fault_settings(server, tmp_path / "data"), rabbitmq))
         worker = start_worker(env, "reconnecting", tmp_path / "worker.log")
         try:
             job_id = start_job(env, job)
             deadline = time.monotonic() + 20
             while len(site.seen) < 15 and time.monotonic() < deadline:
                 time.sleep(0.02)
-            server.stop()  # SIGTERM: Redis writes its AOF and exits
-            time.sleep(1.0)
-            server = LocalRedis(tmp_path / "redis", port=port).start()  # same port, the AOF replayed
+            fetched_at_stop = len(site.seen)
+            if rabbitmq is None:
+                server.stop()  # SIGTERM: Redis writes its AOF and exits
+                time.sleep(1.0)
+                server = LocalRedis(tmp_path / "redis", port=port).start()  # same port, the AOF replayed
+                fault = "Redis stopped (SIGTERM) mid-job, restarted 1 s later on the same port (AOF)"
+            else:
+                rabbitmq.stop() if how == "stop" else rabbitmq.kill()
+                time.sleep(1.0)
+                rabbitmq.start()  # same ports, same data directory: durable queues, persistent messages
+                fault = (f"RabbitMQ {'stopped (rabbitmqctl stop)' if how == 'stop' else 'SIGKILLed'} mid-job, "
+                         "restarted 1 s later on the same ports and data; Redis untouched")  # fmt: skip
             back_at = time.monotonic()
             status = wait_done(lambda: Frontier(redis.Redis.from_url(server.url)), job_id, TAKEOVER_S + 60)
-            fault_report(fault="Redis stopped (SIGTERM) mid-job, restarted 1 s later on the same port (AOF)",
+            fault_report(fault=fault, fetched_before_stop=fetched_at_stop,
                          completed_s_after_restart=round(time.monotonic() - back_at, 1))  # fmt: skip
             assert worker.poll() is None  # the worker reconnected by itself
         finally:
@@ -166,7 +206,7 @@ def test_redis_restarted_mid_job_workers_reconnect_and_nothing_is_lost(
                  refetched=sum(seen.values()) - len(seen))  # fmt: skip
     assert status["state"] == "completed", status
     assert set(seen) == set(paths) and status["pages_stored"] == len(paths)
-    assert sum(seen.values()) - len(seen) <= 2, seen.most_common(3)  # in flight when Redis went away
+    assert sum(seen.values()) - len(seen) <= 2, seen.most_common(3)  # in flight when the broker went away
 
 
 def test_a_host_down_mid_crawl_is_retried_when_back_and_slows_no_other_host(tmp_path: Path, fault_report: Note) -> None:
@@ -228,12 +268,16 @@ def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fault_report: Note) -> None:
+@pytest.mark.parametrize("broker", BROKERS)
+def test_an_analysis_worker_killed_mid_analysis_runs_it_again(
+    tmp_path: Path, fault_report: Note, rabbitmq: LocalRabbitMQ | None
+) -> None:
     started_log = tmp_path / "analyses-started.log"
     with LocalRedis(tmp_path / "redis") as server, TestSite() as site:
         data = tmp_path / "data"
-        env = {**cluster_env(fault_settings(server, data)), "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}",
-               "VCRAWL_TEST_ANALYSIS_LOG": str(started_log), "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
+        env = {**cluster_env(on_broker(fault_settings(server, data), rabbitmq)),
+               "PYTHONPATH": f"{REPO}{os.pathsep}{PLUGIN_SITE}", "VCRAWL_TEST_ANALYSIS_LOG": str(started_log),
+               "VCRAWL_TEST_ANALYSIS_SLEEP_S": "0.8"}  # fmt: skip
         paths = serve_pages(site, 20)
         job = {"seeds": [site.url("/")], "politeness": {"min_interval_s": 0.02, "jitter": 0},
                "rules": [{"pattern": "", "analyzer": "slow_words"}]}  # fmt: skip
@@ -249,10 +293,12 @@ def test_an_analysis_worker_killed_mid_analysis_runs_it_again(tmp_path: Path, fa
             time.sleep(0.1)
             os.kill(analysts[0].pid, signal.SIGKILL)
             analysts[0].wait(10)
+            killed_at = time.monotonic()
             interrupted = lines(started_log)[-1]
             analysts.append(start_worker(env, "analyst-1", tmp_path / "analyst-1.log", queues="analysis"))
             frontier = Frontier(redis.Redis.from_url(server.url))
             status = wait_done(lambda: frontier, job_id, TAKEOVER_S + 40)
+            fault_report(completed_s_after_kill=round(time.monotonic() - killed_at, 1))
         finally:
             stop_worker(fetcher)
             for analyst in analysts:

@@ -1,0 +1,78 @@
+"""On RabbitMQ, the fetch batches each worker runs, said with each heartbeat: a dead member's leases go back.
+
+RabbitMQ hands a closed connection's unacknowledged messages back itself, at once for a killed worker. The
+copy of a fetch message that comes back then finds its batch started by the dead run (``start_lease`` says
+"taken": a copy must not fetch while the first may still run, as after a broker restart) and does nothing.
+Without a word of who ran it, the batch's lease, and its host, then waited until the lease ran out (a paced
+batch's: 9 minutes at the shipped limits). So each worker, with each heartbeat (``RingKeeper``), writes the
+task ids of the fetches it holds (running or reserved; they name their job and batches, ``fetch_task_id``),
+and when it is declared down the watcher hands their leases back (``NodeWatcher``): their URLs go back to
+the queue, as on the Redis broker. Nothing is put back on a queue here (``restore``): the broker does that.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Collection
+from typing import Any
+
+from celery.worker import state as worker_state
+
+from cluster.holdings import HeldMessage, Holder
+from cluster.members import Membership
+from engine.fetch_batch import FETCH_ID_PREFIX
+from tasks import deps
+from vcrawl import redis_keys
+from vcrawl.redis_replies import text
+
+__all__ = ["AmqpHoldings", "held_fetch_ids"]
+
+
+def held_fetch_ids(requests: Collection[Any]) -> set[str]:
+    """The task ids of the fetch requests among ``requests`` (Celery's ``Request`` objects)."""
+    ids = {str(getattr(request, "id", "") or "") for request in requests}
+    return {task_id for task_id in ids if task_id.startswith(FETCH_ID_PREFIX)}
+
+
+class AmqpHoldings:
+    """The ``Holdings`` of a worker on RabbitMQ: which fetch batches it holds, in Redis; nothing to sweep."""
+
+    def __init__(
+        self, client: Callable[[], Any] | None = None, requests: Callable[[], Collection[Any]] | None = None
+    ) -> None:
+        """``requests``: the requests this worker holds now (Celery's worker state by default)."""
+        self._client = client or deps.redis_client
+        self._requests = requests or _worker_requests
+
+    def report(self, name: str, at_ms: int) -> None:
+        """Say which fetches this worker holds as of ``at_ms`` (the heartbeat just written, Redis clock)."""
+        held = held_fetch_ids(self._requests())
+        holder = Holder(name, at_ms, frozenset(held), os.getpid(), socket.gethostname())
+        self._client().hset(redis_keys.HOLDERS, name, holder.to_json())
+
+    def held_by(self, name: str) -> list[HeldMessage]:
+        """The fetches member ``name`` said it holds (a task id stands for its message)."""
+        raw = self._client().hget(redis_keys.HOLDERS, name)
+        if raw is None:
+            return []
+        try:
+            holder = Holder.from_json(name, text(raw))
+        except (ValueError, TypeError):
+            return []  # written by a version this one cannot read: it claims nothing here
+        return [HeldMessage(task_id, task_id, "") for task_id in sorted(holder.tags)]
+
+    def restore(self, tags: Collection[str]) -> int:
+        """Nothing: RabbitMQ gave a closed connection's messages back itself."""
+        return 0
+
+    def orphans(self, membership: Membership) -> list[HeldMessage]:
+        """None: no message is off its queue unnoted on RabbitMQ."""
+        return []
+
+    def forget(self, name: str) -> None:
+        self._client().hdel(redis_keys.HOLDERS, name)
+
+
+def _worker_requests() -> list[Any]:
+    return [*worker_state.requests.values(), *worker_state.active_requests, *worker_state.reserved_requests]
