@@ -10,5 +10,6 @@
 - ``tasks.broker.queues``: how many messages wait on each queue.
 - ``tasks.broker.amqp``: the same on RabbitMQ, and a dead ring node's queue moved (where the keepers above
   of Redis's broker are off: RabbitMQ hands a closed connection's messages back itself).
+- ``tasks.broker.amqp_holdings``: on RabbitMQ, the fetches each worker holds (its leases go back when it dies).
 - ``tasks.broker.bundle_ledger``: what a fetch bundle leased for itself, taken over when its message comes back.
 """

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.faults.brokers import broker_node
+from tests.brokers import broker_node
 from tests.rabbitmq import LocalRabbitMQ
 
 REPORT_ENV = "VCRAWL_FAULTS_REPORT"

@@ -31,9 +31,9 @@ from engine.jobs import paced_batch_size
 from frontier import Frontier
 from storage import Storage
 from storage.records import read_records
+from tests.brokers import BROKERS, on_broker
 from tests.cluster import REPO, cluster_env, start_worker, stop_worker
 from tests.conftest import PLUGIN_SITE
-from tests.faults.brokers import BROKERS, on_broker
 from tests.rabbitmq import LocalRabbitMQ
 from tests.site import NOT_PAGES, Response, TestSite
 from tests.waiting import wait_until
