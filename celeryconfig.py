@@ -214,6 +214,11 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
         # over its leases, so a message put back finds its batch handed over and fetches nothing twice.
         "broker_heartbeat": settings.node_timeout_s,
         "broker_use_ssl": _amqps(settings.broker_url),
+        # After a reconnection Celery 5.5+ lowers the prefetch to the tasks still running and raises it
+        # again, one basic.qos per task that ends. One of those calls waited for ever for its answer after
+        # a RabbitMQ restart (the worker took nothing until RabbitMQ dropped it, 90 s later: seen in
+        # tests/faults). With a prefetch of one per pool slot there is nothing to lower.
+        "worker_enable_prefetch_count_reduction": False,
         "task_queues": _queues(arguments, exchange_type),
         **kinds,
     }
