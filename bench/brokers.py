@@ -345,7 +345,7 @@ def summary(rows: list[dict[str, Any]], brokers: list[str], scenarios: list[str]
             broker_cpu = [row.get("cpu_rabbitmq_s", 0.0) + row.get("cpu_redis_s", 0.0) for row in done]
             figures[f"{broker}/{scenario}"] = {
                 "runs": len(mine), "completed": len(done), "pages_per_s": values("pages_per_s"),
-                "after_s": values("after_s"), "broker_down_s": values("broker_down_s"),
+                "after_s": values("after_s"), "broker_down_s": values("broker_down_s", mine),
                 "longest_stall_s": values("longest_stall_s", mine), "worker_cpu_ms_per_page":
                 values("worker_cpu_ms_per_page"), "broker_cpu_s": [round(v, 2) for v in broker_cpu],
                 "recall": values("recall", mine), "fetched_twice": values("fetched_twice", mine),
@@ -353,7 +353,7 @@ def summary(rows: list[dict[str, Any]], brokers: list[str], scenarios: list[str]
             }  # fmt: skip
             lines.append(
                 f"| {broker} | {scenario} | {len(mine)} | {len(done)} | {_spread(values('pages_per_s'))} "
-                f"| {_spread(values('after_s'))} | {_spread(values('broker_down_s'))} "
+                f"| {_spread(values('after_s'))} | {_spread(values('broker_down_s', mine))} "
                 f"| {_spread(values('longest_stall_s', mine))} | {_spread(values('worker_cpu_ms_per_page'), 2)} "
                 f"| {_spread(broker_cpu)} | {min(values('recall', mine), default=0):.4f} "
                 f"| {_spread(values('fetched_twice', mine), 0)} | {int(sum(values('robots_violations', mine)))} |"
