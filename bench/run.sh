@@ -79,6 +79,12 @@ if [ "${1:-}" = dead-worker ]; then
   exec .venv/bin/python bench/dead_worker.py "$@"
 fi
 
+# `bench/run.sh brokers [options]`: the Redis broker against RabbitMQ on one job: pages/s, a killed worker, a broker restart.
+if [ "${1:-}" = brokers ]; then
+  shift
+  exec .venv/bin/python bench/brokers.py "$@"
+fi
+
 if [ "${1:-}" = compare ]; then
   shift
   exec .venv/bin/python bench/compare.py "$@"
