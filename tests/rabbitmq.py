@@ -16,12 +16,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
+
+from tests.ports import free_port
+from tests.services import Service
 
 __all__ = ["RABBITMQ_BIN", "RABBITMQ_MISSING", "LocalRabbitMQ", "RabbitCluster"]
 
@@ -42,13 +43,7 @@ def start_epmd(port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
                             stderr=subprocess.DEVNULL)  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class LocalRabbitMQ:
+class LocalRabbitMQ(Service):
     """One RabbitMQ node in ``directory``: ``start``, ``stop``, ``kill`` (SIGKILL), ``restart``; ``url``."""
 
     def __init__(self, directory: Path, name: str = "vcrawl-test", epmd_port: int | None = None,
@@ -59,10 +54,10 @@ class LocalRabbitMQ:
         self.directory = directory
         self.listen_also = tuple(listen_also)
         self.node = f"{name}@localhost"
-        self.port = _free_port()
-        self._dist_port = _free_port()
+        self.port = free_port()
+        self._dist_port = free_port()
         self._own_epmd = epmd_port is None
-        self._epmd_port = _free_port() if epmd_port is None else epmd_port
+        self._epmd_port = free_port() if epmd_port is None else epmd_port
         self._home = directory if home is None else home
         self._server: subprocess.Popen[bytes] | None = None
         self._epmd: subprocess.Popen[bytes] | None = None
@@ -75,19 +70,6 @@ class LocalRabbitMQ:
     def url_on(self, address: str) -> str:
         """The AMQP URL of the node at ``address``: loopback or one of ``listen_also``."""
         return f"amqp://guest:guest@{address}:{self.port}//"
-
-    def __enter__(self) -> LocalRabbitMQ:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def start(self) -> None:
         """Start the node (and its epmd) and wait until it serves AMQP.
@@ -181,13 +163,13 @@ class LocalRabbitMQ:
         return " | ".join(path.read_text(errors="replace")[-800:] for path in logs if path.exists())
 
 
-class RabbitCluster:
+class RabbitCluster(Service):
     """``size`` RabbitMQ nodes on loopback clustered together (``rabbitmqctl join_cluster``), sharing one
     epmd and one Erlang cookie; ``urls`` lists every node's AMQP URL, the first node first."""
 
     def __init__(self, directory: Path, size: int = 3) -> None:
         self.directory = directory
-        self._epmd_port = _free_port()
+        self._epmd_port = free_port()
         self.nodes = [LocalRabbitMQ(directory / f"n{n}", f"vcrawl-n{n}", epmd_port=self._epmd_port,
                                     home=directory) for n in range(size)]  # fmt: skip
         self._epmd: subprocess.Popen[bytes] | None = None
@@ -196,25 +178,16 @@ class RabbitCluster:
     def urls(self) -> list[str]:
         return [node.url for node in self.nodes]
 
-    def __enter__(self) -> RabbitCluster:
+    def start(self) -> None:
+        """Start every node (and the shared epmd), then join them to the first."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        try:
-            self._epmd = start_epmd(self._epmd_port, {**os.environ, "HOME": str(self.directory)})
-            for node in self.nodes:
-                node.start()
-            for node in self.nodes[1:]:
-                for args in (("stop_app",), ("join_cluster", self.nodes[0].node), ("start_app",)):
-                    done = node.ctl(*args)
-                    assert done.returncode == 0, f"{node.node} {args[0]}: {done.stderr.decode(errors='replace')}"
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._epmd = start_epmd(self._epmd_port, {**os.environ, "HOME": str(self.directory)})
+        for node in self.nodes:
+            node.start()
+        for node in self.nodes[1:]:
+            for args in (("stop_app",), ("join_cluster", self.nodes[0].node), ("start_app",)):
+                done = node.ctl(*args)
+                assert done.returncode == 0, f"{node.node} {args[0]}: {done.stderr.decode(errors='replace')}"
 
     def stop(self) -> None:
         for node in reversed(self.nodes):

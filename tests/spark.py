@@ -8,10 +8,10 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from types import TracebackType
 
 from batch_analysis.spark import spark_problem
 from tests.ports import free_port
+from tests.services import Service
 
 __all__ = ["SPARK_MISSING", "StandaloneSpark"]
 
@@ -19,7 +19,7 @@ SPARK_MISSING = spark_problem()  # None where PySpark and Java are installed (ma
 _START_TIMEOUT_S = 60.0
 
 
-class StandaloneSpark:
+class StandaloneSpark(Service):
     """``spark-class org.apache.spark.deploy.master.Master`` and a ``Worker`` (2 cores, 1 GiB) registered with it."""
 
     def __init__(self, directory: Path) -> None:
@@ -34,25 +34,16 @@ class StandaloneSpark:
     def master_url(self) -> str:
         return f"spark://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> StandaloneSpark:
+    def start(self) -> None:
+        """Start the master, then the worker, each waited for until its log says it is up."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        try:
-            self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                        str(self.port), "--webui-port", str(free_port()))  # fmt: skip
-            self._wait_for("master", "I have been elected leader")
-            self._start("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port",
-                        str(free_port()), "--cores", "2", "--memory", "1g", "--work-dir",
-                        str(self.directory / "work"), self.master_url)  # fmt: skip
-            self._wait_for("worker", "Successfully registered with master")
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
-        self.stop()
+        self._start("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
+                    str(self.port), "--webui-port", str(free_port()))  # fmt: skip
+        self._wait_for("master", "I have been elected leader")
+        self._start("worker", "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--webui-port",
+                    str(free_port()), "--cores", "2", "--memory", "1g", "--work-dir",
+                    str(self.directory / "work"), self.master_url)  # fmt: skip
+        self._wait_for("worker", "Successfully registered with master")
 
     def executor_ran(self) -> bool:
         """True once the worker has launched an executor for an application."""
