@@ -70,11 +70,20 @@ def test_celery_is_pointed_at_rabbitmq_and_everything_else_stays_on_redis() -> N
     assert conf["task_queue_max_priority"] == 9  # a ring node's own queue too (created when first used)
 
 
-def test_quorum_queues_on_request() -> None:
-    conf = celery_settings(Settings(redis_url=REDIS, broker_url="amqp://mq//", rabbitmq_quorum=True))
-    assert all(queue.queue_arguments == {"x-queue-type": "quorum"} for queue in conf["task_queues"])
+def test_quorum_queues_sit_behind_topic_exchanges_for_native_delayed_delivery() -> None:
+    conf = celery_settings(Settings(redis_url=REDIS, broker_url="amqp://a//;amqp://b//", rabbitmq_quorum=True))
+    assert {queue.queue_arguments["x-queue-type"] for queue in conf["task_queues"]} == {"quorum"}
+    assert {queue.exchange.type for queue in conf["task_queues"]} == {"topic"}  # Celery skips direct ones
     assert conf["task_create_missing_queue_type"] == "quorum" and conf["task_default_queue_type"] == "quorum"
-    assert "task_queue_max_priority" not in conf
+    assert conf["task_create_missing_queue_exchange_type"] == "topic"  # a ring node's own queue too
+    assert "task_queue_max_priority" not in conf  # quorum queues refuse x-max-priority
+
+
+def test_classic_queues_keep_direct_exchanges_and_priorities() -> None:
+    conf = celery_settings(Settings(redis_url=REDIS, broker_url="amqp://a//"))
+    assert {queue.exchange.type for queue in conf["task_queues"]} == {"direct"}
+    assert {queue.queue_arguments["x-max-priority"] for queue in conf["task_queues"]} == {9}
+    assert conf["worker_enable_prefetch_count_reduction"] is False  # a hung basic.qos after a reconnection
 
 
 def test_amqps_verifies_the_server() -> None:
