@@ -38,8 +38,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,104 +52,42 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))  # the project itself: its local Redis, the tasks façade, the RabbitMQ harness
 import crawl_universe  # noqa: E402  (universe start/stop, shared with the other benches)
+import dead_worker  # noqa: E402  (the cluster of a run: Redis, plain workers, a Redis restart)
 import node_cluster as nc  # noqa: E402  (job file, scoring, CPU of process trees, the tasks façade)
 
 from celeryconfig import ANALYSIS_QUEUE  # noqa: E402
-from cli.local_redis import LocalRedis  # noqa: E402
 from tests.rabbitmq import LocalRabbitMQ  # noqa: E402
 
 BROKERS = ("redis", "rabbitmq")
 SCENARIOS = ("undisturbed", "kill", "restart")
-CELERY = REPO / ".venv" / "bin" / "celery"
 UNIVERSE = ["--special-frac", "0", "--crawl-delay-frac", "0"]  # no Retry-After or Crawl-delay tail
 DELAY_S, PER_HOST = 0.05, 2  # the acceptance check's job_file delay=0.05 per_host=2
-REDIS_DOWN_S = 1.0  # between the old Redis's exit and the new one's start, as in the acceptance checks
 POLL_S = 0.25
 
 
-class Worker:
-    """One plain ``celery -A tasks worker`` (the command of the acceptance check) in a process group of its own."""
-
-    def __init__(self, name: str, queues: str, env: dict[str, str], logs: Path) -> None:
-        self.name = name
-        self.node = f"{name}@{socket.gethostname()}"
-        level = os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning")  # info: a diagnosis (skipped batches)
-        command = [str(CELERY), "-A", "tasks", "worker", "-Q", queues, "-l", level, "-n", f"{name}@%h"]
-        with open(logs / f"worker-{name}.log", "ab") as out:
-            self.process = subprocess.Popen(
-                command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-
-    def signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.process.pid, sig)
-        except ProcessLookupError:
-            pass
-
-    def sigkill(self) -> None:
-        """The whole group at once: a worker (machine) that dies, no warm or cold shutdown."""
-        self.signal_group(signal.SIGKILL)
-        self.process.wait(10)
-
-    def stop(self, grace_s: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.signal_group(signal.SIGTERM)
-            try:
-                self.process.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-        self.signal_group(signal.SIGKILL)  # pool children left behind, also when the leader is gone
-        try:
-            self.process.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-
-
-class Cluster:
-    """Redis (and, for ``rabbitmq``, a RabbitMQ node) and the three workers of one run."""
+class Cluster(dead_worker.Cluster):
+    """Redis (and, for ``rabbitmq``, a RabbitMQ node) and the three workers of one run: dead_worker's
+    cluster, its workers run as the acceptance check runs them (Celery's own pool and start-up)."""
 
     def __init__(self, broker: str, logs: Path, data: Path, label: str) -> None:
-        self.broker, self.logs = broker, logs
-        self.workers: dict[str, Worker] = {}
+        super().__init__(logs, data)
+        self.broker = broker
         self.rabbit: LocalRabbitMQ | None = None
-        self.redis = LocalRedis(logs / "redis").start()
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("VCRAWL_")}
-        # Only what a user gives: where Redis and the data are, that loopback sites are allowed, the broker.
-        self.env.update(VCRAWL_REDIS_URL=self.redis.url, VCRAWL_DATA=str(data), VCRAWL_ALLOWED_NETWORKS=nc.LOOPBACK)
-        if broker == "rabbitmq":
+        if broker == "rabbitmq":  # the broker is what a user adds: VCRAWL_BROKER_URL
             self.rabbit = LocalRabbitMQ(logs / "rabbitmq", name=label)
             self.rabbit.start()
             self.env["VCRAWL_BROKER_URL"] = self.rabbit.url
-        self.tasks = nc.use_cluster(self.env)
-        app = self.tasks.crawl.app
-        queues = {q.name for q in app.conf.task_queues or []} | {app.conf.task_default_queue}
-        self.download_queues = ",".join(sorted(queues - {ANALYSIS_QUEUE}))
+            self.tasks = nc.use_cluster(self.env)
 
-    def start_worker(self, name: str, role: str) -> Worker:
-        queues = ANALYSIS_QUEUE if role == "analysis" else self.download_queues
-        self.workers[name] = Worker(name, queues, self.env, self.logs)
-        return self.workers[name]
-
-    def wait_ready(self, timeout_s: float = 90.0) -> None:
-        """Until every worker answers a ping over the broker."""
-        waiting = {worker.node for worker in self.workers.values()}
-        deadline = time.monotonic() + timeout_s
-        while waiting and time.monotonic() < deadline:
-            if dead := [w.name for w in self.workers.values() if w.process.poll() is not None]:
-                raise SystemExit(f"worker(s) {dead} exited at start; see {self.logs}")
-            waiting -= self.tasks.ping_workers(sorted(waiting))
-        if waiting:
-            raise SystemExit(f"workers {sorted(waiting)} did not answer in {timeout_s:g} s; see {self.logs}")
+    def start_worker(self, name: str, role: str, **options: Any) -> dead_worker.Worker:
+        level = os.environ.get("BENCH_WORKER_LOG_LEVEL", "warning")  # info: a diagnosis (skipped batches)
+        return super().start_worker(name, role, options=[], level=level)
 
     def restart_broker(self) -> None:
         if self.rabbit is not None:
             self.rabbit.restart()  # rabbitmqctl stop, then start on the same ports and data directory
             return
-        port = self.redis.port
-        self.redis.stop()
-        time.sleep(REDIS_DOWN_S)
-        self.redis = LocalRedis(self.logs / "redis", port=port).start()
+        self.restart_redis()
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far of the live workers (with their pool children), Redis, and the RabbitMQ node."""
@@ -183,11 +119,9 @@ class Cluster:
         return sorted(line for line in listing.stdout.decode(errors="replace").split() if not line.startswith("celery"))
 
     def stop(self) -> None:
-        for worker in reversed(list(self.workers.values())):
-            worker.stop()
+        super().stop()
         if self.rabbit is not None:
             self.rabbit.stop()
-        self.redis.stop()
 
 
 def nc_redis_held(url: str) -> dict[str, Any]:

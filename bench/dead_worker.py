@@ -45,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -72,17 +73,19 @@ ANALYSIS_RESTART_AFTER_S = 4.0
 SLOW_S = 60.0  # the issue's bound: complete within 60 s of the disturbance
 
 
-class Worker:
-    """One plain ``celery -A tasks worker`` in a session (process group) of its own."""
+POOL = ["-P", "threads", "-c", str(THREADS), "--without-mingle", "--without-gossip"]
 
-    def __init__(self, name: str, queues: str, env: dict[str, str], logs: Path) -> None:
+
+class Worker:
+    """One plain ``celery -A tasks worker`` in a session (process group) of its own; ``options``: its pool
+    and start-up (this bench's threads by default; ``[]``: Celery's own defaults, as a user runs it)."""
+
+    def __init__(self, name: str, queues: str, env: dict[str, str], logs: Path, options: Sequence[str] = POOL,
+                 level: str = "warning") -> None:  # fmt: skip
         self.name, self.queues = name, queues
         self.node = f"{name}@{socket.gethostname()}"
         self.log = logs / f"worker-{name}.log"
-        command = [
-            str(CELERY), "-A", "tasks", "worker", "-Q", queues, "-P", "threads", "-c", str(THREADS),
-            "--without-mingle", "--without-gossip", "-l", "warning", "-n", f"{name}@%h",
-        ]  # fmt: skip
+        command = [str(CELERY), "-A", "tasks", "worker", "-Q", queues, *options, "-l", level, "-n", f"{name}@%h"]
         with open(self.log, "ab") as out:
             self.process = subprocess.Popen(
                 command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
@@ -135,9 +138,10 @@ class Cluster:
         self.workers: dict[str, Worker] = {}
         self.client = redis.Redis.from_url(self.redis.url, socket_timeout=5)
 
-    def start_worker(self, name: str, role: str) -> Worker:
+    def start_worker(self, name: str, role: str, **options: Any) -> Worker:
+        """Start ``name`` on the analysis queue (``role`` "analysis") or every other; ``options`` as ``Worker``'s."""
         queues = ANALYSIS_QUEUE if role == "analysis" else self.download_queues
-        self.workers[name] = Worker(name, queues, self.env, self.logs)
+        self.workers[name] = Worker(name, queues, self.env, self.logs, **options)
         return self.workers[name]
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
