@@ -210,8 +210,10 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
             "interval_max": 2,
         },
         # A worker cut off by a partition: RabbitMQ closes its connection (and hands its messages back)
-        # after one to two heartbeats of silence, past the node timeout when the ring has already taken
-        # over its leases, so a message put back finds its batch handed over and fetches nothing twice.
+        # 2 to 3 heartbeat intervals after its last word (80-81 s of a 30 s timeout in tests/faults/
+        # test_partition.py), well past the node timeout (declared down ~31 s after the cut, its leases and
+        # its bundles' refills handed over), so a message put back finds its batch handed over and fetches
+        # nothing twice. Half the node timeout could close it before the worker is declared down.
         "broker_heartbeat": settings.node_timeout_s,
         "broker_use_ssl": _amqps(settings.broker_url),
         # After a reconnection Celery 5.5+ lowers the prefetch to the tasks still running and raises it

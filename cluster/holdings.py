@@ -54,11 +54,13 @@ class Holder:
 
 @dataclass(frozen=True)
 class HeldMessage:
-    """One unacknowledged message: its delivery tag, task id and queue (routing key)."""
+    """One unacknowledged message: its delivery tag, task id and queue (routing key); ``refills``: the batches
+    its run leased for itself besides those its task id names (a fetch bundle's, ``tasks.broker.bundle_ledger``)."""
 
     tag: str
     task_id: str
     queue: str
+    refills: tuple[str, ...] = ()
 
 
 def orphans(
@@ -130,18 +132,18 @@ def claims_said_since(
 
 def held_fetch_batches(messages: Iterable[HeldMessage]) -> dict[str, list[str]]:
     """Job id -> batch ids of the fetch messages among ``messages`` (their task ids name them; a
-    bundle's names all its batches).
+    bundle's names all its batches), and the batches their runs leased for themselves (``refills``).
 
     >>> held_fetch_batches([HeldMessage("t", "vcrawl-fetch:j1:7.ab", "download"), HeldMessage("u", "x", "analysis"),
-    ...                     HeldMessage("v", "vcrawl-fetch:j1:8.cd+9.ef", "download")])
-    {'j1': ['7.ab', '8.cd', '9.ef']}
+    ...                     HeldMessage("v", "vcrawl-fetch:j1:8.cd+9.ef", "download", ("10.gh",))])
+    {'j1': ['7.ab', '8.cd', '9.ef', '10.gh']}
     """
     batches: dict[str, list[str]] = {}
     for message in messages:
         if message.task_id.startswith(FETCH_ID_PREFIX):
             job_id, _, batch_id = message.task_id[len(FETCH_ID_PREFIX) :].rpartition(":")
             if job_id and batch_id:
-                batches.setdefault(job_id, []).extend(batch_id.split(BUNDLE_SEPARATOR))
+                batches.setdefault(job_id, []).extend([*batch_id.split(BUNDLE_SEPARATOR), *message.refills])
     return batches
 
 

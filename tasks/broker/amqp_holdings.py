@@ -8,6 +8,12 @@ batch's: 9 minutes at the shipped limits). So each worker, with each heartbeat (
 task ids of the fetches it holds (running or reserved; they name their job and batches, ``fetch_task_id``),
 and when it is declared down the watcher hands their leases back (``NodeWatcher``): their URLs go back to
 the queue, as on the Redis broker. Nothing is put back on a queue here (``restore``): the broker does that.
+
+A bundle's refills (the hosts it leased for itself while it ran, ``tasks.broker.bundle_ledger``) go back
+with it: ``held_by`` reads them from the bundle's ledger. Otherwise they waited for RabbitMQ to hand the
+bundle's message back, which for a worker cut off by a partition is when RabbitMQ notices the silence:
+2 to 3 heartbeats (60-90 s at the shipped node timeout), 30-60 s after the worker was declared down, with
+the job held up meanwhile (measured in ``tests/faults/test_partition.py``: completed 84 s after the cut).
 """
 
 from __future__ import annotations
@@ -52,7 +58,8 @@ class AmqpHoldings:
         self._client().hset(redis_keys.HOLDERS, name, holder.to_json())
 
     def held_by(self, name: str) -> list[HeldMessage]:
-        """The fetches member ``name`` said it holds (a task id stands for its message)."""
+        """The fetches member ``name`` said it holds (a task id stands for its message), with the batches each
+        bundle among them leased for itself."""
         raw = self._client().hget(redis_keys.HOLDERS, name)
         if raw is None:
             return []
@@ -60,7 +67,13 @@ class AmqpHoldings:
             holder = Holder.from_json(name, text(raw))
         except (ValueError, TypeError):
             return []  # written by a version this one cannot read: it claims nothing here
-        return [HeldMessage(task_id, task_id, "") for task_id in sorted(holder.tags)]
+        task_ids = sorted(holder.tags)
+        pipe = self._client().pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.smembers(redis_keys.bundle_ledger(task_id))
+        refills = pipe.execute() if task_ids else []
+        return [HeldMessage(task_id, task_id, "", tuple(sorted(text(batch_id) for batch_id in noted)))
+                for task_id, noted in zip(task_ids, refills, strict=True)]  # fmt: skip
 
     def restore(self, tags: Collection[str]) -> int:
         """Nothing: RabbitMQ gave a closed connection's messages back itself."""

@@ -8,6 +8,12 @@ completes without it. When the link heals it beats again (listed up) and whateve
 in hand (a fetch answered after the cut, an admission, records) must store and admit nothing
 twice. Default settings otherwise: nothing about visibility is set. `make test-faults` runs it.
 
+On RabbitMQ (``[rabbitmq]``: `make test-rabbitmq`) the namespaced worker reaches the node at the link's
+root address and the others at loopback. There the worker's messages go back when RabbitMQ closes its
+half-open connection for missed heartbeats (``broker_heartbeat`` is the node timeout): the test keeps the
+link cut until then, reads the moment from the node's log and checks it came after the ring had declared
+the worker down and handed its leases over, so the messages put back fetch nothing twice.
+
 The cut comes while the worker is in the middle of fetching pages that the sites answer it slowly
 on purpose (``HELD_S``): it has held their messages across heartbeats, so they go back when it is
 declared down (the hand-over), not only through the sweep that catches what it took since its
@@ -17,6 +23,7 @@ last heartbeat.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -26,6 +33,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +46,12 @@ from cluster.members import NodeRegistry
 from frontier import Frontier
 from storage import Storage
 from storage.records import read_records
+from tests.brokers import BROKERS, broker_node, on_broker
 from tests.celery_setup import LocalWorkerProcess
 from tests.cluster import cluster_env, ring_listing, start_job
 from tests.conftest import TEST_ALLOWED_NETWORKS
 from tests.netns import Lab, lab_or_skip
+from tests.rabbitmq import LocalRabbitMQ
 from tests.site import NOT_PAGES, Response, Seen, TestSite, link_page
 from vcrawl.settings import Settings
 from views.status import job_status
@@ -134,19 +144,69 @@ def warc_responses(root: Path) -> Counter[str]:
     return found
 
 
+# RabbitMQ's log: "<time> [error] <pid> closing AMQP connection <pid> (PEER -> NODE):", then, from the same
+# process, "<time> [error] <pid> missed heartbeats from client, timeout: 30s".
+_CLOSING = re.compile(r"^(\S+ \S+) \[\w+\] (<[\d.]+>) closing AMQP connection <[\d.]+> \((\S+) -> ", re.M)
+_MISSED_HEARTBEATS = re.compile(r"^\S+ \S+ \[\w+\] (<[\d.]+>) missed heartbeats from client", re.M)
+# A Celery worker's "[2026-01-02 10:11:12,345: INFO/MainProcess] Task NAME[ID] received".
+_RECEIVED = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): \w+/MainProcess\] Task \S+\[([^\]]+)\] received",
+                       re.M)  # fmt: skip
+
+
+def closed_for_missed_heartbeats(node: LocalRabbitMQ) -> dict[str, float]:
+    """Peer ("address:port") -> when (epoch seconds) RabbitMQ closed its connection for missed heartbeats."""
+    log = (node.directory / "log" / f"{node.node}.log").read_text(errors="replace")
+    missed = set(_MISSED_HEARTBEATS.findall(log))
+    return {peer: datetime.fromisoformat(at).timestamp() for at, pid, peer in _CLOSING.findall(log) if pid in missed}
+
+
+def consuming_channels(node: LocalRabbitMQ, address: str) -> dict[str, int]:
+    """Peer ("address:port") -> unacknowledged messages on its consuming channels, of the connections from
+    ``address`` (the node's view: for a half-open connection, what it still counts as delivered)."""
+    listing = node.ctl("list_channels", "name", "consumer_count", "messages_unacknowledged", "--no-table-headers", "-q")
+    held: Counter[str] = Counter()
+    for line in listing.stdout.decode().splitlines():
+        name, consumers, unacked = [*line.split("\t"), "", "", ""][:3]  # name: "PEER -> NODE (CHANNEL)"
+        peer = name.split(" -> ")[0]
+        if peer.rpartition(":")[0] == address and consumers.isdigit() and int(consumers) > 0:
+            held[peer] += int(unacked or 0)
+    return dict(held)
+
+
+def received(log: Path) -> dict[str, float]:
+    """Task id -> when (epoch seconds, the worker's first line) the worker logging to ``log`` received it."""
+    first: dict[str, float] = {}
+    for at, task_id in _RECEIVED.findall(log.read_text(errors="replace")):
+        first.setdefault(task_id, datetime.strptime(at, "%Y-%m-%d %H:%M:%S,%f").timestamp())
+    return first
+
+
+@pytest.fixture
+def rabbitmq(broker: str, lab: Lab, tmp_path: Path) -> Iterator[LocalRabbitMQ | None]:
+    """The test's RabbitMQ node for ``broker`` "rabbitmq" (None for "redis"); it serves AMQP on the link's
+    root address too, where the namespaced worker reaches it (tests/faults/conftest.py's listens on loopback)."""
+    with broker_node(broker, tmp_path / "rabbitmq", listen_also=[lab.root_address]) as node:
+        yield node
+
+
+@pytest.mark.parametrize("broker", BROKERS)
 def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
-    tmp_path: Path, lab: Lab, sites: Sites, fault_report: Note
+    tmp_path: Path, lab: Lab, sites: Sites, fault_report: Note, rabbitmq: LocalRabbitMQ | None
 ) -> None:
     data, hosts = tmp_path / "data", sites.hosts
     with LocalRedis(tmp_path / "redis", bind=("127.0.0.1", lab.root_address)) as server:
         settings = Settings(redis_url=server.url, data=str(data),
                             allowed_networks=(*TEST_ALLOWED_NETWORKS, str(lab.network)))  # fmt: skip
-        env = cluster_env(settings)
-        # The same Redis, reached over the link from inside the namespace.
-        lab_env = cluster_env(replace(settings, redis_url=f"redis://{lab.root_address}:{server.port}/0"))
-        frontier = Frontier(redis.Redis.from_url(server.url))
+        env = cluster_env(on_broker(settings, rabbitmq))
+        # The same Redis (and RabbitMQ), reached over the link from inside the namespace.
+        lab_settings = replace(settings, redis_url=f"redis://{lab.root_address}:{server.port}/0")
+        lab_env = cluster_env(on_broker(lab_settings, rabbitmq, lab.root_address))
+        client = redis.Redis.from_url(server.url)
+        frontier = Frontier(client)
         registry = NodeRegistry(frontier.scripts, settings.node_timeout_s)
         workers: list[LocalWorkerProcess] = []
+        held_at_cut: dict[str, int] = {}
+        requeued_s: float | None = None
         try:
             steady = LocalWorkerProcess(env, tmp_path / "steady.log", "steady", DOWNLOAD)
             cut = LocalWorkerProcess(lab_env, tmp_path / "cut.log", "cut", DOWNLOAD, run_in=lab.command([]))
@@ -165,12 +225,16 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
 
             wait_for(mid_fetch, 30, f"a fetch of the namespaced worker {HELD_AT_CUT_S} s under way")
             lab.cut()
-            cut_at = time.monotonic()
+            cut_at, cut_epoch = time.monotonic(), time.time()
+            seconds, micros = client.time()
+            cut_ms = seconds * 1000 + micros // 1000  # the Redis clock, the one down records are noted on
             # Answered after the cut had surely taken effect, so never received: in flight.
             in_flight = {url for url, at in sites.held if at > cut_at - HELD_S}
             in_flight |= {url for url, at in requests_from(hosts, lab.lab_address) if at > cut_at - PAGE_DELAY_S}
             assert in_flight, "the cut came too late: every fetch of the namespaced worker was answered"
             fetched_before_cut = len(requests_from(hosts, lab.lab_address))
+            if rabbitmq is not None:  # what RabbitMQ counts as delivered to the cut worker, unacknowledged
+                held_at_cut = consuming_channels(rabbitmq, lab.lab_address)
 
             def taken_over() -> bool:
                 again = {url for url, _ in requests_from(hosts, lab.root_address, since=cut_at)}
@@ -179,6 +243,8 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
             wait_for(taken_over, settings.node_timeout_s + 30, f"{sorted(in_flight)} fetched by the others")
             taken_over_s = time.monotonic() - cut_at
             listed_down = listed(env, cut.name)
+            down = registry.membership().node(cut.name)
+            down_s = None if down is None or down.down_at_ms is None else (down.down_at_ms - cut_ms) / 1000
 
             def done() -> dict[str, Any] | None:
                 status = job_status(frontier, job_id)
@@ -186,6 +252,14 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
 
             status = wait_for(done, settings.node_timeout_s + 60, f"job {job_id} done")
             completed_s = time.monotonic() - cut_at
+            if rabbitmq is not None:
+                # The link stays cut until RabbitMQ closes the half-open connection: it checks for data from
+                # the client every heartbeat interval and gives up after two checks saw none, so 2 to 3
+                # intervals after the client's last word (rabbit_heartbeat's receiver).
+                consumer = max(held_at_cut, key=held_at_cut.__getitem__, default="")
+                closed_at = wait_for(lambda: closed_for_missed_heartbeats(rabbitmq).get(consumer),
+                                     3 * settings.node_timeout_s + 20, f"RabbitMQ closing {consumer}")  # fmt: skip
+                requeued_s = closed_at - cut_epoch
             # From a second after the cut: a request sent just before it may be noted just after it.
             during_cut = requests_from(hosts, lab.lab_address, since=cut_at + 1.0)
             lab.heal()
@@ -217,24 +291,48 @@ def test_a_partitioned_worker_is_taken_over_and_rejoins_storing_nothing_twice(
               and not path.name.startswith(".")]  # fmt: skip
     responses = warc_responses(data / "jobs" / job_id)
     handed = (listed_down or {}).get("taken_over") or {}
+    # The cut worker's messages that a worker on the root side received after the cut: put back to the queue.
+    cut_received = received(tmp_path / "cut.log")
+    redelivered = {task_id: at - cut_epoch for task_id, at in received(tmp_path / "steady.log").items()
+                   if task_id in cut_received and at >= cut_epoch}  # fmt: skip
     fault_report(fault="a download worker cut off by a network partition mid-fetch, healed after the job completed",
                  state=status["state"], pages_expected=len(expected), pages_stored=status["pages_stored"],
-                 taken_over_s=round(taken_over_s, 1), completed_s_after_cut=round(completed_s, 1),
-                 rejoined_s_after_heal=round(rejoined_s, 1), fetched_before_cut=fetched_before_cut,
-                 in_flight_at_cut=len(in_flight), refetched=sum(fetched.values()) - len(fetched),
-                 handed_over_batches=handed.get("batches"), held_messages_put_back=handed.get("restored"))  # fmt: skip
+                 down_s_after_cut=down_s, taken_over_s=round(taken_over_s, 1),
+                 completed_s_after_cut=round(completed_s, 1), rejoined_s_after_heal=round(rejoined_s, 1),
+                 fetched_before_cut=fetched_before_cut, in_flight_at_cut=len(in_flight),
+                 refetched=sum(fetched.values()) - len(fetched), handed_over_batches=handed.get("batches"),
+                 held_messages_put_back=handed.get("restored"), redelivered=len(redelivered),
+                 redelivered_s_after_cut=sorted(round(s, 1) for s in redelivered.values()))  # fmt: skip
+    if rabbitmq is not None:
+        fault_report(unacked_at_cut=sum(held_at_cut.values()),
+                     requeued_by_rabbitmq_s_after_cut=round(requeued_s or 0, 1))  # fmt: skip
     print(
-        f"cut -> taken over {taken_over_s:.1f} s, -> completed {completed_s:.1f} s; heal -> rejoined "
+        f"cut -> down {down_s} s, taken over {taken_over_s:.1f} s, -> completed {completed_s:.1f} s; heal -> rejoined "
         f"{rejoined_s:.1f} s; in flight at the cut {len(in_flight)}, fetched before it {fetched_before_cut}, "
-        f"fetched twice {sum(fetched.values()) - len(fetched)}; its down record: {handed}"
+        f"fetched twice {sum(fetched.values()) - len(fetched)}; its down record: {handed}; RabbitMQ: unacked at the "
+        f"cut {held_at_cut}, connection closed {requeued_s} s after the cut; redelivered {redelivered}"
     )
     assert status["state"] == "completed", status
     assert not during_cut  # nothing reached the sites from the namespace while cut
     assert listed_down is not None and listed_down["state"] == "down", listed_down
     # Its messages back within the node timeout, the grace and a sweep (~1 s): not the visibility timeout.
+    # On RabbitMQ: its leases handed back when it is declared down, its batches refetched from the frontier.
     assert taken_over_s <= settings.node_timeout_s + 10
-    # What it said it holds went back when it was declared down, its batches' leases with it.
-    assert handed.get("batches", 0) >= 1 and handed.get("restored", 0) >= 1, handed
+    if rabbitmq is None:
+        # What it said it holds went back when it was declared down, its batches' leases with it.
+        assert handed.get("batches", 0) >= 1 and handed.get("restored", 0) >= 1, handed
+    else:
+        # Its leases went back when it was declared down, but no message: vcrawl puts nothing back on
+        # RabbitMQ (no sweep, AmqpHoldings.restore), RabbitMQ does when it closes the half-open connection.
+        assert handed.get("batches", 0) >= 1 and handed.get("restored") == 0, handed
+        assert sum(held_at_cut.values()) >= 1, held_at_cut  # the fetch in flight, unacknowledged
+        # ... after the ring had declared the worker down and handed its leases over: a fetch message put
+        # back finds its lease gone and fetches nothing (checked below: each page fetched and stored once).
+        assert down_s is not None and requeued_s is not None and down_s < requeued_s, (down_s, requeued_s)
+        assert redelivered and min(redelivered.values()) >= requeued_s - 1, (redelivered, requeued_s)
+        # The job did not wait for them: what the worker held, its bundles' refills too, went back when it was
+        # declared down (before AmqpHoldings read the ledgers, completed 84 s after the cut, 4 s after them).
+        assert completed_s < requeued_s, (completed_s, requeued_s)
     assert back is not None and back["state"] == "up" and consuming, back
     assert set(fetched) == expected
     # Each page once in the job's output, nothing admitted twice, before the heal and after it.
