@@ -112,7 +112,7 @@ def fetch_bundle(self: Task, job_id: str, batches: list[dict]) -> int:
     interval_ms = runtime.spec.politeness.min_interval_s * 1000
     # An earlier run of this message died (its worker killed): what it leased for itself goes back first.
     ledger = BundleLedger(deps.redis_client(), deps.frontier(), job_id, str(self.request.id),
-                          keep_s=jobs.lease_s(runtime) + 60)  # fmt: skip
+                          keep_s=jobs.lease_s(runtime) + 60, enabled=settings.amqp_broker)  # fmt: skip
     ledger.take_over(interval_ms, send_analysis)
 
     static_paced = runtime.spec.politeness.min_interval_s > 0 and not runtime.spec.has_dynamic_rules()

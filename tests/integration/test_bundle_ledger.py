@@ -64,3 +64,14 @@ def test_a_redelivered_bundle_hands_back_the_dead_runs_leases_and_sends_its_unse
         other.note(batch.batch_id for batch in back.batches)
         other.close()
         assert other.take_over(0, sent.append) == (0, 0) and frontier.queue.in_flight(job_id) == len(back.batches)
+
+
+def test_on_redis_s_broker_the_ledger_writes_nothing(tmp_path: Path) -> None:
+    """Off (the watchdogs of Redis's broker find refills and unsent analyses): no command per refill."""
+    with LocalRedis(tmp_path / "redis") as server:
+        client = redis.Redis.from_url(server.url)
+        ledger = BundleLedger(client, Frontier(client), "job", "vcrawl-fetch:bundle-3", keep_s=60, enabled=False)
+        ledger.note(["1.ab", "2.cd"])
+        assert client.exists(redis_keys.bundle_ledger("vcrawl-fetch:bundle-3")) == 0
+        client.sadd(redis_keys.bundle_ledger("vcrawl-fetch:bundle-3"), "1.ab")  # an earlier RabbitMQ run's
+        assert ledger.take_over(0, lambda _: None) == (0, 0)
