@@ -7,7 +7,8 @@ Without a word of who ran it, the batch's lease, and its host, then waited until
 batch's: 9 minutes at the shipped limits). So each worker, with each heartbeat (``RingKeeper``), writes the
 task ids of the fetches it holds (running or reserved; they name their job and batches, ``fetch_task_id``),
 and when it is declared down the watcher hands their leases back (``NodeWatcher``): their URLs go back to
-the queue, as on the Redis broker. Nothing is put back on a queue here (``restore``): the broker does that.
+the queue, as on the Redis broker. Nothing is put back on a queue here: the broker does that, when it
+notices; ``restore`` sends again at once the analyses the dead member's messages stood for.
 
 A bundle's refills (the hosts it leased for itself while it ran, ``tasks.broker.bundle_ledger``) go back
 with it: ``held_by`` reads them from the bundle's ledger. Otherwise they waited for RabbitMQ to hand the
@@ -27,8 +28,10 @@ from celery.worker import state as worker_state
 
 from cluster.holdings import HeldMessage, Holder
 from cluster.members import Membership
-from engine.fetch_batch import FETCH_ID_PREFIX
-from tasks import deps
+from engine.analyze_batch import ANALYSIS_ID_PREFIX
+from engine.fetch_batch import BUNDLE_SEPARATOR, FETCH_ID_PREFIX
+from frontier import Frontier
+from tasks import batches, deps
 from vcrawl import redis_keys
 from vcrawl.redis_replies import text
 
@@ -36,20 +39,27 @@ __all__ = ["AmqpHoldings", "held_fetch_ids"]
 
 
 def held_fetch_ids(requests: Collection[Any]) -> set[str]:
-    """The task ids of the fetch requests among ``requests`` (Celery's ``Request`` objects)."""
+    """The task ids of the fetch and analysis requests among ``requests`` (Celery's ``Request`` objects)."""
     ids = {str(getattr(request, "id", "") or "") for request in requests}
-    return {task_id for task_id in ids if task_id.startswith(FETCH_ID_PREFIX)}
+    return {task_id for task_id in ids if task_id.startswith((FETCH_ID_PREFIX, ANALYSIS_ID_PREFIX))}
 
 
 class AmqpHoldings:
     """The ``Holdings`` of a worker on RabbitMQ: which fetch batches it holds, in Redis; nothing to sweep."""
 
     def __init__(
-        self, client: Callable[[], Any] | None = None, requests: Callable[[], Collection[Any]] | None = None
+        self,
+        client: Callable[[], Any] | None = None,
+        requests: Callable[[], Collection[Any]] | None = None,
+        send_analysis: Callable[[dict[str, Any]], None] | None = None,
+        frontier: Callable[[], Frontier] | None = None,
     ) -> None:
-        """``requests``: the requests this worker holds now (Celery's worker state by default)."""
+        """``requests``: the requests this worker holds now (Celery's worker state by default);
+        ``send_analysis``: how an analysis is sent again (``tasks.batches.send_analysis``)."""
         self._client = client or deps.redis_client
         self._requests = requests or _worker_requests
+        self._send_analysis = send_analysis or batches.send_analysis
+        self._frontier = frontier or deps.frontier
 
     def report(self, name: str, at_ms: int) -> None:
         """Say which fetches this worker holds as of ``at_ms`` (the heartbeat just written, Redis clock)."""
@@ -76,8 +86,34 @@ class AmqpHoldings:
                 for task_id, noted in zip(task_ids, refills, strict=True)]  # fmt: skip
 
     def restore(self, tags: Collection[str]) -> int:
-        """Nothing: RabbitMQ gave a closed connection's messages back itself."""
-        return 0
+        """Send again now the analyses a dead member's messages stood for; return how many were sent.
+
+        RabbitMQ hands the messages back itself, but only once it notices the connection is dead: at once
+        for a killed worker, 60-90 s after a partition cut. Their fetch leases went back already
+        (``NodeWatcher``); what would still wait for RabbitMQ is the analyses: those the member held, and
+        those of the batches its fetches (bundles, with their refills) released but had not sent on yet.
+        Each batch released and not admitted is sent once more (an analysis sent twice admits nothing twice).
+        """
+        frontier = self._frontier()
+        sent = 0
+        for job_id, batch_ids in self._batches_of(tags).items():
+            for batch_id in batch_ids:
+                if (handed := frontier.queue.handed_on(job_id, batch_id)) is not None:
+                    self._send_analysis(handed)
+                    sent += 1
+        return sent
+
+    def _batches_of(self, tags: Collection[str]) -> dict[str, list[str]]:
+        """Job id -> the batches the held task ids name, a bundle's refills (its ledger) included."""
+        found: dict[str, list[str]] = {}
+        for tag in tags:
+            prefix = next((p for p in (FETCH_ID_PREFIX, ANALYSIS_ID_PREFIX) if tag.startswith(p)), None)
+            job_id, _, joined = tag.removeprefix(prefix or "").rpartition(":")
+            if prefix is None or not job_id:
+                continue
+            refills = self._client().smembers(redis_keys.bundle_ledger(tag)) if prefix == FETCH_ID_PREFIX else ()
+            found.setdefault(job_id, []).extend([*joined.split(BUNDLE_SEPARATOR), *(text(b) for b in refills)])
+        return found
 
     def orphans(self, membership: Membership) -> list[HeldMessage]:
         """None: no message is off its queue unnoted on RabbitMQ."""
