@@ -209,12 +209,13 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
             "interval_step": 0.5,
             "interval_max": 2,
         },
-        # A worker cut off by a partition: RabbitMQ closes its connection (and hands its messages back)
-        # 2 to 3 heartbeat intervals after its last word (80-81 s of a 30 s timeout in tests/faults/
-        # test_partition.py), well past the node timeout (declared down ~31 s after the cut, its leases and
-        # its bundles' refills handed over), so a message put back finds its batch handed over and fetches
-        # nothing twice. Half the node timeout could close it before the worker is declared down.
-        "broker_heartbeat": settings.node_timeout_s,
+        # A worker cut off by a partition: RabbitMQ closes its connection, and hands its messages back, 2 to 3
+        # heartbeat intervals after its last word: 20-30 s at a third of the node timeout, about when the
+        # ring declares it down (~31 s). A message RabbitMQ had delivered into the dead connection was in
+        # none of its words: at the node timeout itself it waited 60-90 s (tests/faults/test_partition.py).
+        # Back sooner is safe: a copy of a fetch the cut worker started finds it "taken" and skips it (the
+        # hand-over at the down gives its URLs back), one it never started is fetched at once.
+        "broker_heartbeat": max(2.0, settings.node_timeout_s / 3),
         "broker_use_ssl": _amqps(settings.broker_url),
         # After a reconnection Celery 5.5+ lowers the prefetch to the tasks still running and raises it
         # again, one basic.qos per task that ends. One of those calls waited for ever for its answer after
