@@ -226,24 +226,8 @@ class Run:
         return None
 
     def _follow(self, cluster: Cluster, job_id: str, tk: float) -> tuple[float, dict[str, Any], float]:
-        """Poll the job until it is no longer running or ``--give-up-s`` after ``tk``: (time, status, longest
-        stall), a stall being a stretch after ``tk`` with no page stored and no analysis finished."""
-        progress: tuple[Any, ...] | None = None
-        last_change, stall_s = tk, 0.0
-        status: dict[str, Any] | None = None
-        while time.monotonic() - tk < self.args.give_up_s:
-            status = _status(cluster, job_id)
-            now = time.monotonic()
-            if status is not None:
-                seen = (status.get("pages_stored"), status.get("analysed"))
-                if seen != progress:
-                    stall_s = max(stall_s, now - last_change)
-                    progress, last_change = seen, now
-                if status.get("state") != "running":
-                    break
-            time.sleep(POLL_S)
-        t1 = time.monotonic()
-        return t1, status or {"state": "unknown (no status)"}, max(stall_s, t1 - last_change)
+        """Until the job is no longer running or ``--give-up-s`` after ``tk`` (``dead_worker.follow_job``)."""
+        return dead_worker.follow_job(lambda: _status(cluster, job_id), tk, self.args.give_up_s, poll_s=POLL_S)
 
 
 def commit() -> str:

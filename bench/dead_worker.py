@@ -45,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -300,28 +300,35 @@ class Run:
             )
 
     def _follow(self, cluster: Cluster, job_id: str, tk: float) -> tuple[float, dict[str, Any], float]:
-        """Poll the job until it is no longer running or ``--give-up-s`` after ``tk``.
+        """``follow_job``: on a loaded machine the time to completion is mostly the rest of the job; the
+        stall is what the disturbance itself held up."""
+        return follow_job(lambda: _job_status(cluster, job_id), tk, self.args.give_up_s, poll_s=0.5)
 
-        Returns (time, status, longest stall): a stall is a stretch after ``tk`` in which no page was
-        stored and no analysis finished. On a loaded machine the time to completion is mostly the
-        rest of the job; the stall is what the disturbance itself held up.
-        """
-        progress: tuple[Any, ...] | None = None
-        last_change, stall_s = tk, 0.0
-        status: dict[str, Any] | None = None
-        while time.monotonic() - tk < self.args.give_up_s:
-            status = _job_status(cluster, job_id)
-            now = time.monotonic()
-            if status is not None:
-                seen = (status.get("pages_stored"), status.get("analysed"))
-                if seen != progress:
-                    stall_s = max(stall_s, now - last_change)
-                    progress, last_change = seen, now
-                if status.get("state") != "running":
-                    break
-            time.sleep(0.5)
-        t1 = time.monotonic()
-        return t1, status or {"state": "unknown (no status)"}, max(stall_s, t1 - last_change)
+
+def follow_job(
+    status_of: Callable[[], dict[str, Any] | None], since: float, give_up_s: float, poll_s: float
+) -> tuple[float, dict[str, Any], float]:
+    """Poll a job's status until it is no longer running or ``give_up_s`` after ``since`` (monotonic).
+
+    Returns (time, status, longest stall): a stall is a stretch after ``since`` in which no page was
+    stored and no analysis finished.
+    """
+    progress: tuple[Any, ...] | None = None
+    last_change, stall_s = since, 0.0
+    status: dict[str, Any] | None = None
+    while time.monotonic() - since < give_up_s:
+        status = status_of()
+        now = time.monotonic()
+        if status is not None:
+            seen = (status.get("pages_stored"), status.get("analysed"))
+            if seen != progress:
+                stall_s = max(stall_s, now - last_change)
+                progress, last_change = seen, now
+            if status.get("state") != "running":
+                break
+        time.sleep(poll_s)
+    t1 = time.monotonic()
+    return t1, status or {"state": "unknown (no status)"}, max(stall_s, t1 - last_change)
 
 
 def _job_state(cluster: Cluster, job_id: str) -> str | None:
