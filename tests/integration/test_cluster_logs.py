@@ -256,9 +256,13 @@ def test_a_level_the_reader_never_named_is_read_by_its_number(vcrawl_settings: S
 
 def test_follow_prints_new_lines_and_stops_cleanly_on_ctrl_c(vcrawl_settings: Settings) -> None:
     job = f"follow-{uuid.uuid4().hex[:8]}"
+    # Started as from a terminal, with SIGINT at its default: a child inherits an ignored SIGINT, and Python
+    # then keeps ignoring it. In `make test` one did (SigIgn showed SIGINT and SIGQUIT, as glibc's system()
+    # leaves them while it waits, in a test process whose other threads start children too).
     follower = subprocess.Popen([sys.executable, "-m", "cli", "logs", "--job", job, "--follow"],
                                 env=cluster_env(vcrawl_settings), cwd=REPO, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     printed: list[str] = []
     reader = threading.Thread(target=lambda: printed.extend(iter(follower.stdout.readline, "")), daemon=True)
     reader.start()
@@ -283,7 +287,12 @@ def test_follow_prints_new_lines_and_stops_cleanly_on_ctrl_c(vcrawl_settings: Se
         ship("a line that came later")
         wait_printed("a line that came later")
         follower.send_signal(signal.SIGINT)
-        follower.wait(10)
+        try:
+            follower.wait(10)
+        except subprocess.TimeoutExpired:  # say how it stood: its signal masks (SIGINT is bit 2)
+            status = Path(f"/proc/{follower.pid}/status").read_text()
+            masks = [line for line in status.splitlines() if line.startswith(("SigIgn", "SigCgt", "SigBlk", "State"))]
+            raise AssertionError(f"vcrawl logs --follow did not stop on SIGINT: {masks}") from None
         err = follower.stderr.read()
     finally:
         shipper.close()
