@@ -44,10 +44,12 @@ def queue_listing(node: LocalRabbitMQ, *columns: str) -> list[dict]:
     return list(json.loads(done.stdout or b"[]"))
 
 
-def quorum_env(redis_server: LocalRedis, data: Path, broker_urls: list[str], **changes: Any) -> dict[str, str]:
-    """The fault tests' settings (short fetch timeouts), vcrawl's queues as quorum queues on ``broker_urls``
-    (Celery fails over between them in their order)."""
-    settings = replace(fault_settings(redis_server, data), broker_url=";".join(broker_urls), rabbitmq_quorum=True)
+def quorum_env(redis_server: LocalRedis, data: Path, broker_urls: list[str], shipped: bool = False,
+               **changes: Any) -> dict[str, str]:  # fmt: skip
+    """The fault tests' settings (short fetch timeouts; ``shipped``: the shipped settings), vcrawl's queues as
+    quorum queues on ``broker_urls`` (Celery fails over between them in their order)."""
+    base = Settings(redis_url=redis_server.url, data=str(data)) if shipped else fault_settings(redis_server, data)
+    settings = replace(base, broker_url=";".join(broker_urls), rabbitmq_quorum=True)
     return cluster_env(replace(settings, **changes))
 
 
@@ -108,10 +110,10 @@ def test_the_download_queues_leader_node_sigkilled_mid_crawl_loses_nothing(tmp_p
         urls = cluster.urls
         # Each worker lists the nodes in its own order: their connections (and the queues' first
         # leaders, placed on the node of the client that declared them) spread over the cluster.
-        envs = [quorum_env(server, data, urls[n:] + urls[:n]) for n in range(2)]
+        # The shipped settings and job limits: the promise holds with the defaults users run.
+        envs = [quorum_env(server, data, urls[n:] + urls[:n], shipped=True) for n in range(2)]
         expected = {site.base: serve_pages(site, 60) for site in (a, b)}
-        job = {"seeds": [a.url("/"), b.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0},
-               "limits": {"total_timeout_s": 2.0, "read_timeout_s": 1.5}}  # fmt: skip
+        job = {"seeds": [a.url("/"), b.url("/")], "politeness": {"min_interval_s": 0.1, "jitter": 0}}
         workers = [start_worker(env, f"w{n}", tmp_path / f"w{n}.log") for n, env in enumerate(envs)]
         try:
             types = {q["name"]: q["type"] for q in queue_listing(cluster.nodes[0], "type")}
