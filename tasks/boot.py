@@ -20,7 +20,7 @@ from typing import Any
 
 from celery.signals import (
     celeryd_after_setup,
-    task_prerun,
+    task_received,
     worker_init,
     worker_process_init,
     worker_process_shutdown,
@@ -32,6 +32,7 @@ from analyzers import load_plugins
 from cluster.fence import SentinelFence
 from cluster.membership import RingKeeper, node_queue
 from cluster.periodic import Periodic
+from engine.analyze_batch import ANALYSIS_ID_PREFIX
 from engine.fetch_batch import FETCH_ID_PREFIX
 from frontier import load_filters
 from tasks import check_settings, deps
@@ -144,13 +145,16 @@ def _start_pump(sender: Any = None, **_: Any) -> None:
 _amqp_holdings: dict[str, AmqpHoldings] = {}  # this worker's on RabbitMQ, once it is ready
 
 
-@task_prerun.connect
-def _say_a_fetch_is_held(task_id: str | None = None, **_: Any) -> None:
-    # On RabbitMQ, also before each fetch starts its lease, not only with the next heartbeat: a worker
-    # killed within a second of taking a fetch is known to hold it when it is declared down.
+@task_received.connect
+def _say_a_task_is_held(request: Any = None, **_: Any) -> None:
+    # On RabbitMQ, also as each fetch or analysis message is received, not only with the next heartbeat: a
+    # worker killed within a second of taking one is known to hold it when it is declared down. In the
+    # main process, whatever the pool: a prefork child has no keeper (task_prerun missed it there, and the
+    # acceptance check's kill then waited for a lease to run out).
     holdings, name = _amqp_holdings.get("holdings"), _node.get("name")
-    if holdings is not None and name and str(task_id or "").startswith(FETCH_ID_PREFIX):
-        holdings.report(name, int(time.time() * 1000))
+    task_id = str(getattr(request, "id", "") or "")
+    if holdings is not None and name and task_id.startswith((FETCH_ID_PREFIX, ANALYSIS_ID_PREFIX)):
+        holdings.report(name, int(time.time() * 1000), also=(task_id,))
 
 
 @worker_ready.connect

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable, Collection
+from types import SimpleNamespace
 from typing import Any
 
 from celery.worker import state as worker_state
@@ -61,9 +62,10 @@ class AmqpHoldings:
         self._send_analysis = send_analysis or batches.send_analysis
         self._frontier = frontier or deps.frontier
 
-    def report(self, name: str, at_ms: int) -> None:
-        """Say which fetches this worker holds as of ``at_ms`` (the heartbeat just written, Redis clock)."""
-        held = held_fetch_ids(self._requests())
+    def report(self, name: str, at_ms: int, also: Collection[str] = ()) -> None:
+        """Say which fetches and analyses this worker holds as of ``at_ms`` (the heartbeat just written, Redis
+        clock); ``also``: a task id just received, not among Celery's requests yet."""
+        held = held_fetch_ids(self._requests()) | held_fetch_ids([SimpleNamespace(id=task_id) for task_id in also])
         holder = Holder(name, at_ms, frozenset(held), os.getpid(), socket.gethostname())
         self._client().hset(redis_keys.HOLDERS, name, holder.to_json())
 
