@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 
-.PHONY: setup bytecode system-packages browser-packages demo test bench compare lint clean test-faults test-spark test-rabbitmq soak faults-report docs \
+.PHONY: setup bytecode system-packages browser-packages demo test bench compare lint clean test-faults test-spark test-rabbitmq test-redis-ha soak faults-report docs \
 	ring-experiment scale-out bench-analysis bench-polite bench-memory
 
 setup: system-packages $(STAMP) bytecode
@@ -68,6 +68,12 @@ test-spark: setup
 test-rabbitmq: setup
 	@$(PY) -m pytest -n 2 --dist loadfile -m rabbitmq tests; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test-rabbitmq: pytest collected no tests; that is a failure here"; fi; exit $$rc
+
+# Redis past one server: Sentinels and failovers, replicas, the frontier on a Redis Cluster, Redis over
+# TLS; each test starts its own group of redis-server processes on loopback.
+test-redis-ha: setup
+	@$(PY) -m pytest -n 2 --dist loadfile -m redis_ha tests; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test-redis-ha: pytest collected no tests; that is a failure here"; fi; exit $$rc
 
 test-long: setup
 	@$(PY) -m pytest -n 2 --dist loadfile -m long tests; rc=$$?; \

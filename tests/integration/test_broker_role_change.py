@@ -19,7 +19,7 @@ from tests.cluster import cluster_env, start_worker, stop_worker, submit, wait_a
 from tests.site import TestSite, link_page
 from vcrawl.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.redis_ha, pytest.mark.slow]
 
 
 def test_a_worker_whose_redis_becomes_a_replica_reconnects_and_works_on(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from tests.redis_cluster import RedisCluster, _client
 from vcrawl import names, redis_keys
 from vcrawl.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.redis_ha, pytest.mark.slow]
 
 
 def test_an_ask_to_a_primary_without_slots_is_followed_for_commands_and_frontier_scripts(tmp_path: Path) -> None:

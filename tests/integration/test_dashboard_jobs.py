@@ -11,7 +11,7 @@ import logging
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -72,8 +72,26 @@ def error_at(driver: WebDriver, form: str, field: str) -> str:
 def open_new_job_form(driver: WebDriver, url: str, token: str) -> None:
     driver.get(f"{url}/?token={token}")
     until(driver, lambda d: d.find_element(By.ID, "app").is_displayed(), "the dashboard")
-    driver.find_element(By.CSS_SELECTOR, "#new-job-details summary").click()
-    until(driver, lambda d: d.find_element(By.ID, "nj-seeds").is_displayed(), "the job form opens")
+    until(driver, open_details("new-job-details"), "the job form opens")
+    until(driver, lambda d: d.find_element(By.ID, "nj-seeds").is_displayed(), "the job form shown")
+
+
+def open_details(element_id: str) -> Callable[[WebDriver], bool]:
+    """A wait condition that clicks the ``<details>``'s summary until it is open.
+
+    One click can miss: the dashboard shows before its first refresh fills the jobs table above the form,
+    and rows drawn between Selenium's locating the summary and its click move it. Once in CI the form
+    stayed shut for 30 s after a single click.
+    """
+
+    def opened(driver: WebDriver) -> bool:
+        details = driver.find_element(By.ID, element_id)
+        if details.get_attribute("open") is not None:
+            return True
+        details.find_element(By.TAG_NAME, "summary").click()
+        return False
+
+    return opened
 
 
 def submit_new_job(driver: WebDriver) -> str:

@@ -36,7 +36,7 @@ from vcrawl import redis_keys
 from vcrawl.jobs import JobSpec
 from vcrawl.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.redis_ha, pytest.mark.slow]
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 INTERVAL_S = 0.05

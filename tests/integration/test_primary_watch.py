@@ -19,7 +19,7 @@ from tasks.broker.primary_watch import look_at_primary
 from tests.waiting import wait_until
 from vcrawl import redis_keys
 
-pytestmark = pytest.mark.usefixtures("worker")
+pytestmark = [pytest.mark.redis_ha, pytest.mark.usefixtures("worker")]
 
 QUEUE = "primary-watch-test"  # no worker consumes it: what goes back stays there to be seen
 

@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster as ClusterClient
 
 from tests.redis_cluster import SLOTS, RedisCluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.redis_ha, pytest.mark.slow]
 
 PROMOTION_TIMEOUT_S = 30.0
 PRELOADED_KEYS = 3000

@@ -31,6 +31,8 @@ from tests.tls_files import TlsFiles, make_tls_files
 from vcrawl.settings import Settings
 from views.status import job_status
 
+pytestmark = pytest.mark.redis_ha
+
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import redis
 
 from cli.local_redis import LocalRedis
 from frontier.scripts import ReplicaWait, ScriptLoader
 from vcrawl import redis_keys
+
+pytestmark = pytest.mark.redis_ha
 
 
 def waits(client: redis.Redis) -> int:

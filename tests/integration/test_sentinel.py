@@ -21,7 +21,7 @@ from tests.sentinel_cluster import SentinelCluster, start_sentinel_worker
 from tests.site import TestSite, link_page
 from vcrawl.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.redis_ha, pytest.mark.slow]
 
 TOKEN = "sentinel-test-token-0123"
 

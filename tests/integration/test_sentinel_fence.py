@@ -21,7 +21,7 @@ from tasks.redis_clients import make_fence, make_redis_client
 from tests.sentinel_cluster import SentinelCluster
 from vcrawl.settings import Settings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.redis_ha, pytest.mark.slow]
 
 SENTINEL_RECONFIGURES_S = 8.0  # Sentinel turns a primary that should be a replica after ~8-10 s
 WRITES_LIMIT = 200_000
