@@ -165,7 +165,9 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # A killed worker's tasks are redelivered, never dropped.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
-        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        # Redis's broker: a task running when the connection drops is cancelled; its lost-fetch watchdog hands
+        # its batches back. RabbitMQ's keeps it running (_rabbitmq).
+        "worker_cancel_long_running_tasks_on_connection_loss": not settings.amqp_broker,
         # Prefetch multiplier is per worker; 1 keeps downloads spread over the cluster.
         "worker_prefetch_multiplier": 1,
         "task_time_limit": int(settings.total_timeout_s * 2 + 60),
@@ -222,6 +224,10 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
         # a RabbitMQ restart (the worker took nothing until RabbitMQ dropped it, 90 s later: seen in
         # tests/faults). With a prefetch of one per pool slot there is nothing to lower.
         "worker_enable_prefetch_count_reduction": False,
+        # A task running when the connection drops runs on (celery_settings): prefork would SIGTERM it. RabbitMQ
+        # has requeued its message; the redelivered copy skips the batches this run holds ("being fetched by
+        # another copy") and this run releases them. A terminated run released nothing: its batches waited out
+        # their leases, 9 minutes at the shipped limits (a RabbitMQ restart under prefork workers, tests/faults).
         "task_queues": _queues(arguments, exchange_type),
         **kinds,
     }

@@ -116,7 +116,7 @@ class LocalRedisProcess:
 
 
 class LocalWorkerProcess:
-    """``celery -A tasks worker`` (threads pool) as a subprocess, in the shape of a worker container.
+    """``celery -A tasks worker`` (threads pool, or ``pool``) as a subprocess, in the shape of a worker container.
 
     Its node name is ``<name>@<id>``, which is what ``CeleryTestWorker.hostname()`` builds, so
     control commands addressed to the node reach this worker. ``run_in``: a command the worker is
@@ -133,6 +133,7 @@ class LocalWorkerProcess:
         loglevel: str = "INFO",
         start_timeout_s: float = 30.0,
         run_in: Sequence[str] = (),
+        pool: str = "threads",
     ) -> None:
         self.env = env
         self.log = log
@@ -144,6 +145,7 @@ class LocalWorkerProcess:
         self._loglevel = loglevel
         self._start_timeout_s = start_timeout_s
         self._run_in = tuple(run_in)
+        self._pool = pool
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> LocalWorkerProcess:
@@ -154,7 +156,7 @@ class LocalWorkerProcess:
         """
         command = [
             *self._run_in, sys.executable, "-m", "celery", "-A", "tasks", "worker", "-Q", ",".join(self._queues),
-            "-P", "threads", "-c", str(self._concurrency), "-n", self.name,
+            "-P", self._pool, "-c", str(self._concurrency), "-n", self.name,
             "--without-mingle", "--without-gossip", "-l", self._loglevel,
         ]  # fmt: skip
         with open(self.log, "ab") as out:

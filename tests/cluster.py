@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -56,21 +58,30 @@ def start_worker(
     loglevel: str = "INFO",
     queues: str = "download,download.dynamic,analysis",
     run_in: Sequence[str] = (),
+    pool: str = "threads",
 ) -> subprocess.Popen[bytes]:
-    """Start ``celery -A tasks worker`` on ``queues`` (threads pool); wait until it answers a ping.
+    """Start ``celery -A tasks worker`` on ``queues`` (threads pool, or ``pool``: ``prefork`` is Celery's
+    default); wait until it answers a ping.
 
     The same worker process as the ``celery_setup`` fixture's nodes (tests/celery_setup.py), for
     tests that hold the process itself; ``run_in`` as there (e.g. a network namespace).
     """
-    worker = LocalWorkerProcess(env, log, name, queues.split(","), concurrency, loglevel, run_in=run_in)
+    worker = LocalWorkerProcess(env, log, name, queues.split(","), concurrency, loglevel, run_in=run_in, pool=pool)
     return worker.start().process  # type: ignore[return-value]
 
 
 def stop_worker(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL the worker we started (by PID) and reap it."""
+    """SIGKILL the worker we started (by PID), and its pool's processes (prefork), and reap it."""
     if process.poll() is None:
+        try:
+            children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+        except OSError:
+            children = []
         process.kill()
         process.wait(10)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(child), signal.SIGKILL)
 
 
 def submit(env: dict[str, str], payloads: list[dict[str, Any]]) -> list[str]:

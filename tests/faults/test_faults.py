@@ -151,10 +151,12 @@ def test_download_workers_sigkilled_again_and_again_lose_nothing(
 
 # Redis stopped as ever (SIGTERM: it writes its AOF); RabbitMQ stopped by its operator's command
 # (``rabbitmqctl stop``) or SIGKILLed (a crash: only what it confirmed, on disk, must come back).
+# ``prefork``: Celery's default pool, as `celery -A tasks worker` runs; a running task can be terminated there.
 BROKER_RESTARTS = [
-    pytest.param("redis", "stop", id="redis"),
-    pytest.param("rabbitmq", "stop", id="rabbitmq", marks=pytest.mark.rabbitmq),
-    pytest.param("rabbitmq", "kill", id="rabbitmq-sigkill", marks=pytest.mark.rabbitmq),
+    pytest.param("redis", "stop", "threads", id="redis"),
+    pytest.param("rabbitmq", "stop", "threads", id="rabbitmq", marks=pytest.mark.rabbitmq),
+    pytest.param("rabbitmq", "kill", "threads", id="rabbitmq-sigkill", marks=pytest.mark.rabbitmq),
+    pytest.param("rabbitmq", "stop", "prefork", id="rabbitmq-prefork", marks=pytest.mark.rabbitmq),
 ]
 
 
@@ -163,9 +165,9 @@ BROKER_RESTARTS = [
     [{"total_timeout_s": 2.0, "read_timeout_s": 1.5}, {}],
     ids=["short-fetch-timeouts", "shipped-limits"],  # the latter: a paced batch's lease of 9 minutes
 )
-@pytest.mark.parametrize(("broker", "how"), BROKER_RESTARTS)
+@pytest.mark.parametrize(("broker", "how", "pool"), BROKER_RESTARTS)
 def test_the_broker_restarted_mid_job_workers_reconnect_and_nothing_is_lost(
-    tmp_path: Path, fault_report: Note, limits: dict[str, float], how: str, rabbitmq: LocalRabbitMQ | None
+    tmp_path: Path, fault_report: Note, limits: dict[str, float], how: str, pool: str, rabbitmq: LocalRabbitMQ | None
 ) -> None:
     """The broker goes away mid-job and comes back 1 s later on the same port and data: Redis (frontier,
     membership and broker at once) on the Redis broker, RabbitMQ alone (Redis untouched) on RabbitMQ."""
@@ -180,7 +182,7 @@ def test_the_broker_restarted_mid_job_workers_reconnect_and_nothing_is_lost(
         settings = Settings(redis_url=server.url, data=str(tmp_path / "data")) if shipped else fault_settings(
             server, tmp_path / "data")  # fmt: skip
         env = cluster_env(on_broker(settings, rabbitmq))
-        worker = start_worker(env, "reconnecting", tmp_path / "worker.log")
+        worker = start_worker(env, "reconnecting", tmp_path / "worker.log", pool=pool)
         try:
             job_id = start_job(env, job)
             deadline = time.monotonic() + 20

@@ -86,6 +86,14 @@ def test_classic_queues_keep_direct_exchanges_and_priorities() -> None:
     assert conf["worker_enable_prefetch_count_reduction"] is False  # a hung basic.qos after a reconnection
 
 
+def test_a_task_running_at_a_connection_loss_runs_on_with_rabbitmq_and_is_cancelled_with_redis() -> None:
+    # RabbitMQ: a terminated run would leave its batches leased, and the redelivered copy skips them.
+    rabbitmq = celery_settings(Settings(redis_url=REDIS, broker_url="amqp://a//"))
+    assert rabbitmq["worker_cancel_long_running_tasks_on_connection_loss"] is False
+    redis_broker = celery_settings(Settings(redis_url=REDIS))
+    assert redis_broker["worker_cancel_long_running_tasks_on_connection_loss"] is True
+
+
 def test_amqps_verifies_the_server() -> None:
     conf = celery_settings(Settings(redis_url=REDIS, broker_url="amqps://mq.internal:5671/v"))
     options = conf["broker_use_ssl"]
