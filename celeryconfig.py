@@ -106,7 +106,6 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         "result_backend_transport_options": backend_options,
         **_tls(tls),
         "task_queues": _queues(),
-        **(_rabbitmq(settings) if settings.amqp_broker else {}),
         "broker_connection_retry_on_startup": True,
         # Retry for as long as Redis is away (Celery's default gives up after 100 tries): a worker
         # outlives any Redis outage and goes on by itself when it is back.
@@ -165,14 +164,15 @@ def celery_settings(settings: Settings) -> dict[str, Any]:
         # A killed worker's tasks are redelivered, never dropped.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
-        # Redis's broker: a task running when the connection drops is cancelled; its lost-fetch watchdog hands
-        # its batches back. RabbitMQ's keeps it running (_rabbitmq).
-        "worker_cancel_long_running_tasks_on_connection_loss": not settings.amqp_broker,
+        # On Redis's broker a task running when the connection drops is cancelled (its lost-fetch watchdog
+        # hands its batches back); not on RabbitMQ's (_rabbitmq).
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
         # Prefetch multiplier is per worker; 1 keeps downloads spread over the cluster.
         "worker_prefetch_multiplier": 1,
         "task_time_limit": int(settings.total_timeout_s * 2 + 60),
         "worker_send_task_events": settings.task_events,
         "task_send_sent_event": settings.task_events,
+        **(_rabbitmq(settings) if settings.amqp_broker else {}),  # last: RabbitMQ's settings win
     }
 
 
@@ -224,10 +224,11 @@ def _rabbitmq(settings: Settings) -> dict[str, Any]:
         # a RabbitMQ restart (the worker took nothing until RabbitMQ dropped it, 90 s later: seen in
         # tests/faults). With a prefetch of one per pool slot there is nothing to lower.
         "worker_enable_prefetch_count_reduction": False,
-        # A task running when the connection drops runs on (celery_settings): prefork would SIGTERM it. RabbitMQ
-        # has requeued its message; the redelivered copy skips the batches this run holds ("being fetched by
-        # another copy") and this run releases them. A terminated run released nothing: its batches waited out
-        # their leases, 9 minutes at the shipped limits (a RabbitMQ restart under prefork workers, tests/faults).
+        # A task running when the connection drops runs on: prefork would SIGTERM it. RabbitMQ has requeued its
+        # message; the redelivered copy skips the batches this run holds ("being fetched by another copy") and
+        # this run releases them. A terminated run released nothing: its batches waited out their leases,
+        # 9 minutes at the shipped limits (a RabbitMQ restart under prefork workers, tests/faults).
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
         "task_queues": _queues(arguments, exchange_type),
         **kinds,
     }
